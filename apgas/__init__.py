@@ -1,0 +1,74 @@
+"""APGAS for Python: places, tasks and finish over ZeroMQ.
+
+>>> import apgas
+>>> def main():
+...     with apgas.finish():
+...         for p in apgas.places():
+...             apgas.async_at(p, print, "hello from", p)
+>>> apgas.run(main, places=4)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from ._place import Place
+from ._refs import GlobalRef, PlaceLocal
+from ._run import run
+from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
+from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
+
+__all__ = [
+    "run", "Place", "here", "places", "place", "finish",
+    "async_", "async_at", "uncounted_async_at", "immediate_async_at", "at",
+    "GlobalRef", "PlaceLocal",
+    "ApgasError", "ConfigError", "DeadPlaceError", "MultipleException", "NotRunningError", "RemoteError",
+]
+
+T = TypeVar("T")
+
+
+def here() -> Place:
+    """The place this code runs at."""
+    return current().here
+
+
+def places() -> list[Place]:
+    """The live places, sorted by id (ids may have gaps)."""
+    return current().sorted_places()
+
+
+def place(place_id: int) -> Place:
+    """The live place with this id; ``DeadPlaceError`` if there is none."""
+    return current().place(place_id)
+
+
+def finish() -> Finish:
+    """``with finish():`` waits for every task spawned in the body, transitively, on any place."""
+    return Finish()
+
+
+def async_(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Spawn a counted task here."""
+    rt = current()
+    rt.spawn(rt.id, fn, args, kwargs, TASK)
+
+
+def async_at(place: Place | int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Spawn a counted task at ``place``; the enclosing ``finish`` waits for it."""
+    current().spawn(place, fn, args, kwargs, TASK)
+
+
+def uncounted_async_at(place: Place | int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Fire and forget a task at ``place``; no finish waits for it, failures are logged."""
+    current().spawn(place, fn, args, kwargs, UNCOUNTED)
+
+
+def immediate_async_at(place: Place | int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Run a short, non-blocking, uncounted task on ``place``'s immediate pool."""
+    current().spawn(place, fn, args, kwargs, IMMEDIATE)
+
+
+def at(place: Place | int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``fn`` at ``place`` (and every task it spawns), wait, return its value or raise."""
+    return current().at(place, fn, args, kwargs)

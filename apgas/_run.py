@@ -1,0 +1,69 @@
+"""``apgas.run``: start the places, run ``main`` at place 0, stop every place."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import signal
+import threading
+from typing import Any, Callable, Iterator, TypeVar
+
+from . import _runtime
+from ._config import load_config
+from ._logging import setup_logging
+from ._runtime import Finish, Runtime
+from .errors import ApgasError
+
+__all__ = ["run"]
+
+T = TypeVar("T")
+
+
+def run(main: Callable[[], T], *, places: int | None = None, threads: int | None = None,
+        **config: Any) -> T:
+    """Start the runtime, run ``main`` at place 0, shut every place down, return ``main``'s value.
+
+    Tasks that ``main`` spawns without an enclosing ``finish`` are waited for
+    before ``run`` returns. Called again while a runtime runs (a script under
+    ``python -m apgas``), it just calls ``main`` on the running places.
+    """
+    active = _runtime._runtime
+    if active is not None:
+        if active.id != 0:
+            raise ApgasError(f"apgas.run() called at place {active.id}; only place 0 runs main")
+        with Finish(solo=True):
+            return main()
+    cfg = load_config({"places": places, "threads": threads, **config})
+    setup_logging(0, cfg.log_level)
+    hosts = list(cfg.hosts) or [_runtime.default_host()]
+    others = [hosts[i % len(hosts)] for i in range(1, cfg.places)]
+    rt = Runtime(0, hosts[0], secrets.token_bytes(32), cfg)
+    _runtime.install(rt)
+    try:
+        rt.transport.start()
+        if others:
+            from launcher import LocalLauncher
+            rt.start_places(others, LocalLauncher(), cfg.join_timeout)
+            rt.watch_children()
+        with _terminate_as_exit(), Finish(solo=True):
+            return main()
+    finally:
+        rt.shutdown()
+        _runtime.install(None)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM at place 0 unwinds like Ctrl-C, so every place is stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -1,0 +1,551 @@
+"""The runtime of one place: place table, task execution, finish and ``at``.
+
+Place 0 also starts the other places, watches them, and shuts them down.
+Every place runs one :class:`Runtime`; :func:`current` returns it.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import pickle
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+from . import _serialization as ser
+from ._config import Config, parse_chaos
+from ._finish import HomeFinish, RemoteFinish
+from ._place import Place
+from ._pool import WorkerPool, blocking
+from ._transport import Transport
+from .errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
+
+__all__ = ["Runtime", "current", "current_finish", "Finish"]
+
+log = logging.getLogger("apgas.runtime")
+
+# message kinds
+JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN = range(1, 12)
+
+_ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread
+_runtime: "Runtime | None" = None
+
+
+def current() -> "Runtime":
+    """The runtime of this process; raises if ``apgas.run`` is not active."""
+    rt = _runtime
+    if rt is None:
+        raise NotRunningError("the APGAS runtime is not running here: call this inside "
+                              "apgas.run(main) or a script started with python -m apgas")
+    return rt
+
+
+def current_finish() -> tuple[int, int] | None:
+    return getattr(_ctx, "finish", None)
+
+
+class _Pending:
+    """A waiting ``at()`` call."""
+
+    __slots__ = ("dst", "event", "reply", "error")
+
+    def __init__(self, dst: int) -> None:
+        self.dst = dst
+        self.event = threading.Event()
+        self.reply: tuple | None = None
+        self.error: BaseException | None = None
+
+
+class Runtime:
+    def __init__(self, place_id: int, host: str, secret: bytes, config: Config) -> None:
+        self.id = place_id
+        self.host = host
+        self.pid = os.getpid()
+        self.config = config
+        self.here = Place(place_id, host)
+        self.places: dict[int, Place] = {place_id: self.here}
+        self.dead: set[int] = set()
+        self.global_refs: dict[int, Any] = {}
+        self.place_locals: dict[tuple[int, int], Any] = {}
+        self.stopped = threading.Event()
+        self.stop_reason = ""
+        self._lock = threading.Lock()  # finish bookkeeping and the place table
+        self._home: dict[int, HomeFinish] = {}
+        self._remote: dict[tuple[int, int], RemoteFinish] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._counter = itertools.count(1)
+        self.pool = WorkerPool(config.threads, f"apgas-worker-p{place_id}")
+        self.immediate = WorkerPool(config.immediate_threads, f"apgas-immediate-p{place_id}")
+        chaos = parse_chaos(config.chaos) if config.chaos else None
+        self.transport = Transport(place_id, secret, config.interface, self._on_message, chaos)
+        # place 0 only
+        self._children: dict[int, Any] = {}
+        self._joined: dict[int, tuple[str, int, str]] = {}
+        self._secret = secret
+        self._next_place = place_id + 1
+        self._table: dict[int, tuple[str, str, int]] = {place_id: (host, self.transport.endpoint, self.pid)}
+        self._acks: set[int] = set()
+        self._epoch = 0
+        self._cond = threading.Condition(self._lock)
+
+    def next_id(self) -> int:
+        return next(self._counter)
+
+    # -- the place table ------------------------------------------------------
+    def resolve(self, place: Place | int) -> int:
+        """The id of a live place, or ``DeadPlaceError`` at once."""
+        try:
+            pid = place.id if isinstance(place, Place) else int(place)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise TypeError(f"expected a Place or a place id, got {place!r}") from None
+        if pid not in self.places:
+            why = "it has died or left" if pid in self.dead else "no such place"
+            raise DeadPlaceError(pid, f"{why}; live places are {sorted(self.places)}")
+        return pid
+
+    def sorted_places(self) -> list[Place]:
+        return [self.places[i] for i in sorted(self.places)]
+
+    def place(self, place_id: int) -> Place:
+        return self.places[self.resolve(place_id)]
+
+    # -- spawning -------------------------------------------------------------
+    def spawn(self, place: Place | int, fn: Callable, args: tuple, kwargs: dict, kind: int) -> None:
+        """Start ``fn`` at ``place``: ``kind`` is TASK (counted), UNCOUNTED or IMMEDIATE."""
+        if not callable(fn):
+            raise TypeError(f"a task must be callable, got {fn!r}")
+        dst = self.resolve(place)
+        fref = current_finish() if kind == TASK else None
+        if kind == TASK and fref is None:
+            kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
+        payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
+        if kind == TASK:
+            home, fid = fref  # type: ignore[misc]
+            with self._lock:
+                if home == self.id:
+                    self._home[fid].bump(self.id, dst, 1)
+                else:
+                    state = self._remote[fref]  # type: ignore[index]
+                    state.spawn(dst)
+                    if dst == self.id:
+                        state.live += 1
+            if dst == self.id:
+                self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs))
+            else:
+                self.transport.send(dst, TASK, home, fid, payload)
+        elif dst == self.id:
+            pool = self.immediate if kind == IMMEDIATE else self.pool
+            pool.submit(functools.partial(self._run_uncounted, fn, args, kwargs))
+        else:
+            self.transport.send(dst, kind, 0, 0, payload)
+
+    def _run_task(self, fref: tuple[int, int], src: int, fn: Callable, args: tuple, kwargs: dict) -> None:
+        prev = current_finish()
+        _ctx.finish = fref
+        exc = None
+        try:
+            fn(*args, **kwargs)
+        except BaseException as e:
+            exc = self.capture(e, portable=fref[0] != self.id)
+        finally:
+            _ctx.finish = prev
+        self._task_done(fref, src, exc)
+
+    def _run_remote_task(self, fref: tuple[int, int], src: int, body, buffers) -> None:
+        try:
+            fn, args, kwargs = ser.loads(body, buffers)
+        except BaseException as e:
+            self._task_done(fref, src, self.capture(e, portable=fref[0] != self.id))
+            return
+        self._run_task(fref, src, fn, args, kwargs)
+
+    def _run_uncounted(self, fn: Callable, args: tuple, kwargs: dict) -> None:
+        prev = current_finish()
+        _ctx.finish = None
+        try:
+            fn(*args, **kwargs)
+        except BaseException:
+            log.exception("uncounted task %r failed", fn)
+        finally:
+            _ctx.finish = prev
+
+    def _run_remote_uncounted(self, body, buffers) -> None:
+        try:
+            fn, args, kwargs = ser.loads(body, buffers)
+        except BaseException:
+            log.exception("an uncounted task could not be unpickled")
+            return
+        self._run_uncounted(fn, args, kwargs)
+
+    def _task_done(self, fref: tuple[int, int], src: int, exc: BaseException | None) -> None:
+        home, fid = fref
+        with self._lock:
+            if home == self.id:
+                f = self._home.get(fid)
+                if f is None:
+                    log.debug("task of finished or unknown finish %s ended", fref)
+                    return
+                f.bump(src, self.id, -1)
+                if exc is not None:
+                    f.exceptions.append(exc)
+                f.check()
+                return
+            state = self._remote.get(fref)
+            if state is None:
+                return  # the finish's home died meanwhile
+            state.complete(src)
+            if exc is not None:
+                state.exceptions.append(exc)
+            state.live -= 1
+            if state.live == 0:
+                del self._remote[fref]
+                # sent under the lock: reports of this place leave in order
+                payload = ser.dumps((state.spawned, state.completed, state.exceptions))
+                self.transport.send(home, REPORT, home, fid, payload)
+
+    def capture(self, exc: BaseException, portable: bool) -> Exception:
+        """Note where ``exc`` was raised; make it picklable if it must travel."""
+        text = "".join(traceback.format_exception(exc))
+        if not isinstance(exc, Exception):
+            exc = RemoteError(type(exc).__qualname__, str(exc), text)
+        note = f"raised at place {self.id} (host {self.host}, pid {self.pid})"
+        if note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        if not portable:
+            return exc
+        try:
+            exc.remote_traceback = text  # type: ignore[attr-defined]
+            exc.add_note("remote traceback:\n" + text.rstrip())
+            clone = ser.loads(*_split(ser.dumps(exc)))
+            if type(clone) is not type(exc):
+                raise TypeError("exception does not survive pickling")
+            return exc
+        except Exception:
+            standin = RemoteError(type(exc).__qualname__, str(exc), text)
+            for n in getattr(exc, "__notes__", ()):
+                standin.add_note(n)
+            return standin
+
+    # -- finish -----------------------------------------------------------------
+    def open_finish(self) -> HomeFinish:
+        f = HomeFinish(self.next_id())
+        with self._lock:
+            self._home[f.fid] = f
+        return f
+
+    def wait_finish(self, f: HomeFinish) -> list[BaseException]:
+        with self._lock:
+            f.body_done = True
+            f.check()
+        if not f.done.is_set():
+            with blocking():
+                f.done.wait()
+        with self._lock:
+            self._home.pop(f.fid, None)
+        return f.exceptions
+
+    # -- at ---------------------------------------------------------------------
+    def at(self, place: Place | int, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        dst = self.resolve(place)
+        if dst == self.id:
+            with Finish(solo=True):
+                return fn(*args, **kwargs)
+        payload = ser.dumps((fn, args, kwargs))
+        req = self.next_id()
+        pending = _Pending(dst)
+        with self._lock:
+            if dst not in self.places:
+                raise DeadPlaceError(dst, "it died before at() could be sent")
+            self._pending[req] = pending
+        try:
+            self.transport.send(dst, AT, 0, req, payload)
+            with blocking():
+                pending.event.wait()
+        finally:
+            with self._lock:
+                self._pending.pop(req, None)
+        if pending.error is not None:
+            raise pending.error
+        ok, value = ser.loads(*pending.reply)  # type: ignore[misc]
+        if not ok:
+            raise value
+        return value
+
+    def _serve_at(self, src: int, req: int, body, buffers) -> None:
+        try:
+            fn, args, kwargs = ser.loads(body, buffers)
+            with Finish(solo=True):
+                value = fn(*args, **kwargs)
+            reply = (True, value)
+        except BaseException as e:
+            reply = (False, self.capture(e, portable=True))
+        try:
+            payload = ser.dumps(reply)
+        except Exception as e:
+            err = ApgasError(f"the value returned by at() could not be pickled: {e!r}")
+            payload = ser.dumps((False, self.capture(err, portable=True)))
+        self.transport.send(src, AT_REPLY, 0, req, payload)
+
+    # -- messages (network thread) ------------------------------------------------
+    def _on_message(self, kind: int, src: int, a: int, b: int, body, buffers: list) -> None:
+        if kind == TASK:
+            fref = (a, b)
+            if a != self.id:
+                with self._lock:
+                    state = self._remote.get(fref)
+                    if state is None:
+                        state = self._remote[fref] = RemoteFinish()
+                    state.live += 1
+            self.pool.submit(functools.partial(self._run_remote_task, fref, src, body, buffers))
+        elif kind == UNCOUNTED:
+            self.pool.submit(functools.partial(self._run_remote_uncounted, body, buffers))
+        elif kind == IMMEDIATE:
+            self.immediate.submit(functools.partial(self._run_remote_uncounted, body, buffers))
+        elif kind == REPORT:
+            spawned, completed, exceptions = ser.loads(body, buffers)
+            with self._lock:
+                f = self._home.get(b)
+                if f is None:
+                    log.debug("report from place %d for ended finish %d ignored", src, b)
+                    return
+                f.apply_report(src, spawned, completed, exceptions)
+                f.check()
+        elif kind == AT:
+            self.pool.submit(functools.partial(self._serve_at, src, b, body, buffers))
+        elif kind == AT_REPLY:
+            with self._lock:
+                pending = self._pending.get(b)
+            if pending is not None:
+                pending.reply = (body, buffers)
+                pending.event.set()
+        elif kind == TABLE:
+            epoch, table = ser.loads(body, buffers)
+            self._install_table(table)
+            self.transport.send(0, TABLE_ACK, epoch, 0)
+        elif kind == TABLE_ACK:
+            with self._cond:
+                if a == self._epoch:
+                    self._acks.add(src)
+                    self._cond.notify_all()
+        elif kind == JOIN:
+            endpoint, pid, host = ser.loads(body, buffers)
+            with self._cond:
+                self._joined[src] = (endpoint, pid, host)
+                self._cond.notify_all()
+        elif kind == DEAD:
+            reason = ser.loads(body, buffers)
+            self.place_died(a, reason)
+        elif kind == SHUTDOWN:
+            self.stop_reason = "place 0 asked this place to stop"
+            self.stopped.set()
+        else:
+            log.warning("unknown message kind %d from place %d ignored", kind, src)
+
+    def _install_table(self, table: dict[int, tuple[str, str, int]]) -> None:
+        for pid, (host, endpoint, _) in table.items():
+            if pid != self.id and pid not in self.places:
+                self.transport.connect(pid, endpoint)
+        with self._lock:
+            self.places = {pid: Place(pid, host) for pid, (host, _, _) in table.items()}
+
+    def place_died(self, place_id: int, reason: str) -> None:
+        """Forget a dead place: fail what waits on it, never wait for it again."""
+        with self._lock:
+            if place_id in self.dead or place_id == self.id:
+                return
+            self.dead.add(place_id)
+            places = dict(self.places)
+            places.pop(place_id, None)
+            self.places = places
+            for f in self._home.values():
+                f.place_died(place_id)
+                f.check()
+            for fref in [k for k in self._remote if k[0] == place_id]:
+                del self._remote[fref]
+            waiting = [p for p in self._pending.values() if p.dst == place_id]
+        log.warning("place %d died: %s", place_id, reason)
+        for p in waiting:
+            p.error = DeadPlaceError(place_id, f"it died during at(): {reason}")
+            p.event.set()
+        self.transport.disconnect(place_id)
+
+    # -- start and stop -------------------------------------------------------------
+    def start_places(self, hosts: list[str], launcher, timeout: float) -> None:
+        """Place 0: start one place per host, wait for all to join, send the table."""
+        wanted: dict[int, str] = {}
+        for host in hosts:
+            pid = self._next_place
+            self._next_place += 1
+            bootstrap = {
+                "place": pid, "host": host, "parent_endpoint": self.transport.endpoint,
+                "secret": self._secret.hex(), "sys_path": list(sys.path),
+                "config": {"threads": self.config.threads, "interface": self.config.interface,
+                           "immediate_threads": self.config.immediate_threads,
+                           "log_level": self.config.log_level, "chaos": self.config.chaos},
+            }
+            try:
+                self._children[pid] = launcher.launch(pid, host, bootstrap, self.config.python)
+            except OSError as e:
+                self._abort_children(wanted)
+                raise ApgasError(f"place {pid} could not be started on host {host!r}: {e}") from e
+            wanted[pid] = host
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not all(pid in self._joined for pid in wanted):
+                for pid in wanted:
+                    code = self._children[pid].poll()
+                    if code is not None and pid not in self._joined:
+                        self._cond.release()
+                        try:
+                            self._abort_children(wanted)
+                        finally:
+                            self._cond.acquire()
+                        raise ApgasError(f"place {pid} on host {wanted[pid]!r} exited with code "
+                                         f"{code} before joining (its error output is above)")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(p for p in wanted if p not in self._joined)
+                    self._cond.release()
+                    try:
+                        self._abort_children(wanted)
+                    finally:
+                        self._cond.acquire()
+                    raise ApgasError(f"places {missing} (hosts {[wanted[p] for p in missing]}) did "
+                                     f"not join within {timeout} s (APGAS_JOIN_TIMEOUT)")
+                self._cond.wait(min(left, 0.05))
+        for pid, host in wanted.items():
+            endpoint, ppid, _ = self._joined[pid]
+            self.transport.connect(pid, endpoint)
+            self._table[pid] = (host, endpoint, ppid)
+        self._publish_table()
+
+    def _publish_table(self) -> None:
+        """Place 0: send the table to every place and wait until all have it."""
+        table = {pid: entry for pid, entry in self._table.items() if pid not in self.dead}
+        with self._cond:
+            self._epoch += 1
+            epoch = self._epoch
+            self._acks = set()
+        others = [p for p in table if p != 0]
+        payload = ser.dumps((epoch, table))
+        for pid in others:
+            self.transport.send(pid, TABLE, 0, 0, payload)
+        deadline = time.monotonic() + self.config.join_timeout
+        with self._cond:
+            while not all(p in self._acks or p in self.dead for p in others):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ApgasError(f"places {sorted(set(others) - self._acks)} did not "
+                                     "acknowledge the place table in time")
+                self._cond.wait(min(left, 0.05))
+        self._install_table(table)
+
+    def _abort_children(self, pids) -> None:
+        for pid in pids:
+            proc = self._children.pop(pid, None)
+            if proc is not None:
+                _kill(proc)
+
+    def watch_children(self) -> None:
+        """Place 0: a thread that notices places whose process ended."""
+        def watch() -> None:
+            while not self.stopped.wait(0.05):
+                for pid, proc in list(self._children.items()):
+                    code = proc.poll()
+                    if code is not None and pid not in self.dead:
+                        self._children.pop(pid, None)
+                        reason = f"its process exited with code {code}"
+                        self.place_died(pid, reason)
+                        payload = ser.dumps(reason)
+                        for other in self.places:
+                            if other != self.id:
+                                self.transport.send(other, DEAD, pid, 0, payload)
+        threading.Thread(target=watch, name="apgas-watch", daemon=True).start()
+
+    def shutdown(self) -> None:
+        """Place 0: stop every place (within 2 s), then this runtime."""
+        self.stopped.set()
+        for pid in list(self.places):
+            if pid != self.id:
+                self.transport.send(pid, SHUTDOWN, 0, 0)
+        deadline = time.monotonic() + 1.5
+        for proc in list(self._children.values()):
+            try:
+                proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except Exception:
+                _kill(proc)
+        self._children.clear()
+        self.close()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.transport.close()
+        self.pool.shutdown()
+        self.immediate.shutdown()
+
+
+def _split(parts: list) -> tuple:
+    return parts[0], parts[1:]
+
+
+def _kill(proc) -> None:
+    try:
+        proc.kill()
+        proc.wait(timeout=1.0)
+    except Exception:
+        pass
+    stdin = getattr(proc, "stdin", None)
+    if stdin is not None:
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+
+def install(rt: Runtime | None) -> None:
+    global _runtime
+    _runtime = rt
+
+
+def default_host() -> str:
+    return socket.gethostname()
+
+
+class Finish:
+    """``with Finish():`` waits for every task spawned in its body, on any place.
+
+    Task failures, and an exception of the body itself, are raised together as a
+    :class:`MultipleException`. With ``solo=True`` (used by ``at`` and ``run``) a
+    body exception alone is raised as itself.
+    """
+
+    __slots__ = ("_rt", "_f", "_prev", "_solo")
+
+    def __init__(self, solo: bool = False) -> None:
+        self._solo = solo
+
+    def __enter__(self) -> "Finish":
+        self._rt = current()
+        self._f = self._rt.open_finish()
+        self._prev = current_finish()
+        _ctx.finish = (self._rt.id, self._f.fid)
+        return self
+
+    def __exit__(self, etype, exc, tb) -> bool:
+        _ctx.finish = self._prev
+        if exc is not None and not isinstance(exc, Exception):
+            return False  # KeyboardInterrupt and friends: do not wait
+        errors = list(self._rt.wait_finish(self._f))
+        if exc is not None:
+            errors.insert(0, exc)
+        if not errors:
+            return False
+        if self._solo and exc is not None and len(errors) == 1:
+            return False
+        raise MultipleException(f"{len(errors)} exception(s) in finish", errors)

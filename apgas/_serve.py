@@ -1,0 +1,66 @@
+"""Entry point of a place other than 0: ``python -m apgas._serve``.
+
+Reads one JSON line of bootstrap data from stdin, joins place 0, serves
+tasks until told to stop, and exits by itself when stdin reaches end of file
+(its parent is gone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+
+from . import _serialization as ser
+from ._config import Config
+from ._logging import setup_logging
+from ._runtime import JOIN, Runtime, install
+
+log = logging.getLogger("apgas.serve")
+
+EXIT_PARENT_LOST = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m apgas._serve")
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--place", type=int, required=True)
+    parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is place 0's to handle
+    boot = json.loads(sys.stdin.buffer.readline() or b"null")
+    if not isinstance(boot, dict):
+        print("apgas place: no bootstrap data on stdin", file=sys.stderr)
+        return 2
+    sys.path[:] = boot["sys_path"] + [p for p in sys.path if p not in boot["sys_path"]]
+    config = dataclasses.replace(Config(), **boot["config"])
+    place_id, host = boot["place"], boot["host"]
+    setup_logging(place_id, config.log_level)
+    rt = Runtime(place_id, host, bytes.fromhex(boot["secret"]), config)
+    install(rt)
+    rt.transport.start()
+    rt.transport.connect(0, boot["parent_endpoint"])
+    rt.transport.send(0, JOIN, 0, 0, ser.dumps((rt.transport.endpoint, rt.pid, host)))
+    threading.Thread(target=_watch_parent, args=(rt,), name="apgas-parent", daemon=True).start()
+    rt.stopped.wait()
+    log.info("stopping: %s", rt.stop_reason)
+    code = EXIT_PARENT_LOST if rt.stop_reason.startswith("lost") else 0
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(code)  # worker threads may be deep in a task: do not wait for them
+
+
+def _watch_parent(rt: Runtime) -> None:
+    stream = sys.stdin.buffer
+    while stream.read(4096):
+        pass
+    rt.stop_reason = "lost place 0: its end of stdin closed"
+    rt.stopped.set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

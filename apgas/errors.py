@@ -1,0 +1,74 @@
+"""The exceptions of the APGAS runtime.
+
+Every error the runtime raises is an :class:`ApgasError`; task failures are
+collected by their ``finish`` into a :class:`MultipleException`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+__all__ = [
+    "ApgasError",
+    "ConfigError",
+    "DeadPlaceError",
+    "MultipleException",
+    "RemoteError",
+    "NotRunningError",
+]
+
+
+class ApgasError(RuntimeError):
+    """Base class of the runtime's own errors."""
+
+
+class ConfigError(ApgasError, ValueError):
+    """A configuration value (keyword argument or ``APGAS_*`` variable) is invalid."""
+
+
+class NotRunningError(ApgasError):
+    """An APGAS construct was used outside of ``apgas.run``."""
+
+
+class DeadPlaceError(ApgasError):
+    """A task was spawned at, or waited on, a place that has left or died."""
+
+    def __init__(self, place_id: int, reason: str = "") -> None:
+        self.place_id = place_id
+        self.reason = reason
+        text = f"place {place_id} is dead or has left the computation"
+        super().__init__(f"{text}: {reason}" if reason else text)
+
+    def __reduce__(self):
+        return (DeadPlaceError, (self.place_id, self.reason), self.__dict__)
+
+
+class RemoteError(ApgasError):
+    """Stand-in for a remote exception that could not be pickled.
+
+    Keeps the original class name, message and traceback text.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback_text: str = "") -> None:
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = traceback_text
+        super().__init__(f"{type_name}: {message}")
+
+    def __reduce__(self):
+        return (RemoteError, (self.type_name, self.message, self.remote_traceback), self.__dict__)
+
+
+class MultipleException(ExceptionGroup):
+    """The exceptions of the tasks of one ``finish`` (an :class:`ExceptionGroup`).
+
+    Each inner exception carries PEP 678 notes naming the place, host and pid
+    where it was raised, and the remote traceback text in
+    ``remote_traceback``.
+    """
+
+    def __new__(cls, message: str, exceptions: Sequence[Exception]):
+        return super().__new__(cls, message, exceptions)
+
+    def derive(self, excs: Sequence[Exception]) -> "MultipleException":
+        return MultipleException(self.message, excs)

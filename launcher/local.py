@@ -1,0 +1,47 @@
+"""Start places as subprocesses of this machine."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import subprocess
+from typing import Any, Mapping
+
+from ._base import Launcher, PlaceProcess, place_command
+
+__all__ = ["LocalLauncher", "is_local_host"]
+
+
+@functools.lru_cache(maxsize=1)
+def _own_names() -> frozenset[str]:
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+    try:
+        names.add(socket.getfqdn())
+    except OSError:
+        pass
+    return frozenset(names)
+
+
+def is_local_host(host: str) -> bool:
+    """True for this machine's names and for names listed in ``APGAS_LOCAL_HOSTS``
+    (comma-separated; ``*`` stands for every name)."""
+    extra = {h.strip() for h in os.environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h.strip()}
+    return host in _own_names() or host.startswith("127.") or host in extra or "*" in extra
+
+
+class LocalLauncher(Launcher):
+    name = "local"
+
+    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
+               python: str = "") -> PlaceProcess:
+        if not is_local_host(host):
+            raise OSError(f"host {host!r} is not this machine; list it in APGAS_LOCAL_HOSTS "
+                          "to run its places here, or use a launcher that reaches it")
+        proc = subprocess.Popen(place_command(place_id, python), stdin=subprocess.PIPE,
+                                close_fds=True)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(dict(bootstrap)).encode() + b"\n")
+        proc.stdin.flush()
+        return proc
