@@ -1,0 +1,537 @@
+"""Micro-benchmarks of the APGAS runtime against a Dask ``LocalCluster``.
+
+    python -m benchmarks.micro [--repeats R] [--json FILE] [--quick]
+
+Measures startup, ``at`` round trips, uncounted-task throughput and one
+``finish`` over a batch of counted tasks; then the Dask equivalents on a
+``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``. Every
+figure is the median of R repeats. Prints a table (with the APGAS/Dask
+speedups) on stdout and writes every sample to a JSON file. Times are
+reported, never asserted on: the targets are informational.
+
+Code that waits on the runtime runs under a deadline, so that a lost
+message makes one run fail (it is retried and counted) instead of hanging
+the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import functools
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import apgas
+
+log = logging.getLogger("benchmarks.micro")
+
+T = TypeVar("T")
+
+PLACES = 4                 # places of every APGAS run
+DASK_WORKERS = 2
+JOIN_TIMEOUT_S = 3.0       # a start that fails should fail fast; a good one takes ~0.2 s
+STARTUP_DEADLINE_S = 5.0   # main's finish of a startup run
+HEALTH_DEADLINE_S = 5.0    # first contact with every place of the measurement run
+PHASE_DEADLINE_S = 300.0   # one measurement phase of one repeat
+POLL_INTERVAL_S = 0.002
+MEASURE_ATTEMPTS = 10      # apgas.run attempts for the measurement run
+
+
+# -- parameters ---------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    """Sizes of one benchmark session."""
+
+    repeats: int
+    warmup_calls: int
+    rtt_calls: int
+    uncounted_tasks: int
+    batch_tasks: int
+    dask_rtt_calls: int
+    dask_tasks: int
+    dask_batch_tasks: int
+
+    @property
+    def startup_attempts(self) -> int:
+        """Startup runs allowed (failed ones included) to collect ``repeats`` samples."""
+        return 3 * self.repeats + 3
+
+
+def make_params(repeats: int | None, quick: bool) -> Params:
+    """Full sizes, or small ones for a smoke test (``--quick``)."""
+    if quick:
+        return Params(repeats=repeats or 1, warmup_calls=20, rtt_calls=200, uncounted_tasks=2_000,
+                      batch_tasks=1_000, dask_rtt_calls=50, dask_tasks=500, dask_batch_tasks=1_000)
+    # Dask does ~10 ms per round trip and < 1,000 tasks/s here: its counts are smaller
+    return Params(repeats=repeats or 5, warmup_calls=200, rtt_calls=2_000, uncounted_tasks=50_000,
+                  batch_tasks=10_000, dask_rtt_calls=300, dask_tasks=5_000, dask_batch_tasks=10_000)
+
+
+# -- metrics --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One row of the table."""
+
+    key: str
+    label: str
+    unit: str                        # "s", "us" or "tasks/s"
+    higher_is_better: bool
+    target: float | None = None
+
+
+METRICS = [
+    Metric("startup_first_task_s", "startup: first task at every place", "s", False, 1.0),
+    Metric("startup_total_s", "startup: whole run incl. shutdown", "s", False),
+    Metric("rtt_median_us", "round trip: median", "us", False, 150.0),
+    Metric("rtt_p99_us", "round trip: p99", "us", False),
+    Metric("throughput_tasks_s", "fire and forget: throughput", "tasks/s", True, 20_000.0),
+    Metric("send_rate_tasks_s", "fire and forget: send rate at place 0", "tasks/s", True),
+    Metric("batch_tasks_s", "batch of counted tasks: throughput", "tasks/s", True),
+]
+
+Samples = dict[str, list[float]]  # metric key -> one value per repeat
+
+
+def add_sample(samples: Samples, key: str, value: float) -> None:
+    samples.setdefault(key, []).append(value)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, ``q`` in (0, 100]."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def latency_samples(samples: Samples, latencies_s: list[float]) -> None:
+    """Record median and p99 (in µs) of one repeat's round trips."""
+    add_sample(samples, "rtt_median_us", statistics.median(latencies_s) * 1e6)
+    add_sample(samples, "rtt_p99_us", percentile(latencies_s, 99) * 1e6)
+
+
+# -- tasks (module level: they pickle by reference) -------------------------------------
+
+_count = 0
+_count_lock = threading.Lock()
+
+
+def noop(*args: Any) -> None:
+    """Do nothing."""
+
+
+def count_task() -> None:
+    """Add one to this place's counter."""
+    global _count
+    with _count_lock:
+        _count += 1
+
+
+def get_count() -> int:
+    """This place's counter."""
+    return _count
+
+
+def reset_count() -> None:
+    """Set this place's counter to zero."""
+    global _count
+    with _count_lock:
+        _count = 0
+
+
+# -- deadlines -----------------------------------------------------------------------
+
+class DeadlineExceeded(BaseException):
+    """A guarded block overran. Not an ``Exception``: a ``finish`` does not wait on it."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str) -> Iterator[None]:
+    """Raise :class:`DeadlineExceeded` in the main thread if the block takes longer (not nestable)."""
+    def expire(signum: int, frame: Any) -> None:
+        raise DeadlineExceeded(f"{what} took longer than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_apgas(main: Callable[[], T]) -> T:
+    """``apgas.run(main)`` on the benchmark's places."""
+    return apgas.run(main, places=PLACES, join_timeout=JOIN_TIMEOUT_S)
+
+
+# -- APGAS: startup --------------------------------------------------------------------
+
+def _startup_main() -> float:
+    """One counted no-op at every place under a finish; the time it completed."""
+    with deadline(STARTUP_DEADLINE_S, "the startup finish"):
+        with apgas.finish():
+            for p in apgas.places():
+                apgas.async_at(p, noop)
+    return time.perf_counter()
+
+
+def apgas_startup(params: Params) -> tuple[Samples, int]:
+    """Startup samples of ``repeats`` good runs, and the number of failed runs."""
+    samples: Samples = {}
+    failures = 0
+    for attempt in range(params.startup_attempts):
+        if len(samples.get("startup_total_s", [])) == params.repeats:
+            break
+        start = time.perf_counter()
+        try:
+            ready = run_apgas(_startup_main)
+        except (apgas.ApgasError, DeadlineExceeded) as e:
+            failures += 1
+            log.warning("apgas startup run %d failed: %s", attempt + 1, e)
+            continue
+        end = time.perf_counter()
+        add_sample(samples, "startup_first_task_s", ready - start)
+        add_sample(samples, "startup_total_s", end - start)
+        log.info("apgas startup: %.3f s to first tasks, %.3f s in all", ready - start, end - start)
+    return samples, failures
+
+
+# -- APGAS: one run for the other measurements -------------------------------------------
+
+def _check_places() -> None:
+    """Reach every place both ways, so that a broken start fails here, quickly."""
+    with deadline(HEALTH_DEADLINE_S, "first contact with every place"):
+        with apgas.finish():
+            for p in apgas.places():
+                apgas.async_at(p, noop)
+        for p in apgas.places():
+            apgas.at(p, noop)
+
+
+def _round_trips(target: apgas.Place, calls: int) -> list[float]:
+    """Seconds taken by each of ``calls`` ``at(target, noop)``."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        apgas.at(target, noop)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _uncounted(target: apgas.Place, tasks: int) -> tuple[float, float]:
+    """Send ``tasks`` uncounted counter tasks; (seconds to send, seconds until all ran)."""
+    apgas.at(target, reset_count)
+    start = time.perf_counter()
+    for _ in range(tasks):
+        apgas.uncounted_async_at(target, count_task)
+    sent = time.perf_counter()
+    while apgas.at(target, get_count) < tasks:  # an at() queues behind the tasks sent before it
+        time.sleep(POLL_INTERVAL_S)
+    return sent - start, time.perf_counter() - start
+
+
+def _batch(tasks: int) -> float:
+    """Seconds for one finish over ``tasks`` no-op tasks dealt round robin to the places."""
+    ps = apgas.places()
+    start = time.perf_counter()
+    with apgas.finish():
+        for i in range(tasks):
+            apgas.async_at(ps[i % len(ps)], noop)
+    return time.perf_counter() - start
+
+
+def _warm_up(target: apgas.Place, params: Params) -> None:
+    _round_trips(target, params.warmup_calls)
+    _uncounted(target, params.warmup_calls)
+    _batch(params.warmup_calls)
+
+
+def _repeat(target: apgas.Place, params: Params, samples: Samples) -> None:
+    """One repeat of every measurement."""
+    with deadline(PHASE_DEADLINE_S, "the round trips"):
+        latency_samples(samples, _round_trips(target, params.rtt_calls))
+    with deadline(PHASE_DEADLINE_S, "the uncounted tasks"):
+        send_s, total_s = _uncounted(target, params.uncounted_tasks)
+    add_sample(samples, "send_rate_tasks_s", params.uncounted_tasks / send_s)
+    add_sample(samples, "throughput_tasks_s", params.uncounted_tasks / total_s)
+    with deadline(PHASE_DEADLINE_S, "the batch"):
+        add_sample(samples, "batch_tasks_s", params.batch_tasks / _batch(params.batch_tasks))
+
+
+def _measure_main(params: Params) -> Samples:
+    """Main of the measurement run: check, warm up, then every repeat."""
+    _check_places()
+    target = apgas.place(1)
+    with deadline(PHASE_DEADLINE_S, "the warm-up"):
+        _warm_up(target, params)
+    samples: Samples = {}
+    for i in range(params.repeats):
+        _repeat(target, params, samples)
+        log.info("apgas repeat %d/%d: %s", i + 1, params.repeats, _latest(samples))
+    return samples
+
+
+def apgas_measure(params: Params) -> tuple[Samples, int]:
+    """Round trips, throughput and batch in one good run; also the failed runs before it."""
+    for attempt in range(1, MEASURE_ATTEMPTS + 1):
+        try:
+            return run_apgas(functools.partial(_measure_main, params)), attempt - 1
+        except (apgas.ApgasError, DeadlineExceeded) as e:
+            log.warning("apgas measurement run %d failed: %s", attempt, e)
+    return {}, MEASURE_ATTEMPTS
+
+
+def _latest(samples: Samples) -> str:
+    return ", ".join(f"{key}={values[-1]:.4g}" for key, values in samples.items())
+
+
+# -- Dask ---------------------------------------------------------------------------------
+
+def _dask_cluster() -> Any:
+    from distributed import LocalCluster
+    return LocalCluster(n_workers=DASK_WORKERS, threads_per_worker=1, processes=True,
+                        dashboard_address=None)
+
+
+def _dask_ready(client: Any) -> None:
+    """Wait until a first task has run on each worker."""
+    from distributed import wait
+    client.wait_for_workers(DASK_WORKERS)
+    workers = list(client.scheduler_info()["workers"])
+    wait([client.submit(noop, pure=False, workers=[w]) for w in workers])
+
+
+def dask_startup_once() -> tuple[float, float]:
+    """(Seconds until a first task ran on each worker, seconds including shutdown)."""
+    from distributed import Client
+    start = time.perf_counter()
+    cluster = _dask_cluster()
+    try:
+        with Client(cluster) as client:
+            _dask_ready(client)
+            ready = time.perf_counter()
+    finally:
+        cluster.close()
+    return ready - start, time.perf_counter() - start
+
+
+def _dask_round_trips(client: Any, calls: int) -> list[float]:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        client.submit(noop, pure=False).result()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _dask_map(client: Any, tasks: int) -> float:
+    """Seconds to submit ``tasks`` no-op futures and wait for all of them."""
+    from distributed import wait
+    start = time.perf_counter()
+    futures = client.map(noop, range(tasks), pure=False)
+    wait(futures)
+    elapsed = time.perf_counter() - start
+    del futures
+    return elapsed
+
+
+def _dask_repeat(client: Any, params: Params, samples: Samples) -> None:
+    latency_samples(samples, _dask_round_trips(client, params.dask_rtt_calls))
+    add_sample(samples, "throughput_tasks_s", params.dask_tasks / _dask_map(client, params.dask_tasks))
+    add_sample(samples, "batch_tasks_s",
+               params.dask_batch_tasks / _dask_map(client, params.dask_batch_tasks))
+
+
+def dask_measure(params: Params) -> Samples:
+    """Dask startup repeats, then the other measurements on one cluster."""
+    from distributed import Client
+    samples: Samples = {}
+    for _ in range(params.repeats):
+        ready_s, total_s = dask_startup_once()
+        add_sample(samples, "startup_first_task_s", ready_s)
+        add_sample(samples, "startup_total_s", total_s)
+        log.info("dask startup: %.3f s to first tasks, %.3f s in all", ready_s, total_s)
+    with _dask_cluster() as cluster, Client(cluster) as client:
+        _dask_ready(client)
+        _dask_round_trips(client, params.warmup_calls // 10)
+        _dask_map(client, params.warmup_calls)
+        for i in range(params.repeats):
+            _dask_repeat(client, params, samples)
+            log.info("dask repeat %d/%d: %s", i + 1, params.repeats, _latest(samples))
+    return samples
+
+
+# -- report ---------------------------------------------------------------------------------
+
+def summarize(apgas_samples: Samples, dask_samples: Samples) -> list[dict[str, Any]]:
+    """One JSON-ready record per metric: medians, samples, speedup, target."""
+    rows = []
+    for m in METRICS:
+        ours = _median(apgas_samples.get(m.key))
+        theirs = _median(dask_samples.get(m.key))
+        rows.append({
+            "metric": m.key, "label": m.label, "unit": m.unit,
+            "higher_is_better": m.higher_is_better, "target": m.target,
+            "apgas": ours, "dask": theirs, "speedup": _speedup(m, ours, theirs),
+            "meets_target": _meets(m, ours),
+            "apgas_samples": apgas_samples.get(m.key, []), "dask_samples": dask_samples.get(m.key, []),
+        })
+    return rows
+
+
+def _median(values: list[float] | None) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _speedup(m: Metric, ours: float | None, theirs: float | None) -> float | None:
+    """How many times APGAS beats Dask (> 1: APGAS is better)."""
+    if not ours or not theirs:
+        return None
+    return ours / theirs if m.higher_is_better else theirs / ours
+
+
+def _meets(m: Metric, value: float | None) -> bool | None:
+    if m.target is None or value is None:
+        return None
+    return value >= m.target if m.higher_is_better else value <= m.target
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "tasks/s":
+        return f"{value:,.0f}/s"
+    if unit == "us":
+        return f"{value:,.1f} us"
+    return f"{value:.3f} s"
+
+
+def _fmt_target(m: Metric, verdict: bool | None) -> str:
+    if m.target is None:
+        return ""
+    bound = (">= " if m.higher_is_better else "<= ") + _fmt(m.target, m.unit)
+    return f"{bound} ({'met' if verdict else 'missed' if verdict is not None else 'n/a'})"
+
+
+def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: Params) -> str:
+    """The table printed at the end."""
+    header = f"{'metric':<40} {'apgas':>14} {'dask':>14} {'speedup':>9}  target"
+    lines = [header, "-" * len(header)]
+    for m, row in zip(METRICS, rows):
+        speedup = f"{row['speedup']:.1f}x" if row["speedup"] else "-"
+        lines.append(f"{m.label:<40} {_fmt(row['apgas'], m.unit):>14} {_fmt(row['dask'], m.unit):>14} "
+                     f"{speedup:>9}  {_fmt_target(m, row['meets_target'])}")
+    lines += [
+        "",
+        f"medians of {params.repeats} repeat(s); apgas: {PLACES} places, round trips place 0 -> 1 "
+        f"({params.rtt_calls} calls), {params.uncounted_tasks:,} uncounted tasks to place 1, "
+        f"finish over {params.batch_tasks:,} tasks round robin",
+        f"dask: LocalCluster({DASK_WORKERS} worker processes x 1 thread), {params.dask_rtt_calls} "
+        f"round trips, map+wait of {params.dask_tasks:,} and {params.dask_batch_tasks:,} tasks",
+        f"failed apgas runs (retried): startup {failures['apgas_startup']}, "
+        f"measurement {failures['apgas_measure']}",
+    ]
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    """Where and when the benchmark ran."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": sys.version,
+        "versions": {name: _version(name) for name in ("apgas", "pyzmq", "cloudpickle", "distributed")},
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    """Output of a git command in this checkout, or None."""
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    log.info("wrote %s", path)
+
+
+# -- command line ---------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.micro", description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
+                        "(default 5, or 1 with --quick)")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/micro.json"),
+                        help="where to write the results (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of < 30 s")
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def setup_logging() -> None:
+    """Progress of this benchmark at INFO; other libraries (Dask) only from WARNING."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.startswith("benchmarks"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    log.setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging()
+    params = make_params(args.repeats, args.quick)
+    info = machine_info()
+    log.info("apgas startup (%d repeats)", params.repeats)
+    startup, startup_failures = apgas_startup(params)
+    log.info("apgas round trips, throughput, batch (%d repeats in one run)", params.repeats)
+    measured, measure_failures = apgas_measure(params)
+    log.info("dask (%d repeats)", params.repeats)
+    dask_samples = dask_measure(params)
+    failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
+    rows = summarize({**startup, **measured}, dask_samples)
+    write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
+                           "failures": failures, "results": rows})
+    print(render_table(rows, failures, params))
+    return 0
+
+
+if __name__ == "__main__":
+    # run the functions of the importable module, so that tasks pickle by reference
+    from benchmarks import micro
+    sys.exit(micro.main())

@@ -1,0 +1,85 @@
+"""Shared fixtures: every test must leave no place process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def place_processes(parent: int) -> list[int]:
+    """Pids of live place processes started by ``parent``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"apgas._serve" in args and b"--parent" in args:
+            if args[args.index(b"--parent") + 1] == str(parent).encode() and alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def wait_gone(pids, timeout: float) -> list[int]:
+    """Wait until none of ``pids`` runs; return those still running after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+@pytest.fixture(autouse=True)
+def no_orphans():
+    """Fail a test that leaves place processes of this test process running."""
+    yield
+    left = wait_gone(place_processes(os.getpid()), 3.0)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"place processes left behind: {left}"
+
+
+@pytest.fixture
+def script(tmp_path):
+    """Write a Python program to a file and start it in its own process."""
+    procs: list[subprocess.Popen] = []
+
+    def start(code: str, *args: str, **env: str) -> subprocess.Popen:
+        path = tmp_path / "prog.py"
+        path.write_text(textwrap.dedent(code))
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+        proc = subprocess.Popen([sys.executable, *args, str(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=environ, cwd=ROOT)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pid in place_processes(proc.pid):
+            os.kill(pid, signal.SIGKILL)
