@@ -257,6 +257,7 @@ def _batch(tasks: int) -> float:
 
 
 def _warm_up(target: apgas.Place, params: Params) -> None:
+    """A little of each measurement: imports, connections and caches at every place."""
     _round_trips(target, params.warmup_calls)
     _uncounted(target, params.warmup_calls)
     _batch(params.warmup_calls)
@@ -298,6 +299,7 @@ def apgas_measure(params: Params) -> tuple[Samples, int]:
 
 
 def _latest(samples: Samples) -> str:
+    """The last sample of every metric, for the progress log."""
     return ", ".join(f"{key}={values[-1]:.4g}" for key, values in samples.items())
 
 

@@ -1,0 +1,159 @@
+"""Every place exits: after main, on errors, on Ctrl-C, and when place 0 is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import apgas
+from apgas import DeadPlaceError, MultipleException
+
+from conftest import alive, wait_gone
+
+pytestmark = pytest.mark.timeout(60)
+
+PROGRAM = """
+import os, sys, time
+import apgas
+
+def main():
+    pids = [apgas.at(p, os.getpid) for p in apgas.places()]
+    print("PIDS", *pids, flush=True)
+    mode = sys.argv[1]
+    if mode == "raise":
+        raise RuntimeError("main failed")
+    if mode == "sleep":
+        with apgas.finish():
+            for p in apgas.places():
+                apgas.async_at(p, time.sleep, 60)
+
+apgas.run(main, places=4)
+"""
+
+
+def read_pids(proc) -> list[int]:
+    line = proc.stdout.readline()
+    assert line.startswith("PIDS"), (line, proc.stderr.read() if proc.poll() is not None else "")
+    return [int(x) for x in line.split()[1:]]
+
+
+def test_all_places_exit_after_main_returns(script):
+    proc = script(PROGRAM.replace("sys.argv[1]", "'return'"))
+    pids = read_pids(proc)
+    assert proc.wait(10) == 0
+    assert wait_gone(pids, 2.0) == []
+
+
+def test_all_places_exit_after_main_raises(script):
+    proc = script(PROGRAM.replace("sys.argv[1]", "'raise'"))
+    pids = read_pids(proc)
+    assert proc.wait(10) != 0
+    assert "main failed" in proc.stderr.read()
+    assert wait_gone(pids, 2.0) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_term_at_place_zero_stops_every_place(script, sig):
+    proc = script(PROGRAM.replace("sys.argv[1]", "'sleep'"))
+    pids = read_pids(proc)
+    time.sleep(0.3)  # the sleeping tasks have started
+    os.kill(pids[0], sig)
+    start = time.monotonic()
+    proc.wait(5)
+    assert wait_gone(pids, 2.0 - (time.monotonic() - start)) == []
+
+
+def test_places_exit_by_themselves_when_place_zero_is_killed(script):
+    proc = script(PROGRAM.replace("sys.argv[1]", "'sleep'"))
+    pids = read_pids(proc)
+    time.sleep(0.3)
+    os.kill(pids[0], signal.SIGKILL)
+    proc.wait(5)
+    assert wait_gone(pids[1:], 5.0) == []
+
+
+def test_cli_runs_a_script_with_its_arguments(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text("import sys, apgas\n"
+                    "print(sys.argv[1:], [p.id for p in apgas.places()], __name__)\n")
+    out = subprocess.run([sys.executable, "-m", "apgas", "-n", "3", "-t", "1", str(path), "a", "-x"],
+                         capture_output=True, text=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['a', '-x'] [0, 1, 2] __main__"
+
+
+def test_cli_reports_a_missing_script():
+    out = subprocess.run([sys.executable, "-m", "apgas", "-n", "2", "no/such.py"],
+                         capture_output=True, text=True, timeout=20)
+    assert out.returncode == 2 and "script 'no/such.py' not found" in out.stderr
+
+
+def sleep_long() -> None:
+    time.sleep(60)
+
+
+def kill_place_soon(pid: int) -> None:
+    threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+
+
+def test_finish_raises_dead_place_error_when_a_place_is_killed():
+    def main():
+        victim = apgas.place(2)
+        pid = apgas.at(victim, os.getpid)
+        kill_place_soon(pid)
+        start = time.monotonic()
+        with pytest.raises(MultipleException) as info:
+            with apgas.finish():
+                apgas.async_at(victim, sleep_long)
+                apgas.async_at(apgas.place(1), time.sleep, 0.1)
+        waited = time.monotonic() - start
+        dead = [e for e in info.value.exceptions if isinstance(e, DeadPlaceError)]
+        assert len(dead) == 1 and dead[0].place_id == 2
+        # the program goes on with the remaining places
+        with pytest.raises(DeadPlaceError):
+            apgas.async_at(victim, sleep_long)
+        with apgas.finish():
+            for p in apgas.places():
+                apgas.async_at(p, time.sleep, 0.01)
+        return waited, [p.id for p in apgas.places()], apgas.at(apgas.place(3), lambda: 3)
+
+    waited, live, three = apgas.run(main, places=4)
+    assert waited < 5.0
+    assert live == [0, 1, 3] and three == 3
+
+
+def test_at_raises_dead_place_error_when_its_place_is_killed():
+    def main():
+        pid = apgas.at(apgas.place(1), os.getpid)
+        kill_place_soon(pid)
+        with pytest.raises(DeadPlaceError, match="place 1"):
+            apgas.at(apgas.place(1), sleep_long)
+        return alive(pid)
+
+    assert apgas.run(main, places=2) is False
+
+
+def test_a_place_that_cannot_start_is_reported(monkeypatch):
+    with pytest.raises(apgas.ApgasError, match="exited with code"):
+        apgas.run(lambda: None, places=2, python="/bin/false")
+    with pytest.raises(apgas.ApgasError, match="could not be started on host 'elsewhere.invalid'"):
+        apgas.run(lambda: None, hosts="localhost,elsewhere.invalid")
+
+
+def test_bad_configuration_is_reported(monkeypatch):
+    with pytest.raises(apgas.ConfigError, match="places must be an integer >= 1, got 0"):
+        apgas.run(lambda: None, places=0)
+    monkeypatch.setenv("APGAS_PLACES", "many")
+    with pytest.raises(apgas.ConfigError, match="APGAS_PLACES .* got 'many'"):
+        apgas.run(lambda: None)
+    monkeypatch.delenv("APGAS_PLACES")
+    monkeypatch.setenv("APGAS_HOSTS", "localhost,127.0.0.1,localhost")
+    assert apgas.run(lambda: [p.host for p in apgas.places()]) == ["localhost", "127.0.0.1", "localhost"]
+    with pytest.raises(apgas.ConfigError, match="unknown configuration option"):
+        apgas.run(lambda: None, placez=2)
