@@ -51,15 +51,25 @@ def current_finish() -> tuple[int, int] | None:
 
 
 class _Pending:
-    """A waiting ``at()`` call."""
+    """A waiting ``at()`` call; a held lock is the cheapest one-shot wake-up."""
 
-    __slots__ = ("dst", "event", "reply", "error")
+    __slots__ = ("dst", "_latch", "reply", "error")
 
     def __init__(self, dst: int) -> None:
         self.dst = dst
-        self.event = threading.Event()
+        self._latch = threading.Lock()
+        self._latch.acquire()
         self.reply: tuple | None = None
         self.error: BaseException | None = None
+
+    def wait(self) -> None:
+        self._latch.acquire()
+
+    def settle(self) -> None:
+        try:
+            self._latch.release()
+        except RuntimeError:
+            pass  # settled already (a reply raced with the place's death)
 
 
 class Runtime:
@@ -266,7 +276,7 @@ class Runtime:
         try:
             self.transport.send(dst, AT, 0, req, payload)
             with blocking():
-                pending.event.wait()
+                pending.wait()
         finally:
             with self._lock:
                 self._pending.pop(req, None)
@@ -323,7 +333,7 @@ class Runtime:
                 pending = self._pending.get(b)
             if pending is not None:
                 pending.reply = (body, buffers)
-                pending.event.set()
+                pending.settle()
         elif kind == TABLE:
             epoch, table = ser.loads(body, buffers)
             self._install_table(table)
@@ -372,7 +382,7 @@ class Runtime:
         log.warning("place %d died: %s", place_id, reason)
         for p in waiting:
             p.error = DeadPlaceError(place_id, f"it died during at(): {reason}")
-            p.event.set()
+            p.settle()
         self.transport.disconnect(place_id)
 
     # -- start and stop -------------------------------------------------------------

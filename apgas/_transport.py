@@ -7,9 +7,10 @@ that socket's lock (a lock is the memory barrier ZeroMQ asks for when a
 socket changes threads); skipping a hop through the network thread halves
 the latency of ``at``.
 
-Frames on the wire: ``[mac, header, body, *buffers]``. ``mac`` is an
-HMAC-SHA256 of all other frames under the run's secret; a message whose MAC
-does not verify is dropped and logged before anything is unpickled.
+Frames on the wire: ``[mac + header, body, *buffers]``. ``mac`` is an
+HMAC-SHA256 of the header and all other frames under the run's secret; a
+message whose MAC does not verify is dropped and logged before anything is
+unpickled.
 Messages between one pair of places arrive in the order they were sent (one
 TCP connection per pair); nothing else about order is promised. The chaos
 test hook keeps exactly that promise and nothing more: it delays every
@@ -22,7 +23,6 @@ import hashlib
 import heapq
 import hmac
 import logging
-import os
 import random
 import struct
 import threading
@@ -43,10 +43,10 @@ _ZERO_COPY_MIN = 64 * 1024
 Handler = Callable[[int, int, int, int, memoryview, list], None]
 
 
-def _mac(secret: bytes, frames: Sequence) -> bytes:
-    if len(frames) == 2 and len(frames[1]) < 4096:  # one short digest is cheapest
-        return hmac.digest(secret, bytes(frames[0]) + bytes(frames[1]), hashlib.sha256)
-    h = hmac.new(secret, digestmod=hashlib.sha256)
+def _mac(secret: bytes, header: bytes, frames: Sequence) -> bytes:
+    if len(frames) == 1 and len(frames[0]) < 4096:  # one short digest is cheapest
+        return hmac.digest(secret, header + bytes(frames[0]), hashlib.sha256)
+    h = hmac.new(secret, header, digestmod=hashlib.sha256)
     for frame in frames:
         h.update(frame)
     return h.digest()
@@ -78,22 +78,24 @@ class Transport:
         self._router.setsockopt(zmq.RCVHWM, 0)
         port = self._router.bind_to_random_port(f"tcp://{interface}")
         self.endpoint = f"tcp://{interface}:{port}"
+        self._stop_endpoint = f"inproc://apgas-stop-{id(self)}"
+        self._router.bind(self._stop_endpoint)
         self._links: dict[int, _Link] = {}
         self._links_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         self._running = True
         self._chaos = random.Random(chaos[0] * 1000 + place_id) if chaos else None
         self._chaos_delay = chaos[1] if chaos else 0.0
-        self._chaos_lock = threading.Lock()
-        self._held: list = []  # chaos: heap of (due, seq, dst, frames)
+        self._chaos_cond = threading.Condition()
+        self._held: list = []  # chaos: heap of (due, seq, dst, header, payload)
         self._held_last: dict[int, float] = {}
         self._held_seq = 0
         self._thread = threading.Thread(target=self._loop, name=f"apgas-net-{place_id}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        if self._chaos is not None:
+            threading.Thread(target=self._release_held, name=f"apgas-chaos-{self.place_id}",
+                             daemon=True).start()
 
     def connect(self, place_id: int, endpoint: str) -> None:
         """Open the link to a place (kept if it already goes to ``endpoint``)."""
@@ -117,19 +119,24 @@ class Transport:
 
     def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence = (b"",)) -> None:
         """Send one message; ``payload`` is ``[body, *buffers]``. Thread-safe."""
-        frames = [HEADER.pack(kind, self.place_id, a, b), *payload]
+        header = HEADER.pack(kind, self.place_id, a, b)
         if self._chaos is None:
-            self._send_now(dst, frames)
+            self._send_now(dst, header, payload)
         else:
-            self._hold(dst, frames)
+            self._hold(dst, header, payload)
 
     def close(self) -> None:
         if not self._running:
             return
         self._running = False
-        self._wake()
+        with self._chaos_cond:
+            self._chaos_cond.notify_all()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            stop = self._ctx.socket(zmq.DEALER)  # wakes the blocking receive
+            stop.connect(self._stop_endpoint)
+            stop.send(b"stop")
             self._thread.join(timeout=2.0)
+            stop.close(linger=0)
         with self._links_lock:
             links = list(self._links.values())
             self._links.clear()
@@ -137,24 +144,22 @@ class Transport:
             self._close_link(link)
         self._router.close(linger=0)
         self._ctx.term()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
     # -- sending ----------------------------------------------------------------
-    def _send_now(self, dst: int, frames: list) -> None:
+    def _send_now(self, dst: int, header: bytes, payload: Sequence) -> None:
         link = self._links.get(dst)
         if link is None:
             log.debug("message to place %d dropped: no link (place gone)", dst)
             return
-        mac = _mac(self._secret, frames)
-        last = len(frames)
+        envelope = _mac(self._secret, header, payload) + header
+        last = len(payload) - 1
         try:
             with link.lock:
                 sock = link.sock
                 if sock.closed:
                     return
-                sock.send(mac, zmq.SNDMORE)
-                for i, frame in enumerate(frames, 1):
+                sock.send(envelope, zmq.SNDMORE)
+                for i, frame in enumerate(payload):
                     big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
                     sock.send(frame, zmq.SNDMORE if i < last else 0, copy=not big)
         except zmq.ZMQError as err:
@@ -166,79 +171,59 @@ class Transport:
         with link.lock:
             link.sock.close(linger=0)
 
-    def _hold(self, dst: int, frames: list) -> None:
+    def _hold(self, dst: int, header: bytes, payload: Sequence) -> None:
         """Chaos hook: delay at random, keeping the order within each pair."""
-        with self._chaos_lock:
+        with self._chaos_cond:
             due = max(time.monotonic() + self._chaos.random() * self._chaos_delay,  # type: ignore[union-attr]
                       self._held_last.get(dst, 0.0))
             self._held_last[dst] = due
             self._held_seq += 1
-            heapq.heappush(self._held, (due, self._held_seq, dst, frames))
-        self._wake()
+            heapq.heappush(self._held, (due, self._held_seq, dst, header, payload))
+            self._chaos_cond.notify()
 
-    def _release_due(self) -> float | None:
-        """Chaos hook: send what is due; return seconds until the next is."""
+    def _release_held(self) -> None:
+        """Chaos hook thread: send each held message when it is due."""
         while True:
-            with self._chaos_lock:
-                if not self._held:
-                    return None
-                wait = self._held[0][0] - time.monotonic()
-                if wait > 0:
-                    return wait
-                _, _, dst, frames = heapq.heappop(self._held)
-            self._send_now(dst, frames)
+            with self._chaos_cond:
+                while self._running:
+                    wait = self._held[0][0] - time.monotonic() if self._held else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self._chaos_cond.wait(wait)
+                if not self._running:
+                    return
+                _, _, dst, header, payload = heapq.heappop(self._held)
+            self._send_now(dst, header, payload)
 
     # -- receiving (network thread) -------------------------------------------------
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass  # pipe full (a wake-up is pending anyway) or closed
-
     def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        timeout: int | None = None
+        recv = self._router.recv_multipart
         try:
-            while self._running:
-                events = dict(poller.poll(timeout))
-                if self._wake_r in events:
-                    try:
-                        os.read(self._wake_r, 65536)
-                    except BlockingIOError:
-                        pass
-                if self._router in events:
-                    self._receive_some()
-                if self._chaos is not None:
-                    wait = self._release_due()
-                    timeout = None if wait is None else int(wait * 1000) + 1
+            while True:
+                frames = recv(copy=False)
+                if not self._running:
+                    return
+                self._deliver(frames)
         except zmq.ContextTerminated:
             pass
         except Exception:  # a bug here would hang every finish: make it loud
             log.critical("network thread failed", exc_info=True)
             raise
 
-    def _receive_some(self) -> None:
-        for _ in range(1000):
-            try:
-                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self._deliver(frames)
-
     def _deliver(self, frames: list) -> None:
-        # frames: [routing id, mac, header, body, *buffers]
-        parts = [f.buffer for f in frames[1:]]
-        if len(parts) < 3 or len(parts[0]) != MAC_BYTES or len(parts[1]) != HEADER.size:
+        # frames: [routing id, mac + header, body, *buffers]
+        if len(frames) < 3 or len(frames[1]) != MAC_BYTES + HEADER.size:
             self._reject(frames, "malformed frames")
             return
-        if not hmac.compare_digest(_mac(self._secret, parts[1:]), parts[0]):
+        envelope = frames[1].bytes
+        parts = [f.buffer for f in frames[2:]]
+        header = envelope[MAC_BYTES:]
+        if not hmac.compare_digest(_mac(self._secret, header, parts), envelope[:MAC_BYTES]):
             self._reject(frames, "bad MAC")
             return
-        kind, src, a, b = HEADER.unpack(parts[1])
+        kind, src, a, b = HEADER.unpack(header)
         try:
-            self._handler(kind, src, a, b, parts[2], parts[3:])
+            self._handler(kind, src, a, b, parts[0], parts[1:])
         except Exception:
             log.exception("handling message kind %d from place %d failed", kind, src)
 
