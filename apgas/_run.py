@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import signal
+import logging
 import threading
+import time
 from typing import Any, Callable, Iterator, TypeVar
 
 from . import _runtime
@@ -17,6 +19,7 @@ from .errors import ApgasError
 __all__ = ["run"]
 
 T = TypeVar("T")
+log = logging.getLogger("apgas.run")
 
 
 def run(main: Callable[[], T], *, places: int | None = None, threads: int | None = None,
@@ -40,11 +43,13 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     rt = Runtime(0, hosts[0], secrets.token_bytes(32), cfg)
     _runtime.install(rt)
     try:
+        started = time.monotonic()
         rt.transport.start()
         if others:
             from launcher import LocalLauncher
             rt.start_places(others, LocalLauncher(), cfg.join_timeout)
             rt.watch_children()
+        log.info("%d place(s) ready in %.3f s", cfg.places, time.monotonic() - started)
         with _terminate_as_exit(), Finish(solo=True):
             return main()
     finally:

@@ -405,35 +405,32 @@ class Runtime:
                 self._abort_children(wanted)
                 raise ApgasError(f"place {pid} could not be started on host {host!r}: {e}") from e
             wanted[pid] = host
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not all(pid in self._joined for pid in wanted):
-                for pid in wanted:
-                    code = self._children[pid].poll()
-                    if code is not None and pid not in self._joined:
-                        self._cond.release()
-                        try:
-                            self._abort_children(wanted)
-                        finally:
-                            self._cond.acquire()
-                        raise ApgasError(f"place {pid} on host {wanted[pid]!r} exited with code "
-                                         f"{code} before joining (its error output is above)")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = sorted(p for p in wanted if p not in self._joined)
-                    self._cond.release()
-                    try:
-                        self._abort_children(wanted)
-                    finally:
-                        self._cond.acquire()
-                    raise ApgasError(f"places {missing} (hosts {[wanted[p] for p in missing]}) did "
-                                     f"not join within {timeout} s (APGAS_JOIN_TIMEOUT)")
-                self._cond.wait(min(left, 0.05))
+        problem = self._await_joins(wanted, time.monotonic() + timeout, timeout)
+        if problem:
+            self._abort_children(wanted)
+            raise ApgasError(problem)
         for pid, host in wanted.items():
             endpoint, ppid, _ = self._joined[pid]
             self.transport.connect(pid, endpoint)
             self._table[pid] = (host, endpoint, ppid)
         self._publish_table()
+
+    def _await_joins(self, wanted: dict[int, str], deadline: float, timeout: float) -> str | None:
+        """Wait until every wanted place has joined; else say why not."""
+        with self._cond:
+            while True:
+                missing = [pid for pid in wanted if pid not in self._joined]
+                if not missing:
+                    return None
+                for pid in missing:
+                    code = self._children[pid].poll()
+                    if code is not None:
+                        return (f"place {pid} on host {wanted[pid]!r} exited with code {code} "
+                                "before joining (its error output is above)")
+                if time.monotonic() >= deadline:
+                    return (f"places {missing} (hosts {[wanted[p] for p in missing]}) did not join "
+                            f"within {timeout} s (APGAS_JOIN_TIMEOUT)")
+                self._cond.wait(0.05)
 
     def _publish_table(self) -> None:
         """Place 0: send the table to every place and wait until all have it."""
@@ -460,7 +457,7 @@ class Runtime:
         for pid in pids:
             proc = self._children.pop(pid, None)
             if proc is not None:
-                _kill(proc)
+                _reap(proc, 0)
 
     def watch_children(self) -> None:
         """Place 0: a thread that notices places whose process ended."""
@@ -486,10 +483,7 @@ class Runtime:
                 self.transport.send(pid, SHUTDOWN, 0, 0)
         deadline = time.monotonic() + 1.5
         for proc in list(self._children.values()):
-            try:
-                proc.wait(timeout=max(0.01, deadline - time.monotonic()))
-            except Exception:
-                _kill(proc)
+            _reap(proc, max(0.01, deadline - time.monotonic()))
         self._children.clear()
         self.close()
 
@@ -504,12 +498,16 @@ def _split(parts: list) -> tuple:
     return parts[0], parts[1:]
 
 
-def _kill(proc) -> None:
+def _reap(proc, grace: float) -> None:
+    """Wait ``grace`` seconds for a place process to exit, then kill it; close its pipe."""
     try:
-        proc.kill()
-        proc.wait(timeout=1.0)
+        proc.wait(timeout=grace)
     except Exception:
-        pass
+        try:
+            proc.kill()
+            proc.wait(timeout=1.0)
+        except Exception:
+            log.error("place process %s could not be killed", getattr(proc, "pid", "?"))
     stdin = getattr(proc, "stdin", None)
     if stdin is not None:
         try:
