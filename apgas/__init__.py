@@ -16,12 +16,14 @@ from ._place import Place
 from ._refs import GlobalRef, PlaceLocal
 from ._run import run
 from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
+from .malleable import MalleableCommunicator, MalleableHandler
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 
 __all__ = [
     "run", "Place", "here", "places", "place", "finish",
     "async_", "async_at", "uncounted_async_at", "immediate_async_at", "at",
     "GlobalRef", "PlaceLocal",
+    "MalleableHandler", "define_malleable_handler", "disable_malleable_handler",
     "ApgasError", "ConfigError", "DeadPlaceError", "MultipleException", "NotRunningError", "RemoteError",
 ]
 
@@ -72,3 +74,24 @@ def immediate_async_at(place: Place | int, fn: Callable[..., Any], *args: Any, *
 def at(place: Place | int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run ``fn`` at ``place`` (and every task it spawns), wait, return its value or raise."""
     return current().at(place, fn, args, kwargs)
+
+
+def _orders():
+    rt = current()
+    if rt.orders is None:
+        raise ApgasError(f"malleability is steered from place 0; this is place {rt.id}")
+    return rt.orders
+
+
+def define_malleable_handler(handler: MalleableHandler) -> MalleableCommunicator:
+    """Make the program malleable (place 0, once): orders from now on go to ``handler``.
+
+    Starts the communicator (``APGAS_COMMUNICATOR``, default ``socket``), which tells
+    the scheduler the job is ready; returns it (``.address`` is where it listens).
+    """
+    return _orders().define(handler)
+
+
+def disable_malleable_handler() -> None:
+    """Make the program rigid again, for good; waits for an order in progress."""
+    _orders().disable()

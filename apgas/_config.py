@@ -27,6 +27,9 @@ class Config:
     log_level: str = "WARNING"
     python: str = ""
     chaos: str = ""  # test hook "seed:max_delay_ms": delay and reorder messages
+    communicator: str = ""  # "" = socket, started when a handler is registered
+    scheduler: str = ""  # host:port where the scheduler listens
+    malleable_listen: str = ""  # host:port where the job listens for orders
 
 
 def _parse_int(name: str, value: Any, minimum: int) -> int:
@@ -97,9 +100,14 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         if not isinstance(logging.getLevelName(level), int):
             raise ConfigError(f"{found[0]} must be a logging level name such as INFO, got {found[1]!r}")
         values["log_level"] = level
-    for field in ("interface", "python", "chaos"):
+    for field in ("interface", "python", "chaos", "communicator"):
         found = pick(field)
         if found is not None:
+            values[field] = str(found[1])
+    for field in ("scheduler", "malleable_listen"):
+        found = pick(field)
+        if found is not None:
+            parse_address(found[0], str(found[1]))
             values[field] = str(found[1])
     if values.get("chaos"):
         parse_chaos(values["chaos"])
@@ -113,3 +121,11 @@ def parse_chaos(spec: str) -> tuple[int, float]:
         return int(seed), float(delay) / 1000.0
     except ValueError:
         raise ConfigError(f"APGAS_CHAOS must look like 'seed:max_delay_ms', got {spec!r}") from None
+
+
+def parse_address(name: str, value: str) -> tuple[str, int]:
+    """Parse ``host:port`` (port 0 means any free port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{name} must look like host:port, got {value!r}")
+    return host, int(port)

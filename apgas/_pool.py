@@ -29,12 +29,21 @@ class WorkerPool:
         self._threads = 0
         self._blocked = 0
         self._serial = 0
+        self._unfinished = 0  # jobs submitted and not yet ended
+        self._idle = threading.Condition(self._lock)
         with self._lock:
             for _ in range(size):
                 self._spawn()
 
     def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._unfinished += 1
         self._queue.put(job)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every submitted job has ended; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._unfinished == 0, timeout)
 
     def shutdown(self) -> None:
         """Ask every thread to stop after its current job; does not wait."""
@@ -71,11 +80,13 @@ class WorkerPool:
                 job()
             except BaseException:  # jobs catch their own errors; this is a last resort
                 log.exception("a job of %s failed", self._name)
-            if self._threads - self._blocked > self.size:
-                with self._lock:
-                    if self._threads - self._blocked > self.size:
-                        self._threads -= 1
-                        return
+            with self._lock:
+                self._unfinished -= 1
+                if self._unfinished == 0:
+                    self._idle.notify_all()
+                if self._threads - self._blocked > self.size:
+                    self._threads -= 1
+                    return
         with self._lock:
             self._threads -= 1
 

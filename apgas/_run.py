@@ -10,7 +10,10 @@ import threading
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
+from launcher import LocalLauncher
+
 from . import _runtime
+from ._malleability import Orders
 from ._config import load_config
 from ._logging import setup_logging
 from ._runtime import Finish, Runtime
@@ -40,21 +43,26 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     setup_logging(0, cfg.log_level)
     hosts = list(cfg.hosts) or [_runtime.default_host()]
     others = [hosts[i % len(hosts)] for i in range(1, cfg.places)]
+    started = time.monotonic_ns()
     rt = Runtime(0, hosts[0], secrets.token_bytes(32), cfg)
+    rt.orders = Orders(rt, started)
     _runtime.install(rt)
     try:
-        started = time.monotonic()
         rt.transport.start()
         if others:
-            from launcher import LocalLauncher
             rt.start_places(others, LocalLauncher(), cfg.join_timeout)
-            rt.watch_children()
-        log.info("%d place(s) ready in %.3f s", cfg.places, time.monotonic() - started)
+        rt.watch_children()
+        log.info("%d place(s) ready in %.3f s", cfg.places, (time.monotonic_ns() - started) / 1e9)
+        if cfg.communicator or cfg.scheduler or cfg.malleable_listen:
+            rt.orders.listen()  # under a scheduler: refuse orders until a handler comes
         with _terminate_as_exit(), Finish(solo=True):
             return main()
     finally:
-        rt.shutdown()
-        _runtime.install(None)
+        try:
+            rt.orders.close()
+        finally:
+            rt.shutdown()
+            _runtime.install(None)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,11 @@ __all__ = ["Runtime", "current", "current_finish", "Finish"]
 log = logging.getLogger("apgas.runtime")
 
 # message kinds
-JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN = range(1, 12)
+(JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN,
+ FENCE) = range(1, 13)
+
+#: how long a leaving place keeps sending what it still has queued
+_LEAVE_LINGER_MS = 5000
 
 _ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread
 _runtime: "Runtime | None" = None
@@ -80,11 +84,14 @@ class Runtime:
         self.config = config
         self.here = Place(place_id, host)
         self.places: dict[int, Place] = {place_id: self.here}
-        self.dead: set[int] = set()
+        self.dead: set[int] = set()   # died (failure)
+        self.left: set[int] = set()   # removed by a shrink (orderly)
         self.global_refs: dict[int, Any] = {}
         self.place_locals: dict[tuple[int, int], Any] = {}
         self.stopped = threading.Event()
         self.stop_reason = ""
+        self._fences: set[int] = set()  # places that will send this place nothing more
+        self._leaving = False
         self._lock = threading.Lock()  # finish bookkeeping and the place table
         self._home: dict[int, HomeFinish] = {}
         self._remote: dict[tuple[int, int], RemoteFinish] = {}
@@ -99,6 +106,8 @@ class Runtime:
         self._joined: dict[int, tuple[str, int, str]] = {}
         self._secret = secret
         self._next_place = place_id + 1
+        self._leaving_places: set[int] = set()
+        self.orders: Any = None  # place 0: the malleability controller (apgas._malleability)
         self._table: dict[int, tuple[str, str, int]] = {place_id: (host, self.transport.endpoint, self.pid)}
         self._acks: set[int] = set()
         self._epoch = 0
@@ -115,7 +124,8 @@ class Runtime:
         except (TypeError, ValueError):
             raise TypeError(f"expected a Place or a place id, got {place!r}") from None
         if pid not in self.places:
-            why = "it has died or left" if pid in self.dead else "no such place"
+            why = ("it has died" if pid in self.dead else "it has left (shrink)" if pid in self.left
+                   else "no such place")
             raise DeadPlaceError(pid, f"{why}; live places are {sorted(self.places)}")
         return pid
 
@@ -338,6 +348,10 @@ class Runtime:
             epoch, table = ser.loads(body, buffers)
             self._install_table(table)
             self.transport.send(0, TABLE_ACK, epoch, 0)
+        elif kind == FENCE:
+            with self._cond:
+                self._fences.add(src)
+                self._cond.notify_all()
         elif kind == TABLE_ACK:
             with self._cond:
                 if a == self._epoch:
@@ -358,11 +372,40 @@ class Runtime:
             log.warning("unknown message kind %d from place %d ignored", kind, src)
 
     def _install_table(self, table: dict[int, tuple[str, str, int]]) -> None:
+        """Adopt a new place table: link to new places; fence off removed ones.
+
+        A FENCE follows everything this place ever sent to a removed place (the
+        order within a pair holds), so a leaving place that has a fence from
+        every staying place knows that no more work can reach it.
+        """
         for pid, (host, endpoint, _) in table.items():
             if pid != self.id and pid not in self.places:
                 self.transport.connect(pid, endpoint)
         with self._lock:
+            removed = [pid for pid in self.places if pid not in table]
             self.places = {pid: Place(pid, host) for pid, (host, _, _) in table.items()}
+            if self.id not in table:
+                self.places[self.id] = self.here  # leaving, but still here for its last tasks
+            self.left.update(pid for pid in removed if pid != self.id)
+        for pid in removed:
+            if pid != self.id:
+                self.transport.send(pid, FENCE, 0, 0)
+                self.transport.disconnect(pid, linger_ms=_LEAVE_LINGER_MS)
+        if self.id not in table and not self._leaving:
+            self._leaving = True
+            staying = set(table)
+            threading.Thread(target=self._drain_and_leave, args=(staying,),
+                             name="apgas-leave", daemon=True).start()
+
+    def _drain_and_leave(self, staying: set[int]) -> None:
+        """A removed place: wait for every fence, finish every task, then stop."""
+        with self._cond:
+            self._cond.wait_for(lambda: staying <= self._fences or self.stopped.is_set())
+        while not (self.pool.wait_idle(10.0) and self.immediate.wait_idle(0.1)):
+            log.warning("leaving, still running tasks (moved away by nobody?)")
+        log.info("drained; leaving the computation")
+        self.stop_reason = "left the computation (shrink)"
+        self.stopped.set()
 
     def place_died(self, place_id: int, reason: str) -> None:
         """Forget a dead place: fail what waits on it, never wait for it again."""
@@ -386,8 +429,11 @@ class Runtime:
         self.transport.disconnect(place_id)
 
     # -- start and stop -------------------------------------------------------------
-    def start_places(self, hosts: list[str], launcher, timeout: float) -> None:
-        """Place 0: start one place per host, wait for all to join, send the table."""
+    def start_places(self, hosts: list[str], launcher, timeout: float) -> list[Place]:
+        """Place 0: start one place per host, wait for all to join, send the table.
+
+        On failure the started places are killed and the table stays as it was.
+        """
         wanted: dict[int, str] = {}
         for host in hosts:
             pid = self._next_place
@@ -414,6 +460,7 @@ class Runtime:
             self.transport.connect(pid, endpoint)
             self._table[pid] = (host, endpoint, ppid)
         self._publish_table()
+        return [self.places[pid] for pid in wanted]
 
     def _await_joins(self, wanted: dict[int, str], deadline: float, timeout: float) -> str | None:
         """Wait until every wanted place has joined; else say why not."""
@@ -432,14 +479,46 @@ class Runtime:
                             f"within {timeout} s (APGAS_JOIN_TIMEOUT)")
                 self._cond.wait(0.05)
 
-    def _publish_table(self) -> None:
+    def remove_places(self, ids: list[int]) -> list[str]:
+        """Place 0: remove places in order. Each finishes its tasks, then exits.
+
+        Returns their host names as given. Every place has the new table when
+        this returns.
+        """
+        leaving = list(ids)
+        hosts = [self._table[pid][0] for pid in leaving]
+        for pid in leaving:
+            self._leaving_places.add(pid)
+        self._publish_table(removed=leaving)
+        for pid in leaving:
+            proc = self._children.get(pid)
+            waited = 0.0
+            while proc is not None:
+                try:
+                    code = proc.wait(timeout=10.0)
+                except Exception:
+                    waited += 10.0
+                    log.warning("place %d still finishing its tasks after %.0f s", pid, waited)
+                    continue
+                if code != 0:
+                    self.place_died(pid, f"it exited with code {code} while leaving")
+                break
+            self._children.pop(pid, None)
+            self._table.pop(pid, None)
+            self._leaving_places.discard(pid)
+            if proc is not None:
+                _reap(proc, 0)
+        return hosts
+
+    def _publish_table(self, removed: list[int] = ()) -> None:  # type: ignore[assignment]
         """Place 0: send the table to every place and wait until all have it."""
-        table = {pid: entry for pid, entry in self._table.items() if pid not in self.dead}
+        table = {pid: entry for pid, entry in self._table.items()
+                 if pid not in self.dead and pid not in removed}
         with self._cond:
             self._epoch += 1
             epoch = self._epoch
             self._acks = set()
-        others = [p for p in table if p != 0]
+        others = [p for p in table if p != 0] + list(removed)
         payload = ser.dumps((epoch, table))
         for pid in others:
             self.transport.send(pid, TABLE, 0, 0, payload)
@@ -464,6 +543,8 @@ class Runtime:
         def watch() -> None:
             while not self.stopped.wait(0.05):
                 for pid, proc in list(self._children.items()):
+                    if pid in self._leaving_places:
+                        continue  # remove_places watches it
                     code = proc.poll()
                     if code is not None and pid not in self.dead:
                         self._children.pop(pid, None)

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     rt.stopped.wait()
     log.info("stopping: %s", rt.stop_reason)
     code = EXIT_PARENT_LOST if rt.stop_reason.startswith("lost") else 0
+    if rt.stop_reason.startswith("left"):
+        rt.transport.close(linger_ms=5000)  # finish reports and replies still queued must leave
     logging.shutdown()
     sys.stderr.flush()
     os._exit(code)  # worker threads may be deep in a task: do not wait for them

@@ -111,11 +111,12 @@ class Transport:
         if link is not None:
             self._close_link(link)
 
-    def disconnect(self, place_id: int) -> None:
+    def disconnect(self, place_id: int, linger_ms: int = 0) -> None:
+        """Close the link to a place; ``linger_ms`` lets queued messages still leave."""
         with self._links_lock:
             link = self._links.pop(place_id, None)
         if link is not None:
-            self._close_link(link)
+            self._close_link(link, linger_ms)
 
     def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence = (b"",)) -> None:
         """Send one message; ``payload`` is ``[body, *buffers]``. Thread-safe."""
@@ -125,7 +126,8 @@ class Transport:
         else:
             self._hold(dst, header, payload)
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """Stop; with ``linger_ms`` > 0, wait that long for queued messages to leave."""
         if not self._running:
             return
         self._running = False
@@ -141,7 +143,7 @@ class Transport:
             links = list(self._links.values())
             self._links.clear()
         for link in links:
-            self._close_link(link)
+            self._close_link(link, linger_ms)
         self._router.close(linger=0)
         self._ctx.term()
 
@@ -167,9 +169,9 @@ class Transport:
                 log.error("sending to place %d failed: %s", dst, err)
 
     @staticmethod
-    def _close_link(link: _Link) -> None:
+    def _close_link(link: _Link, linger_ms: int = 0) -> None:
         with link.lock:
-            link.sock.close(linger=0)
+            link.sock.close(linger=linger_ms)
 
     def _hold(self, dst: int, header: bytes, payload: Sequence) -> None:
         """Chaos hook: delay at random, keeping the order within each pair."""

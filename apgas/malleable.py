@@ -1,0 +1,222 @@
+"""Malleability: a running program gains and loses places on a scheduler's orders.
+
+The program registers a :class:`MalleableHandler` with
+``apgas.define_malleable_handler``; from then on a
+:class:`MalleableCommunicator` receives grow and shrink orders and the
+runtime carries them out, calling the handler before and after. The socket
+protocol is documented in ``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.metadata
+import logging
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from ._config import Config, parse_address
+from ._place import Place
+from .errors import ApgasError, ConfigError
+
+if TYPE_CHECKING:
+    from ._malleability import Orders
+
+__all__ = ["MalleableHandler", "MalleableCommunicator", "SocketMalleableCommunicator",
+           "OrderError", "communicator_class"]
+
+log = logging.getLogger("apgas.malleable")
+
+
+class MalleableHandler(abc.ABC):
+    """What a program does around a change of its places. All calls run at place 0,
+    one order at a time, and may use every APGAS construct."""
+
+    @abc.abstractmethod
+    def pre_shrink(self, n: int) -> list[Place]:
+        """Choose ``n`` places to release (never place 0) and move their work away."""
+
+    def post_shrink(self, n: int, removed: list[Place]) -> None:
+        """Called once the removed places have stopped."""
+
+    def pre_grow(self, n: int) -> None:
+        """Called before ``n`` places are started."""
+
+    def post_grow(self, n: int, continued: list[Place], added: list[Place]) -> None:
+        """Called once every place knows the ``added`` places."""
+
+
+class OrderError(ApgasError):
+    """An order that was refused; nothing was changed. Goes back as ``error <reason>``."""
+
+
+class MalleableCommunicator(abc.ABC):
+    """The seam to a batch scheduler: receives orders and reports back.
+
+    It calls ``orders.grow(n, hosts)``, ``orders.shrink(n, released)`` and
+    ``orders.status()``; those raise :class:`OrderError` for a refused order.
+    """
+
+    def __init__(self, orders: "Orders", config: Config) -> None:
+        self.orders = orders
+        self.config = config
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Begin receiving orders (they are refused until the job is ready)."""
+
+    @abc.abstractmethod
+    def report(self, message: str) -> None:
+        """Send one message to the scheduler (``APGAS-Ready``, timings, ...)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop receiving orders."""
+
+
+class SocketMalleableCommunicator(MalleableCommunicator):
+    """The line protocol of ElasticJobScheduler over TCP (see ``docs/protocol.md``)."""
+
+    MAX_LINE = 4096
+    READ_TIMEOUT = 10.0
+
+    def __init__(self, orders: "Orders", config: Config) -> None:
+        super().__init__(orders, config)
+        host, port = parse_address("APGAS_MALLEABLE_LISTEN", config.malleable_listen or "127.0.0.1:0")
+        try:
+            self._server = socket.create_server((host, port))
+        except OSError as e:
+            raise ConfigError(f"cannot listen for orders on {host}:{port} "
+                              f"(APGAS_MALLEABLE_LISTEN): {e}") from e
+        self.address: tuple[str, int] = (host, self._server.getsockname()[1])
+        self._scheduler = parse_address("APGAS_SCHEDULER", config.scheduler) if config.scheduler else None
+        try:
+            self._ip = socket.gethostbyname(host)
+        except OSError:
+            self._ip = host
+        self._job_id = os.environ.get("APGAS_JOB_ID", "")
+        self._closed = False
+
+    def start(self) -> None:
+        log.info("listening for orders on %s:%d", *self.address)
+        threading.Thread(target=self._accept, name="apgas-orders", daemon=True).start()
+
+    def stop(self) -> None:
+        self._closed = True
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._server.close()
+
+    def report(self, message: str) -> None:
+        line = f"{message}:{self._ip}" + (f":{self._job_id}" if self._job_id else "")
+        log.info("to scheduler: %s", line)
+        if self._scheduler is None:
+            return
+        try:
+            with socket.create_connection(self._scheduler, timeout=2.0) as conn:
+                conn.sendall(line.encode() + b"\n")
+        except OSError as e:
+            log.warning("could not tell the scheduler at %s:%d %r: %s", *self._scheduler, line, e)
+
+    # -- orders -----------------------------------------------------------------------
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="apgas-order", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(self.READ_TIMEOUT)
+            try:
+                line = self._read_line(conn)
+            except OrderError as e:
+                self._send(conn, [f"error {e}"])
+                return
+            except OSError as e:
+                log.warning("order connection failed before a whole line arrived: %s", e)
+                return
+            if line is None:
+                log.warning("an order connection closed before its line ended; nothing changed")
+                return
+            log.info("order: %s", line)
+            try:
+                replies = self._execute(line, lambda hosts: self._send(conn, hosts))
+            except OrderError as e:
+                log.warning("order %r refused: %s", line, e)
+                replies = [f"error {e}"]
+            self._send(conn, replies)
+
+    def _read_line(self, conn: socket.socket) -> str | None:
+        data = b""
+        while b"\n" not in data:
+            if len(data) > self.MAX_LINE:
+                raise OrderError(f"order line longer than {self.MAX_LINE} bytes")
+            chunk = conn.recv(self.MAX_LINE + 1)
+            if not chunk:
+                return None
+            data += chunk
+        raw = data.split(b"\n", 1)[0]
+        if len(raw) > self.MAX_LINE:
+            raise OrderError(f"order line longer than {self.MAX_LINE} bytes")
+        try:
+            return raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise OrderError("order line is not UTF-8") from None
+
+    def _execute(self, line: str, released: Callable[[list[str]], None]) -> list[str]:
+        words = line.split()
+        if not words:
+            raise OrderError("empty order; expected grow, shrink or status")
+        verb, args = words[0], words[1:]
+        if verb == "status":
+            if args:
+                raise OrderError(f"status takes no arguments, got {args}")
+            state, places = self.orders.status()
+            return [f"status {state} {len(places)}"] + [f"place {p.id} {p.host}" for p in places]
+        if verb not in ("grow", "shrink"):
+            raise OrderError(f"unknown order {verb!r}; expected grow, shrink or status")
+        if not args:
+            raise OrderError(f"{verb} needs a count")
+        n = _positive(args[0])
+        if verb == "shrink":
+            if len(args) != 1:
+                raise OrderError(f"shrink takes one count, got extra words {args[1:]}")
+            self.orders.shrink(n, released)
+            return []  # the released hosts went back already, before post_shrink
+        hosts = args[1:]
+        added = self.orders.grow(n, hosts)
+        return [f"ok grow {n} places {' '.join(str(p.id) for p in added)}"]
+
+    @staticmethod
+    def _send(conn: socket.socket, lines: list[str]) -> None:
+        if not lines:
+            return
+        try:
+            conn.sendall("".join(f"{line}\n" for line in lines).encode())
+        except OSError as e:
+            log.warning("could not send the reply %r: %s", lines, e)
+
+
+def _positive(word: str) -> int:
+    if not word.isdigit() or int(word) < 1:
+        raise OrderError(f"the count must be a positive integer, got {word!r}")
+    return int(word)
+
+
+def communicator_class(name: str) -> type[MalleableCommunicator]:
+    """The communicator called ``name``: ``socket``, or one of the entry-point
+    group ``apgas.communicators``."""
+    if name in ("", "socket"):
+        return SocketMalleableCommunicator
+    found = importlib.metadata.entry_points(group="apgas.communicators", name=name)
+    for entry in found:
+        return entry.load()
+    known = ["socket"] + [e.name for e in importlib.metadata.entry_points(group="apgas.communicators")]
+    raise ConfigError(f"unknown communicator {name!r} (APGAS_COMMUNICATOR); known: {known}")

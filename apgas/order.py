@@ -1,0 +1,55 @@
+"""Send one order to a malleable job and print the reply.
+
+    python -m apgas.order --to HOST:PORT grow 2 nodeA nodeB
+    python -m apgas.order --to HOST:PORT shrink 1
+    python -m apgas.order --to HOST:PORT status
+
+Exit status: 0 for a reply without error, 1 for an ``error`` reply, 2 when the
+job cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+
+from ._config import parse_address
+from .errors import ConfigError
+
+
+def send_order(address: tuple[str, int], words: list[str], timeout: float = 120.0) -> list[str]:
+    """Send ``words`` as one order line; return the reply lines."""
+    with socket.create_connection(address, timeout=timeout) as conn:
+        conn.sendall((" ".join(words) + "\n").encode())
+        conn.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    return data.decode(errors="replace").splitlines()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m apgas.order", description=__doc__.split("\n")[0])
+    parser.add_argument("--to", required=True, metavar="HOST:PORT", help="where the job listens for orders")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the reply")
+    parser.add_argument("order", nargs=argparse.REMAINDER, help="grow N HOST..., shrink N, or status")
+    ns = parser.parse_args(argv)
+    if not ns.order:
+        parser.error("no order given: grow N HOST..., shrink N or status")
+    try:
+        address = parse_address("--to", ns.to)
+    except ConfigError as e:
+        parser.error(str(e))
+    try:
+        lines = send_order(address, ns.order, ns.timeout)
+    except OSError as e:
+        print(f"cannot reach the job at {ns.to}: {e}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    return 1 if lines and lines[0].startswith("error") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
