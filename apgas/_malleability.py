@@ -56,8 +56,9 @@ class Orders:
             communicator = self.listen()
             self._handler = handler
             self._state = MALLEABLE
+        ready_ns = time.monotonic_ns() - self._started_ns
         communicator.report("APGAS-Ready")
-        self._report("readyTimeAPGAS", len(self._rt.places), time.monotonic_ns() - self._started_ns)
+        self._report("readyTimeAPGAS", len(self._rt.places), ready_ns)
         return communicator
 
     def disable(self) -> None:

@@ -32,10 +32,8 @@ log = logging.getLogger("apgas.runtime")
 
 # message kinds
 (JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN,
- FENCE) = range(1, 13)
+ FENCE, LEFT) = range(1, 14)
 
-#: how long a leaving place keeps sending what it still has queued
-_LEAVE_LINGER_MS = 5000
 
 _ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread
 _runtime: "Runtime | None" = None
@@ -145,9 +143,13 @@ class Runtime:
         if kind == TASK and fref is None:
             kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
         payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
-        if kind == TASK:
-            home, fid = fref  # type: ignore[misc]
-            with self._lock:
+        # Counting and sending happen under the lock that also guards the place
+        # table: a task is never sent to a place after that place was fenced off.
+        with self._lock:
+            if dst not in self.places:
+                raise DeadPlaceError(dst, "it died or left while the task was prepared")
+            if kind == TASK:
+                home, fid = fref  # type: ignore[misc]
                 if home == self.id:
                     self._home[fid].bump(self.id, dst, 1)
                 else:
@@ -155,15 +157,14 @@ class Runtime:
                     state.spawn(dst)
                     if dst == self.id:
                         state.live += 1
-            if dst == self.id:
-                self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs))
-            else:
-                self.transport.send(dst, TASK, home, fid, payload)
-        elif dst == self.id:
+            if dst != self.id:
+                self.transport.send(dst, kind, *(fref or (0, 0)), payload)
+                return
+        if kind == TASK:
+            self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs))
+        else:
             pool = self.immediate if kind == IMMEDIATE else self.pool
             pool.submit(functools.partial(self._run_uncounted, fn, args, kwargs))
-        else:
-            self.transport.send(dst, kind, 0, 0, payload)
 
     def _run_task(self, fref: tuple[int, int], src: int, fn: Callable, args: tuple, kwargs: dict) -> None:
         prev = current_finish()
@@ -279,12 +280,12 @@ class Runtime:
         payload = ser.dumps((fn, args, kwargs))
         req = self.next_id()
         pending = _Pending(dst)
-        with self._lock:
+        with self._lock:  # see spawn()
             if dst not in self.places:
-                raise DeadPlaceError(dst, "it died before at() could be sent")
+                raise DeadPlaceError(dst, "it died or left before at() could be sent")
             self._pending[req] = pending
-        try:
             self.transport.send(dst, AT, 0, req, payload)
+        try:
             with blocking():
                 pending.wait()
         finally:
@@ -348,6 +349,8 @@ class Runtime:
             epoch, table = ser.loads(body, buffers)
             self._install_table(table)
             self.transport.send(0, TABLE_ACK, epoch, 0)
+        elif kind == LEFT:
+            self.transport.disconnect(a)
         elif kind == FENCE:
             with self._cond:
                 self._fences.add(src)
@@ -374,23 +377,23 @@ class Runtime:
     def _install_table(self, table: dict[int, tuple[str, str, int]]) -> None:
         """Adopt a new place table: link to new places; fence off removed ones.
 
-        A FENCE follows everything this place ever sent to a removed place (the
-        order within a pair holds), so a leaving place that has a fence from
-        every staying place knows that no more work can reach it.
+        A FENCE follows every task and ``at`` this place ever sent to a removed
+        place (the order within a pair holds, and spawns check the table under
+        the same lock), so a leaving place that has a fence from every staying
+        place knows that no more work can reach it. Replies and finish reports
+        may still come; the link closes when the place has gone (LEFT).
         """
         for pid, (host, endpoint, _) in table.items():
             if pid != self.id and pid not in self.places:
                 self.transport.connect(pid, endpoint)
         with self._lock:
-            removed = [pid for pid in self.places if pid not in table]
+            removed = [pid for pid in self.places if pid not in table and pid != self.id]
             self.places = {pid: Place(pid, host) for pid, (host, _, _) in table.items()}
             if self.id not in table:
                 self.places[self.id] = self.here  # leaving, but still here for its last tasks
-            self.left.update(pid for pid in removed if pid != self.id)
-        for pid in removed:
-            if pid != self.id:
+            self.left.update(removed)
+            for pid in removed:  # the link stays for replies and reports until it has gone
                 self.transport.send(pid, FENCE, 0, 0)
-                self.transport.disconnect(pid, linger_ms=_LEAVE_LINGER_MS)
         if self.id not in table and not self._leaving:
             self._leaving = True
             staying = set(table)
@@ -508,6 +511,10 @@ class Runtime:
             self._leaving_places.discard(pid)
             if proc is not None:
                 _reap(proc, 0)
+            self.transport.disconnect(pid)
+            for other in self.places:
+                if other != self.id:
+                    self.transport.send(other, LEFT, pid, 0)
         return hosts
 
     def _publish_table(self, removed: list[int] = ()) -> None:  # type: ignore[assignment]

@@ -130,6 +130,8 @@ class Transport:
         """Stop; with ``linger_ms`` > 0, wait that long for queued messages to leave."""
         if not self._running:
             return
+        if linger_ms > 0:
+            self._flush_held()
         self._running = False
         with self._chaos_cond:
             self._chaos_cond.notify_all()
@@ -193,6 +195,15 @@ class Transport:
                         break
                     self._chaos_cond.wait(wait)
                 if not self._running:
+                    return
+                _, _, dst, header, payload = heapq.heappop(self._held)
+            self._send_now(dst, header, payload)
+
+    def _flush_held(self) -> None:
+        """Chaos hook: send everything still held, in order, before an orderly close."""
+        while True:
+            with self._chaos_cond:
+                if not self._held:
                     return
                 _, _, dst, header, payload = heapq.heappop(self._held)
             self._send_now(dst, header, payload)

@@ -13,6 +13,7 @@ import abc
 import importlib.metadata
 import logging
 import os
+import queue
 import socket
 import threading
 from typing import TYPE_CHECKING, Callable
@@ -98,29 +99,40 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             self._ip = host
         self._job_id = os.environ.get("APGAS_JOB_ID", "")
         self._closed = False
+        self._outbox: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_reports, name="apgas-reports", daemon=True)
 
     def start(self) -> None:
         log.info("listening for orders on %s:%d", *self.address)
+        self._sender.start()
         threading.Thread(target=self._accept, name="apgas-orders", daemon=True).start()
 
     def stop(self) -> None:
+        """Stop listening; give the last messages up to 3 s to reach the scheduler."""
         self._closed = True
         try:
             self._server.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self._server.close()
+        self._outbox.put(None)
+        if self._sender.is_alive():
+            self._sender.join(3.0)
 
     def report(self, message: str) -> None:
+        """Queue a message; a thread sends them in order, so a slow scheduler delays no order."""
         line = f"{message}:{self._ip}" + (f":{self._job_id}" if self._job_id else "")
         log.info("to scheduler: %s", line)
-        if self._scheduler is None:
-            return
-        try:
-            with socket.create_connection(self._scheduler, timeout=2.0) as conn:
-                conn.sendall(line.encode() + b"\n")
-        except OSError as e:
-            log.warning("could not tell the scheduler at %s:%d %r: %s", *self._scheduler, line, e)
+        if self._scheduler is not None:
+            self._outbox.put(line)
+
+    def _send_reports(self) -> None:
+        while (line := self._outbox.get()) is not None:
+            try:
+                with socket.create_connection(self._scheduler, timeout=2.0) as conn:  # type: ignore[arg-type]
+                    conn.sendall(line.encode() + b"\n")
+            except OSError as e:
+                log.warning("could not tell the scheduler at %s %r: %s", self.config.scheduler, line, e)
 
     # -- orders -----------------------------------------------------------------------
     def _accept(self) -> None:
@@ -157,6 +169,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         data = b""
         while b"\n" not in data:
             if len(data) > self.MAX_LINE:
+                self._discard_rest(conn)
                 raise OrderError(f"order line longer than {self.MAX_LINE} bytes")
             chunk = conn.recv(self.MAX_LINE + 1)
             if not chunk:
@@ -169,6 +182,17 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             return raw.decode("utf-8").strip()
         except UnicodeDecodeError:
             raise OrderError("order line is not UTF-8") from None
+
+    @staticmethod
+    def _discard_rest(conn: socket.socket, limit: int = 1 << 20) -> None:
+        """Read what is left of an over-long line, so that the error reply is not lost
+        to a connection reset."""
+        seen = 0
+        while seen < limit:
+            chunk = conn.recv(65536)
+            if not chunk or b"\n" in chunk:
+                return
+            seen += len(chunk)
 
     def _execute(self, line: str, released: Callable[[list[str]], None]) -> list[str]:
         words = line.split()
