@@ -460,3 +460,47 @@ def test_no_task_is_lost_while_places_come_and_go_under_reordering(seed):
     results, errors = apgas.run(main, places=3, threads=2, chaos=f"{seed}:2")
     assert errors == []
     assert len(results) == 4 and all(r % 31 == 0 and r >= 3 * 31 for r in results), results
+
+
+PLUGIN = '''
+from apgas.malleable import MalleableCommunicator
+
+class Recording(MalleableCommunicator):
+    """A communicator found through the entry-point group apgas.communicators."""
+    def start(self):
+        self.messages = []
+    def report(self, message):
+        self.messages.append(message)
+    def stop(self):
+        self.messages.append("stopped")
+'''
+
+
+def test_communicators_come_from_entry_points(tmp_path, monkeypatch):
+    (tmp_path / "fake_communicator.py").write_text(PLUGIN)
+    info = tmp_path / "fake_communicator-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-communicator\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[apgas.communicators]\nrecording = fake_communicator:Recording\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("APGAS_COMMUNICATOR", "recording")
+
+    def main():
+        comm = apgas.define_malleable_handler(Recorder())
+        added = comm.orders.grow(1, ["nodeA"])  # what a scheduler's order would call
+        return type(comm).__name__, ids(added), comm, ids(apgas.places())
+
+    name, added, comm, live = apgas.run(main, places=1)
+    assert (name, added, live) == ("Recording", [1], [0, 1])
+    assert comm.messages[0] == "APGAS-Ready" and comm.messages[-2:] == ["APGAS-NotMalleable", "stopped"]
+    assert any(m.startswith("growTimeAPGAS;1;") for m in comm.messages)
+
+
+def test_which_host_names_stand_for_this_machine(monkeypatch):
+    from launcher import is_local_host
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "node1, node2")
+    assert all(is_local_host(h) for h in ("localhost", "127.0.0.1", socket.gethostname(), "node1", "node2"))
+    assert not is_local_host("node3")
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
+    assert is_local_host("node3")
