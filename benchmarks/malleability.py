@@ -19,7 +19,6 @@ killed at the end of each repeat whatever happened.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import logging
@@ -35,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.micro import (Metric, Samples, _fmt, _fmt_target, _median, _meets, add_sample,
-                              machine_info, setup_logging, write_json)
+from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
+                                meets, parse_args, setup_logging, write_json)
 
 log = logging.getLogger("benchmarks.malleability")
 
@@ -436,12 +435,12 @@ def summarize(metrics: list[Metric], samples: Samples) -> list[dict[str, Any]]:
     rows = []
     for m in metrics:
         values = samples.get(m.key, [])
-        median = _median(values)
+        mid = median(values)
         java = JAVA_REFERENCE.get(m.key)
         rows.append({
-            "metric": m.key, "label": m.label, "unit": m.unit, "median": median,
+            "metric": m.key, "label": m.label, "unit": m.unit, "median": mid,
             "min": min(values) if values else None, "max": max(values) if values else None,
-            "target": m.target, "meets_target": _meets(m, median),
+            "target": m.target, "meets_target": meets(m, mid),
             "java_s": java[0] if java else None, "java_note": java[1] if java else None,
             "samples": values,
         })
@@ -465,8 +464,8 @@ def render_table(metrics: list[Metric], rows: list[dict[str, Any]], params: Para
     header = f"{'metric':<46} {'median':>9} {'min-max':>13}  {'target':<22} APGAS for Java"
     lines = [header, "-" * (len(header) + 10)]
     for m, row in zip(metrics, rows):
-        lines.append(f"{m.label:<46} {_fmt(row['median'], m.unit):>9} {_fmt_range(row):>13}  "
-                     f"{_fmt_target(m, row['meets_target']):<22} {_fmt_java(row)}".rstrip())
+        lines.append(f"{m.label:<46} {fmt(row['median'], m.unit):>9} {_fmt_range(row):>13}  "
+                     f"{fmt_target(m, row['meets_target']):<22} {_fmt_java(row)}".rstrip())
     orders = ", ".join(f"{verb} {n}" for verb, n in params.orders)
     lines += [
         "",
@@ -481,24 +480,10 @@ def render_table(metrics: list[Metric], rows: list[dict[str, Any]], params: Para
 
 # -- command line ---------------------------------------------------------------------------
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.malleability",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
-                        "(default 5, or 1 with --quick)")
-    parser.add_argument("--json", type=Path, default=Path("bench-results/malleability.json"),
-                        help="where to write the results (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="one repeat: a smoke test")
-    args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging()
-    log.setLevel(logging.INFO)  # setup_logging sets micro's logger only
+    args = parse_args(argv, "python -m benchmarks.malleability", __doc__ or "",
+                      Path("bench-results/malleability.json"), "one repeat: a smoke test")
+    setup_logging(log.name)
     params = make_params(args.repeats, args.quick)
     info = machine_info()
     log.info("malleability (%d repeats)", params.repeats)
@@ -506,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = make_metrics(params)
     rows = summarize(metrics, merge(repeats))
     write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows, "job_messages": messages})
+                           "failures": failures, "results": rows, "job_messages": messages}, log)
     print(render_table(metrics, rows, params, failures))
     return 0 if repeats else 1
 

@@ -16,20 +16,12 @@ the benchmark.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import datetime
 import functools
-import importlib.metadata
-import json
 import logging
-import math
-import os
-import platform
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -37,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import apgas
+from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
+                                meets, parse_args, percentile, setup_logging, write_json)
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -85,17 +79,6 @@ def make_params(repeats: int | None, quick: bool) -> Params:
 
 # -- metrics --------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class Metric:
-    """One row of the table."""
-
-    key: str
-    label: str
-    unit: str                        # "s", "us" or "tasks/s"
-    higher_is_better: bool
-    target: float | None = None
-
-
 METRICS = [
     Metric("startup_first_task_s", "startup: first task at every place", "s", False, 1.0),
     Metric("startup_total_s", "startup: whole run incl. shutdown", "s", False),
@@ -105,19 +88,6 @@ METRICS = [
     Metric("send_rate_tasks_s", "fire and forget: send rate at place 0", "tasks/s", True),
     Metric("batch_tasks_s", "batch of counted tasks: throughput", "tasks/s", True),
 ]
-
-Samples = dict[str, list[float]]  # metric key -> one value per repeat
-
-
-def add_sample(samples: Samples, key: str, value: float) -> None:
-    samples.setdefault(key, []).append(value)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile, ``q`` in (0, 100]."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
 
 def latency_samples(samples: Samples, latencies_s: list[float]) -> None:
     """Record median and p99 (in µs) of one repeat's round trips."""
@@ -385,20 +355,16 @@ def summarize(apgas_samples: Samples, dask_samples: Samples) -> list[dict[str, A
     """One JSON-ready record per metric: medians, samples, speedup, target."""
     rows = []
     for m in METRICS:
-        ours = _median(apgas_samples.get(m.key))
-        theirs = _median(dask_samples.get(m.key))
+        ours = median(apgas_samples.get(m.key))
+        theirs = median(dask_samples.get(m.key))
         rows.append({
             "metric": m.key, "label": m.label, "unit": m.unit,
             "higher_is_better": m.higher_is_better, "target": m.target,
             "apgas": ours, "dask": theirs, "speedup": _speedup(m, ours, theirs),
-            "meets_target": _meets(m, ours),
+            "meets_target": meets(m, ours),
             "apgas_samples": apgas_samples.get(m.key, []), "dask_samples": dask_samples.get(m.key, []),
         })
     return rows
-
-
-def _median(values: list[float] | None) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def _speedup(m: Metric, ours: float | None, theirs: float | None) -> float | None:
@@ -408,37 +374,14 @@ def _speedup(m: Metric, ours: float | None, theirs: float | None) -> float | Non
     return ours / theirs if m.higher_is_better else theirs / ours
 
 
-def _meets(m: Metric, value: float | None) -> bool | None:
-    if m.target is None or value is None:
-        return None
-    return value >= m.target if m.higher_is_better else value <= m.target
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "tasks/s":
-        return f"{value:,.0f}/s"
-    if unit == "us":
-        return f"{value:,.1f} us"
-    return f"{value:.3f} s"
-
-
-def _fmt_target(m: Metric, verdict: bool | None) -> str:
-    if m.target is None:
-        return ""
-    bound = (">= " if m.higher_is_better else "<= ") + _fmt(m.target, m.unit)
-    return f"{bound} ({'met' if verdict else 'missed' if verdict is not None else 'n/a'})"
-
-
 def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: Params) -> str:
     """The table printed at the end."""
     header = f"{'metric':<40} {'apgas':>14} {'dask':>14} {'speedup':>9}  target"
     lines = [header, "-" * len(header)]
     for m, row in zip(METRICS, rows):
         speedup = f"{row['speedup']:.1f}x" if row["speedup"] else "-"
-        lines.append(f"{m.label:<40} {_fmt(row['apgas'], m.unit):>14} {_fmt(row['dask'], m.unit):>14} "
-                     f"{speedup:>9}  {_fmt_target(m, row['meets_target'])}")
+        lines.append(f"{m.label:<40} {fmt(row['apgas'], m.unit):>14} {fmt(row['dask'], m.unit):>14} "
+                     f"{speedup:>9}  {fmt_target(m, row['meets_target'])}")
     lines += [
         "",
         f"medians of {params.repeats} repeat(s); apgas: {PLACES} places, round trips place 0 -> 1 "
@@ -452,71 +395,12 @@ def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: P
     return "\n".join(lines)
 
 
-def machine_info() -> dict[str, Any]:
-    """Where and when the benchmark ran."""
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "python": sys.version,
-        "versions": {name: _version(name) for name in ("apgas", "pyzmq", "cloudpickle", "distributed")},
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-    }
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _git(*args: str) -> str | None:
-    """Output of a git command in this checkout, or None."""
-    try:
-        out = subprocess.run(["git", *args], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def write_json(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    log.info("wrote %s", path)
-
-
 # -- command line ---------------------------------------------------------------------------
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.micro", description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
-                        "(default 5, or 1 with --quick)")
-    parser.add_argument("--json", type=Path, default=Path("bench-results/micro.json"),
-                        help="where to write the results (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of < 30 s")
-    args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    return args
-
-
-def setup_logging() -> None:
-    """Progress of this benchmark at INFO; other libraries (Dask) only from WARNING."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.startswith("benchmarks"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    log.setLevel(logging.INFO)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging()
+    args = parse_args(argv, "python -m benchmarks.micro", __doc__ or "", Path("bench-results/micro.json"),
+                      "small sizes: a smoke test of < 30 s")
+    setup_logging(log.name)
     params = make_params(args.repeats, args.quick)
     info = machine_info()
     log.info("apgas startup (%d repeats)", params.repeats)
@@ -528,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
     rows = summarize({**startup, **measured}, dask_samples)
     write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows})
+                           "failures": failures, "results": rows}, log)
     print(render_table(rows, failures, params))
     return 0
 

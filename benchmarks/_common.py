@@ -1,0 +1,146 @@
+"""What the benchmarks share: metrics and samples, formatting, machine info, JSON, logging, arguments."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# -- metrics and samples ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One row of a table."""
+
+    key: str
+    label: str
+    unit: str                        # "s", "us" or "tasks/s"
+    higher_is_better: bool
+    target: float | None = None
+
+
+Samples = dict[str, list[float]]  # metric key -> one value per repeat
+
+
+def add_sample(samples: Samples, key: str, value: float) -> None:
+    """Append ``value`` to the samples of ``key``."""
+    samples.setdefault(key, []).append(value)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, ``q`` in (0, 100]."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def median(values: list[float] | None) -> float | None:
+    """The median, or None without values."""
+    return statistics.median(values) if values else None
+
+
+def meets(m: Metric, value: float | None) -> bool | None:
+    """Whether ``value`` meets the metric's target; None without a target or a value."""
+    if m.target is None or value is None:
+        return None
+    return value >= m.target if m.higher_is_better else value <= m.target
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+def fmt(value: float | None, unit: str) -> str:
+    """A value in its unit, for a table cell."""
+    if value is None:
+        return "-"
+    if unit == "tasks/s":
+        return f"{value:,.0f}/s"
+    if unit == "us":
+        return f"{value:,.1f} us"
+    return f"{value:.3f} s"
+
+
+def fmt_target(m: Metric, verdict: bool | None) -> str:
+    """The metric's target and whether it was met, or "" without a target."""
+    if m.target is None:
+        return ""
+    bound = (">= " if m.higher_is_better else "<= ") + fmt(m.target, m.unit)
+    return f"{bound} ({'met' if verdict else 'missed' if verdict is not None else 'n/a'})"
+
+
+# -- machine and output -------------------------------------------------------------------
+
+def machine_info() -> dict[str, Any]:
+    """Where and when the benchmark ran."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": sys.version,
+        "versions": {name: _version(name) for name in ("apgas", "pyzmq", "cloudpickle", "distributed")},
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def _version(dist: str) -> str | None:
+    """Installed version of a distribution, or None."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    """Output of a git command in this checkout, or None."""
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def write_json(path: Path, report: dict[str, Any], logger: logging.Logger | None = None) -> None:
+    """Write ``report`` to ``path`` (parents created); log it under ``logger`` or ``benchmarks``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    (logger or logging.getLogger("benchmarks")).info("wrote %s", path)
+
+
+# -- logging and command line ---------------------------------------------------------------
+
+def setup_logging(*logger_names: str) -> None:
+    """The named benchmark loggers at INFO; other libraries (Dask) only from WARNING."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.startswith("benchmarks"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    for name in logger_names:
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path,
+               quick_help: str) -> argparse.Namespace:
+    """``--repeats``, ``--json`` and ``--quick``; the description is the first line of ``doc``."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
+                        "(default 5, or 1 with --quick)")
+    parser.add_argument("--json", type=Path, default=default_json,
+                        help="where to write the results (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
