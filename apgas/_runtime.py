@@ -272,7 +272,10 @@ class Runtime:
         return f.exceptions
 
     # -- at ---------------------------------------------------------------------
-    def at(self, place: Place | int, fn: Callable, args: tuple, kwargs: dict) -> Any:
+    def at(self, place: Place | int, fn: Callable, args: tuple, kwargs: dict,
+           immediate: bool = False) -> Any:
+        """``apgas.at``; with ``immediate``, ``fn`` runs on the target's immediate pool
+        (for short control calls that must not queue behind busy workers)."""
         dst = self.resolve(place)
         if dst == self.id:
             with Finish(solo=True):
@@ -284,7 +287,7 @@ class Runtime:
             if dst not in self.places:
                 raise DeadPlaceError(dst, "it died or left before at() could be sent")
             self._pending[req] = pending
-            self.transport.send(dst, AT, 0, req, payload)
+            self.transport.send(dst, AT, int(immediate), req, payload)
         try:
             with blocking():
                 pending.wait()
@@ -338,7 +341,8 @@ class Runtime:
                 f.apply_report(src, spawned, completed, exceptions)
                 f.check()
         elif kind == AT:
-            self.pool.submit(functools.partial(self._serve_at, src, b, body, buffers))
+            pool = self.immediate if a else self.pool
+            pool.submit(functools.partial(self._serve_at, src, b, body, buffers))
         elif kind == AT_REPLY:
             with self._lock:
                 pending = self._pending.get(b)

@@ -1,0 +1,147 @@
+"""The GLB driver at place 0: start the workers everywhere, wait, reduce."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import os
+import time
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+
+import apgas
+from apgas._runtime import current
+
+from . import _worker as w
+from ._config import GLBConfig
+from ._stats import GLBStats, PlaceStats
+
+__all__ = ["GLB", "Bag", "Result"]
+
+log = logging.getLogger("glb")
+
+R = TypeVar("R", bound="Result")
+_ids = itertools.count(1)
+
+
+@runtime_checkable
+class Result(Protocol):
+    """A partial result. ``fold(other)`` folds ``other`` into ``self``, in any order."""
+
+    def fold(self, other: Any) -> None: ...
+
+
+@runtime_checkable
+class Bag(Protocol):
+    """A bag of work; it travels between places, so it must pickle."""
+
+    def process(self, n: int) -> int | None:
+        """Do up to ``n`` units; return how many were done."""
+
+    def split(self, take_all: bool) -> "Bag | None":
+        """Take part of the work (all of it if ``take_all``) as a new bag, or None."""
+
+    def merge(self, other: "Bag") -> None:
+        """Add the work of ``other``."""
+
+    def is_empty(self) -> bool: ...
+
+    def is_splittable(self) -> bool: ...
+
+    def submit(self, result: Any) -> None:
+        """Fold this bag's partial result into ``result`` and forget it."""
+
+
+class GLB:
+    """Lifeline-based global load balancing over all places and their workers."""
+
+    def __init__(self, config: GLBConfig | None = None) -> None:
+        self.config = config or GLBConfig()
+        self._stats = GLBStats()
+        self._moved = GLBStats()
+        self.seconds = 0.0
+
+    def compute_dynamic(self, bag: Bag, result: R) -> R:
+        """All work starts at place 0 in ``bag``; ``result`` is the neutral result."""
+        def starts(gid: int, members: list[int]):  # the others start by stealing
+            return [(p, w.start_dynamic, (gid, bag if p == 0 else None)) for p in members]
+        return self._compute(result, starts)
+
+    def compute_static(self, make_bag: Callable[[int, int], Bag], result: R) -> R:
+        """Each worker starts with ``make_bag(worker_index, worker_count)``."""
+        def starts(gid: int, members: list[int]):
+            return [(p, w.start_static, (gid, make_bag, i, len(members))) for i, p in enumerate(members)]
+        return self._compute(result, starts)
+
+    def stats(self) -> GLBStats:
+        """Per-place statistics of the last computation (places that left included)."""
+        return self._stats
+
+    # -------------------------------------------------------------------------------------
+    def _compute(self, prototype: R, starts: Callable[[int, list[int]], list]) -> R:
+        rt = current()
+        if rt.id != 0:
+            raise apgas.ApgasError("GLB computations are started at place 0")
+        if not isinstance(prototype, Result):
+            raise TypeError(f"the result must have a fold(other) method, got {prototype!r}")
+        gid = next(_ids) * 100_000 + os.getpid() % 100_000
+        members = [p.id for p in apgas.places()]
+        start = time.monotonic()
+        with apgas.finish():
+            for p in members:
+                apgas.async_at(p, w.init_place, gid, self.config, prototype, members)
+        self._moved = GLBStats()
+        handler = _GLBHandler(self, gid, prototype) if self.config.malleable else None
+        if handler is not None:
+            apgas.define_malleable_handler(handler)
+        try:
+            with apgas.finish():
+                for place, fn, args in starts(gid, members):
+                    apgas.async_at(place, fn, *args)
+        finally:
+            if handler is not None:
+                apgas.disable_malleable_handler()  # waits for an order in progress
+        self.seconds = time.monotonic() - start
+        stats = GLBStats()
+        total = copy.deepcopy(prototype)
+        for p in apgas.places():
+            part, place_stats = apgas.at(p, w.collect, gid)
+            total.fold(part)
+            stats.append(place_stats)
+        stats.extend(self._moved)
+        stats.sort(key=lambda s: s.place)
+        self._stats = stats
+        return total
+
+
+class _GLBHandler(apgas.MalleableHandler):
+    """GLB's own handler: moves work off leaving places, wires new places in."""
+
+    def __init__(self, glb: GLB, gid: int, prototype: Any) -> None:
+        self.glb = glb
+        self.gid = gid
+        self.prototype = prototype
+
+    def pre_shrink(self, n: int) -> list[apgas.Place]:
+        places = apgas.places()
+        leaving = places[-n:]
+        staying = [p.id for p in places[:-n]]
+        for p in staying:
+            w_at(p, w.set_members, self.gid, staying)
+        for p in leaving:
+            result, thieves, stats = w_at(p.id, w.leave, self.gid, staying)
+            w.absorb(self.gid, result)  # place 0 stays: partial results live on here
+            w_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
+            self.glb._moved.append(stats)
+        return leaving
+
+    def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
+        members = [p.id for p in continued + added]
+        for p in added:
+            w_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members, True)
+        for p in continued:
+            w_at(p.id, w.set_members, self.gid, members)
+
+
+def w_at(place: int, fn: Callable, *args: Any) -> Any:
+    return current().at(place, fn, args, {}, immediate=True)

@@ -1,0 +1,320 @@
+"""What GLB runs at each place: the per-place state, the workers, and the
+functions other places call (steal, lifeline, deliver, leave).
+
+Work only ever moves inside counted tasks (a worker's ``async_at`` of loot,
+or ``_deliver`` itself), so the computation's ``finish`` cannot end while a
+bag is on its way. Steal requests and lifeline registrations are short
+calls on the victim's immediate pool: they never wait behind busy workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+import random
+import threading
+import time
+from typing import Any, Callable
+
+import apgas
+from apgas._pool import blocking
+from apgas._runtime import current
+
+from ._config import GLBConfig
+from ._lifelines import lifelines
+from ._stats import PlaceStats
+
+log = logging.getLogger("glb.worker")
+
+_states: dict[int, "PlaceState"] = {}
+_states_lock = threading.Lock()
+
+
+def state(gid: int) -> "PlaceState":
+    try:
+        return _states[gid]
+    except KeyError:
+        raise RuntimeError(f"GLB computation {gid} has no state at place {apgas.here().id}") from None
+
+
+def _immediate_at(place: int, fn: Callable, *args: Any) -> Any:
+    return current().at(place, fn, args, {}, immediate=True)
+
+
+class PlaceState:
+    """One place's part of one GLB computation."""
+
+    def __init__(self, gid: int, config: GLBConfig, prototype: Any, members: list[int]) -> None:
+        self.gid = gid
+        self.config = config
+        self.prototype = prototype
+        self.me = apgas.here().id
+        self.lock = threading.Condition()
+        self.result = copy.deepcopy(prototype)
+        self.shared: collections.deque = collections.deque()  # loot for local and remote thieves
+        self.thieves: collections.deque[int] = collections.deque()  # lifeline thieves waiting on us
+        self.active = 0          # running worker tasks
+        self.stealing = False    # the last worker is out stealing
+        self.hungry = False      # a random steal found nothing: keep a piece in `shared`
+        self.leaving = False
+        self.targets: list[int] = []
+        self.forwarded = 0
+        self.members = list(members)
+        self.rng = random.Random(config.seed * 7919 + self.me)
+        self.stats = PlaceStats(place=self.me)
+        self.started = time.monotonic()
+
+    # -- membership ---------------------------------------------------------------
+    def set_members(self, members: list[int]) -> None:
+        """Adopt a new list of live places; an idle place re-sets its lifelines."""
+        with self.lock:
+            self.members = list(members)
+            self.thieves = collections.deque(t for t in self.thieves if t in members)
+            idle = self.active == 0 and not self.stealing
+        if idle:
+            self.set_lifelines()
+
+    def set_lifelines(self) -> None:
+        for buddy in lifelines(self.config.lifeline, self.members, self.me):
+            try:
+                _immediate_at(buddy, _register_thief, self.gid, self.me)
+            except apgas.DeadPlaceError:
+                pass  # gone meanwhile; the next membership change rewires
+
+    # -- handing out work ------------------------------------------------------------
+    def share(self, bag: Any) -> None:
+        """After a chunk: split off work if a thief, an idle worker or a hungry peer waits."""
+        with self.lock:
+            remote = bool(self.thieves)
+            local = self.active < self.config.workers and not self.shared
+            hint = self.hungry and not self.shared
+        if not (remote or local or hint) or not bag.is_splittable():
+            return
+        piece = bag.split(False)
+        if piece is None:
+            return
+        if remote:
+            with self.lock:
+                thief = self.thieves.popleft() if self.thieves else None
+            if thief is not None and thief in self.members:
+                try:
+                    apgas.async_at(thief, _deliver, self.gid, piece)
+                    with self.lock:
+                        self.stats.loot_given += 1
+                    return
+                except apgas.DeadPlaceError:
+                    pass
+        with self.lock:
+            self.shared.append(piece)
+            self.hungry = False
+            spawn = self.active < self.config.workers
+            if spawn:
+                self.active += 1
+        if spawn:
+            apgas.async_(_worker, self.gid, None)
+
+    def forward(self, bag: Any) -> None:
+        """A leaving place sends work to a staying one (inside a counted task)."""
+        with self.lock:
+            target = self.targets[self.forwarded % len(self.targets)]
+            self.forwarded += 1
+            self.stats.moved_bags += 1
+        apgas.async_at(target, _deliver, self.gid, bag)
+
+    def end_worker(self, result: Any, units: int, busy: float) -> None:
+        """A worker ends (caller holds the lock): keep its result and counts."""
+        self.result.fold(result)
+        self.stats.units += units
+        self.stats.busy_s += busy
+        self.active -= 1
+        self.lock.notify_all()
+
+    # -- stealing -------------------------------------------------------------------------
+    def steal(self) -> Any:
+        """Up to ``w`` random steal attempts; loot or None."""
+        for _ in range(self.config.w):
+            victims = [p for p in self.members if p != self.me]
+            if not victims or self.leaving:
+                return None
+            victim = self.rng.choice(victims)
+            self.stats.random_tried += 1
+            try:
+                loot = _immediate_at(victim, _steal_request, self.gid)
+            except apgas.DeadPlaceError:
+                continue
+            if loot is not None:
+                self.stats.random_won += 1
+                return loot
+        return None
+
+
+def _worker(gid: int, bag: Any) -> None:
+    """A worker task: process its bag, share, refill locally, steal, then end."""
+    st = state(gid)
+    result = copy.deepcopy(st.prototype)
+    n = st.config.n
+    units, busy = 0, 0.0
+    while True:
+        if bag is not None and not bag.is_empty():
+            if st.leaving:
+                bag.submit(result)
+                st.forward(bag)
+                bag = None
+                continue
+            start = time.perf_counter()
+            done = bag.process(n)
+            busy += time.perf_counter() - start
+            units += n if done is None else done
+            st.share(bag)
+            continue
+        if bag is not None:
+            bag.submit(result)
+        with st.lock:
+            loot = st.shared.popleft() if st.shared else None
+            if loot is None:
+                if st.active > 1 or st.stealing:  # another worker carries on
+                    st.end_worker(result, units, busy)
+                    return
+                st.stealing = True  # the last worker goes stealing
+        if loot is None:
+            loot = None if st.leaving else st.steal()
+            with st.lock:
+                st.stealing = False
+                if loot is None and st.shared:
+                    loot = st.shared.popleft()
+                if loot is None:
+                    st.end_worker(result, units, busy)
+                    leaving = st.leaving
+            if loot is None:
+                if not leaving:
+                    st.set_lifelines()
+                return
+        if st.leaving:
+            st.forward(loot)
+        else:
+            bag = _merge(bag, loot)
+
+
+def _merge(bag: Any, loot: Any) -> Any:
+    if bag is None:
+        return loot
+    bag.merge(loot)
+    return bag
+
+
+# -- called by other places -------------------------------------------------------------
+def _steal_request(gid: int) -> Any:
+    """Immediate: hand over a piece of shared work, or note that someone is hungry."""
+    st = _states.get(gid)
+    if st is None:
+        return None
+    with st.lock:
+        if st.leaving:
+            return None
+        if st.shared:
+            st.stats.loot_given += 1
+            return st.shared.popleft()
+        if st.active:
+            st.hungry = True
+    return None
+
+
+def _register_thief(gid: int, thief: int) -> None:
+    """Immediate: ``thief`` waits on us; a worker sends it loot when it can."""
+    st = _states.get(gid)
+    if st is None:
+        return
+    with st.lock:
+        if not st.leaving and thief not in st.thieves and thief != st.me:
+            st.thieves.append(thief)
+
+
+def _deliver(gid: int, loot: Any) -> None:
+    """Counted: loot arrives (lifeline, or moved from a leaving place)."""
+    st = state(gid)
+    if st.leaving:
+        st.forward(loot)
+        return
+    with st.lock:
+        st.shared.append(loot)
+        st.stats.lifeline_won += 1
+        start = st.active < st.config.workers
+        if start:
+            st.active += 1
+    if start:
+        _worker(gid, None)
+
+
+def init_place(gid: int, config: GLBConfig, prototype: Any, members: list[int],
+               join: bool = False) -> None:
+    """Create this place's state; a place joining a running computation sets lifelines."""
+    with _states_lock:
+        if gid not in _states:
+            _states[gid] = PlaceState(gid, config, prototype, members)
+    if join:
+        _states[gid].set_lifelines()
+
+
+def start_dynamic(gid: int, bag: Any) -> None:
+    st = state(gid)
+    with st.lock:
+        st.active += 1
+    _worker(gid, bag)
+
+
+def start_static(gid: int, make_bag: Callable[[int, int], Any], position: int, places: int) -> None:
+    st = state(gid)
+    workers = st.config.workers
+    with st.lock:
+        st.active += workers
+    for k in range(1, workers):
+        apgas.async_(_worker, gid, make_bag(position * workers + k, places * workers))
+    _worker(gid, make_bag(position * workers, places * workers))
+
+
+def set_members(gid: int, members: list[int]) -> None:
+    st = _states.get(gid)
+    if st is not None:
+        st.set_members(members)
+
+
+def leave(gid: int, targets: list[int]) -> tuple[Any, list[int], PlaceStats]:
+    """Immediate, at a leaving place: send all work to ``targets``, wait for the
+    workers to end, and return the partial result, the waiting thieves and the stats."""
+    st = state(gid)
+    with st.lock:
+        st.leaving = True
+        st.targets = list(targets)
+        thieves = list(st.thieves)
+        st.thieves.clear()
+    with blocking(), st.lock:
+        st.lock.wait_for(lambda: st.active == 0 and not st.stealing)
+        result, st.result = st.result, copy.deepcopy(st.prototype)
+    st.stats.moved_results += 1
+    return result, thieves, collect_stats(st)
+
+
+def register_thieves(gid: int, thieves: list[int]) -> None:
+    for t in thieves:
+        _register_thief(gid, t)
+
+
+def absorb(gid: int, result: Any) -> None:
+    """Fold a partial result moved from a leaving place."""
+    st = state(gid)
+    with st.lock:
+        st.result.fold(result)
+
+
+def collect_stats(st: PlaceState) -> PlaceStats:
+    stats = copy.copy(st.stats)
+    stats.idle_s = max(0.0, st.config.workers * (time.monotonic() - st.started) - stats.busy_s)
+    return stats
+
+
+def collect(gid: int) -> tuple[Any, PlaceStats]:
+    """End of the computation: this place's result and stats; forget the state."""
+    with _states_lock:
+        st = _states.pop(gid)
+    return st.result, collect_stats(st)

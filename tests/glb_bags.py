@@ -1,0 +1,79 @@
+"""Bags for the GLB tests: a tree with very uneven subtrees."""
+
+from __future__ import annotations
+
+MASK = (1 << 64) - 1
+
+
+def mix(x: int) -> int:
+    """splitmix64: the same on every place."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def children(seed: int, depth: int) -> list[tuple[int, int]]:
+    """Most nodes have 0-2 children, one in 16 has 9: subtrees differ wildly."""
+    if depth == 0:
+        return []
+    h = mix(seed)
+    count = 9 if h % 16 == 0 else h % 3
+    return [(mix(seed * 31 + i + 1), depth - 1) for i in range(count)]
+
+
+class Count:
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def fold(self, other: "Count") -> None:
+        self.value += other.value
+
+
+class TreeBag:
+    """Counts the nodes of the tree below the nodes it holds."""
+
+    def __init__(self, nodes=()) -> None:
+        self.nodes = list(nodes)
+        self.count = 0
+
+    def process(self, n: int) -> int:
+        done = 0
+        while done < n and self.nodes:
+            seed, depth = self.nodes.pop()
+            self.nodes.extend(children(seed, depth))
+            self.count += 1
+            done += 1
+        return done
+
+    def is_empty(self) -> bool:
+        return not self.nodes
+
+    def is_splittable(self) -> bool:
+        return len(self.nodes) >= 2
+
+    def split(self, take_all: bool) -> "TreeBag | None":
+        if take_all:
+            loot, self.nodes = TreeBag(self.nodes), []
+            return loot
+        if len(self.nodes) < 2:
+            return None
+        half = len(self.nodes) // 2
+        loot = TreeBag(self.nodes[:half])  # the oldest nodes: the biggest subtrees
+        del self.nodes[:half]
+        return loot
+
+    def merge(self, other: "TreeBag") -> None:
+        self.nodes.extend(other.nodes)
+
+    def submit(self, result: Count) -> None:
+        result.value += self.count
+        self.count = 0
+
+
+def tree_nodes(roots) -> int:
+    """Sequential reference count."""
+    bag = TreeBag(roots)
+    while not bag.is_empty():
+        bag.process(10_000)
+    return bag.count

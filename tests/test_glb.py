@@ -1,0 +1,203 @@
+"""GLB: exact results however the work moves, on 1, 2 and 4 places."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import apgas
+from glb import GLB, GLBConfig
+from glb._lifelines import lifelines
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from custom_bag import RangeBag, Sum  # noqa: E402  (the example users read)
+
+from glb_bags import Count, TreeBag, tree_nodes  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 200_003
+TREE = [(4, 24), (5, 24), (6, 24)]
+
+
+@pytest.mark.parametrize("places", [1, 2, 4])
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_counting_bag_is_exact(places, workers, mode):
+    def make_bag(index: int, count: int) -> RangeBag:
+        lo, hi = N * index // count, N * (index + 1) // count
+        return RangeBag([(lo, hi)])
+
+    def main():
+        glb = GLB(GLBConfig(n=97, workers=workers))
+        if mode == "dynamic":
+            total = glb.compute_dynamic(RangeBag([(0, N)]), Sum())
+        else:
+            total = glb.compute_static(make_bag, Sum())
+        return total.total, total.count, glb.stats()
+
+    total, count, stats = apgas.run(main, places=places, threads=workers + 1)
+    assert (total, count) == (N * (N - 1) // 2, N)
+    assert [s.place for s in stats] == list(range(places))
+    assert sum(s.units for s in stats) == N
+
+
+def test_uneven_tree_is_exact_and_spread():
+    expected = tree_nodes(TREE)
+
+    def main():
+        glb = GLB(GLBConfig(n=64, w=2, workers=2))
+        total = glb.compute_dynamic(TreeBag(TREE), Count())
+        return total.value, glb.stats()
+
+    value, stats = apgas.run(main, places=4, threads=3)
+    assert value == expected
+    assert sum(s.units for s in stats) == expected
+    assert sum(1 for s in stats if s.units > 0) >= 2, str(stats)
+    assert "lifeline_won" in str(stats)
+
+
+def test_binary_lifelines_are_exact():
+    expected = tree_nodes(TREE)
+
+    def main():
+        glb = GLB(GLBConfig(n=64, workers=1, lifeline="binary", w=1))
+        return glb.compute_dynamic(TreeBag(TREE), Count()).value
+
+    assert apgas.run(main, places=4, threads=2) == expected
+
+
+@pytest.mark.parametrize("strategy", ["hypercube", "binary"])
+@pytest.mark.parametrize("count", range(1, 12))
+def test_lifeline_graphs_reach_every_place(strategy, count):
+    members = [i * 3 for i in range(count)]  # ids with gaps
+    edges = {m: lifelines(strategy, members, m) for m in members}
+    for m, buddies in edges.items():
+        assert m not in buddies and set(buddies) <= set(members)
+    # work flows from a victim to the places that have it as a lifeline
+    reached, todo = {members[0]}, [members[0]]
+    while todo:
+        victim = todo.pop()
+        for thief, buddies in edges.items():
+            if victim in buddies and thief not in reached:
+                reached.add(thief)
+                todo.append(thief)
+    assert reached == set(members)
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="GLBConfig.workers must be an integer >= 1, got 0"):
+        GLBConfig(workers=0)
+    with pytest.raises(ValueError, match="lifeline must be one of"):
+        GLBConfig(lifeline="ring")
+
+
+def bag_units(bag) -> int:
+    if isinstance(bag, RangeBag):
+        return bag.remaining()
+    return tree_nodes(bag.nodes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(["range", "tree"]),
+       ops=st.lists(st.tuples(st.sampled_from(["process", "split", "split_all", "merge"]),
+                              st.integers(1, 50)), max_size=40))
+def test_split_then_merge_loses_nothing(kind, ops):
+    if kind == "range":
+        bags, expected = [RangeBag([(0, 500)])], 500
+        done = lambda: sum(b.partial.count for b in bags)  # noqa: E731
+    else:
+        bags, expected = [TreeBag([(3, 6)])], tree_nodes([(3, 6)])
+        done = lambda: sum(b.count for b in bags)  # noqa: E731
+    for op, k in ops:
+        bag = bags[k % len(bags)]
+        if op == "process":
+            bag.process(k)
+        elif op in ("split", "split_all"):
+            loot = bag.split(op == "split_all")
+            if loot is not None:
+                bags.append(loot)
+        elif len(bags) > 1:
+            other = bags.pop()
+            if other is not bag:
+                bag.merge(other)
+                bags.append(type(bag)())  # keeps the moved partial result counted
+                if kind == "range":
+                    bags[-1].partial = other.partial
+                else:
+                    bags[-1].count = other.count
+            else:
+                bags.append(other)
+    assert done() + sum(bag_units(b) for b in bags) == expected
+
+
+# -- malleable GLB under random orders -------------------------------------------------------
+
+def order(address, line: str) -> list[str]:
+    with socket.create_connection(address, timeout=60) as conn:
+        conn.sendall(line.encode() + b"\n")
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    return reply.decode().splitlines()
+
+
+def status(address) -> int:
+    return int(order(address, "status")[0].split()[2])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("seed", range(20))
+def test_malleable_glb_is_exact_under_random_orders(seed, monkeypatch):
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
+    port = socket.create_server(("127.0.0.1", 0))
+    address = port.getsockname()
+    port.close()
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+    roots = [(seed * 13 + k, 22) for k in range(12)]
+    expected = tree_nodes(roots)
+    rng = random.Random(seed)
+    replies: list[list[str]] = []
+
+    def scheduler():
+        names = 0
+        time.sleep(rng.random() * 0.2)
+        for _ in range(rng.randint(2, 6)):
+            try:
+                live = status(address)
+            except OSError:
+                return
+            if live > 1 and rng.random() < 0.5:
+                line = f"shrink {rng.randint(1, live - 1)}"
+            else:
+                k = rng.randint(1, 2)
+                line = f"grow {k} " + " ".join(f"n{seed}x{names + i}" for i in range(k))
+                names += k
+            try:
+                replies.append(order(address, line))
+            except OSError:
+                return
+            time.sleep(rng.random() * 0.15)
+
+    def main():
+        client = threading.Thread(target=scheduler, daemon=True)
+        client.start()
+        glb = GLB(GLBConfig(n=32, w=2, workers=2, malleable=True, seed=seed))
+        total = glb.compute_dynamic(TreeBag(roots), Count())
+        client.join(30)
+        return total.value, glb.stats()
+
+    value, stats = apgas.run(main, places=3, threads=3)
+    assert value == expected, (replies, str(stats))
+    assert sum(s.units for s in stats) == expected
+    for reply in replies:
+        assert reply and not reply[0].startswith("error") or "no longer malleable" in reply[0] \
+            or "not malleable yet" in reply[0], replies
