@@ -33,14 +33,17 @@ class Count:
 class TreeBag:
     """Counts the nodes of the tree below the nodes it holds."""
 
-    def __init__(self, nodes=()) -> None:
+    def __init__(self, nodes=(), spin: int = 0) -> None:
         self.nodes = list(nodes)
         self.count = 0
+        self.spin = spin  # extra hashing per node, to make nodes cost more
 
     def process(self, n: int) -> int:
         done = 0
         while done < n and self.nodes:
             seed, depth = self.nodes.pop()
+            for _ in range(self.spin):
+                mix(seed)
             self.nodes.extend(children(seed, depth))
             self.count += 1
             done += 1
@@ -54,12 +57,12 @@ class TreeBag:
 
     def split(self, take_all: bool) -> "TreeBag | None":
         if take_all:
-            loot, self.nodes = TreeBag(self.nodes), []
+            loot, self.nodes = TreeBag(self.nodes, self.spin), []
             return loot
         if len(self.nodes) < 2:
             return None
         half = len(self.nodes) // 2
-        loot = TreeBag(self.nodes[:half])  # the oldest nodes: the biggest subtrees
+        loot = TreeBag(self.nodes[:half], self.spin)  # the oldest nodes: the biggest subtrees
         del self.nodes[:half]
         return loot
 
