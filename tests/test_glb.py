@@ -203,3 +203,38 @@ def test_malleable_glb_is_exact_under_random_orders(seed, monkeypatch):
     for reply in replies:
         assert reply and not reply[0].startswith("error") or "no longer malleable" in reply[0] \
             or "not malleable yet" in reply[0], replies
+
+
+@pytest.mark.timeout(60)
+def test_shrink_to_place_zero_alone_and_grow_again(monkeypatch):
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
+    port = socket.create_server(("127.0.0.1", 0))
+    address = port.getsockname()
+    port.close()
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+    roots = [(s, 21) for s in (4, 5, 6, 10, 12, 13)]
+    expected = tree_nodes(roots)
+    replies: list[list[str]] = []
+
+    def scheduler():
+        while True:  # wait until the computation takes orders
+            if order(address, "status")[0].startswith("status malleable"):
+                break
+            time.sleep(0.01)
+        for line in ("shrink 2", "grow 2 a b", "shrink 1", "shrink 1", "grow 1 c"):
+            replies.append(order(address, line))
+
+    def main():
+        client = threading.Thread(target=scheduler, daemon=True)
+        client.start()
+        glb = GLB(GLBConfig(n=32, workers=2, malleable=True))
+        total = glb.compute_dynamic(TreeBag(roots, spin=20), Count())
+        client.join(30)
+        return total.value, glb.stats()
+
+    value, stats = apgas.run(main, places=3, threads=3)
+    host = socket.gethostname()
+    assert replies == [[host, host], ["ok grow 2 places 3 4"], ["b"], ["a"], ["ok grow 1 places 5"]]
+    assert value == expected
+    assert {s.place for s in stats} == {0, 1, 2, 3, 4, 5}
+    assert sum(s.units for s in stats) == expected
