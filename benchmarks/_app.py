@@ -38,3 +38,5 @@ class App:
     warm_up: Callable[[], float]
     #: what a unit is, for the throughput line ("nodes", "samples" ...)
     unit_name: str = "units"
+    #: GLB's ``n`` (units per ``process`` call) unless ``--n`` says otherwise
+    default_n: int = 511

@@ -1,0 +1,138 @@
+"""Run one GLB benchmark application.
+
+    python -m benchmarks {uts,nqueens,bc,pi} [app options] --places P --workers W
+                         [--sequential] [--static] [--malleable] [--json FILE]
+
+Prints the result, whether it is correct against a known reference, the time of
+the computation alone and the throughput; ``--json`` writes one record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import apgas
+from glb import GLB, GLBConfig
+
+from ._app import App
+
+APPS = ("uts", "nqueens", "bc", "pi")
+log = logging.getLogger("benchmarks")
+
+
+def load_app(name: str) -> App:
+    return importlib.import_module(f"benchmarks.{name}").APP
+
+
+def build_parser(apps: dict[str, App]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="app", required=True, metavar="{" + ",".join(apps) + "}")
+    for name, app in apps.items():
+        p = sub.add_parser(name, help=f"the {name} benchmark")
+        app.add_arguments(p)
+        p.add_argument("--places", type=int, default=1, help="places (processes); default 1")
+        p.add_argument("--workers", type=int, default=1, help="GLB workers per place; default 1")
+        p.add_argument("--sequential", action="store_true", help="run the kernel alone on one core")
+        p.add_argument("--static", action="store_true", help="static initial distribution")
+        p.add_argument("--malleable", action="store_true",
+                       help="take grow/shrink orders while computing (socket communicator)")
+        p.add_argument("--n", type=int, default=None, help="GLB units per process() call")
+        p.add_argument("--w", type=int, default=3, help="GLB random steal attempts")
+        p.add_argument("--lifeline", default="hypercube", choices=("hypercube", "binary"))
+        p.add_argument("--json", type=Path, default=None, help="write one JSON record here")
+    return parser
+
+
+def _warm_up_here(name: str) -> tuple[int, float]:
+    return apgas.here().id, load_app(name).warm_up()
+
+
+def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
+    """The computation under apgas.run; returns the measured record fields."""
+    def main() -> dict[str, Any]:
+        first = _warm_up_here(app.name)  # place 0 compiles or loads the kernels first ...
+        with apgas.finish():             # ... the others then load them from the disk cache
+            loads: list = []
+            ref = apgas.GlobalRef(loads)
+            for p in apgas.places()[1:]:
+                apgas.async_at(p, lambda r=ref: _report_warm_up(r, app.name))
+        warm = dict([first, *loads])
+        config = GLBConfig(n=ns.n or app.default_n, w=ns.w, workers=ns.workers, lifeline=ns.lifeline,
+                           malleable=ns.malleable)
+        glb = GLB(config)
+        if ns.malleable:
+            log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
+                        os.environ.get("APGAS_MALLEABLE_LISTEN", "a free port; set it to choose"))
+        start = time.perf_counter()
+        if ns.static:
+            result = glb.compute_static(lambda i, k: app.make_static_bag(params, i, k), app.make_result(params))
+        else:
+            result = glb.compute_dynamic(app.make_bag(params), app.make_result(params))
+        seconds = time.perf_counter() - start
+        stats = glb.stats()
+        print(stats, file=sys.stderr)
+        return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
+                "final_places": len(apgas.places())}
+
+    return apgas.run(main, places=ns.places, threads=ns.workers + 1)
+
+
+def _report_warm_up(ref: apgas.GlobalRef, name: str) -> None:
+    item = _warm_up_here(name)
+    apgas.at(ref.home, lambda: ref.get().append(item))
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    apps = {name: load_app(name) for name in APPS}
+    parser = build_parser(apps)
+    ns = parser.parse_args(argv)
+    app = apps[ns.app]
+    if ns.places < 1 or ns.workers < 1:
+        parser.error(f"--places and --workers must be >= 1, got {ns.places} and {ns.workers}")
+    try:
+        params = app.params(ns)
+    except ValueError as e:
+        parser.error(str(e))
+    total_start = time.perf_counter()
+    if ns.sequential:
+        warm = {"sequential": app.warm_up()}
+        start = time.perf_counter()
+        result = app.sequential(params)
+        seconds = time.perf_counter() - start
+        places, workers = 1, 1
+    else:
+        record = run_glb(app, params, ns)
+        result, seconds, warm = record["result_obj"], record["seconds"], record["warm_up_seconds"]
+        places, workers = ns.places, ns.workers
+    value = app.value(result)
+    units = app.units(result)
+    correct = app.check(params, value)
+    out = {
+        "benchmark": app.name, "params": params, "places": places, "workers": workers,
+        "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
+        "malleable": bool(ns.malleable), "result": value, "correct": correct,
+        "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
+        "units": units, "unit_name": app.unit_name,
+        "throughput": units / seconds if seconds > 0 else None,
+        "warm_up_seconds": warm,
+    }
+    print(f"{app.name} {params}: result {value}  correct {correct}")
+    print(f"time {seconds:.3f} s (computation), {out['total_seconds']:.3f} s (whole run); "
+          f"{out['throughput']:,.0f} {app.unit_name}/s on {places} place(s) x {workers} worker(s)")
+    if ns.json:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
+        ns.json.write_text(json.dumps(out, indent=2, default=str))
+    return 0 if correct is not False else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
