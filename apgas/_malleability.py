@@ -100,10 +100,7 @@ class Orders:
             t2 = time.monotonic_ns()
             self._call("post_grow", handler.post_grow, n, continued, added)
             end = time.monotonic_ns()
-        self._report("preGrowTimeAPGAS", n, t1 - start)
-        self._report("placeStartTimeAPGAS", n, t2 - t1)
-        self._report("postGrowTimeAPGAS", n, end - t2)
-        self._report("growTimeAPGAS", n, end - start)
+        self._report_phases("Grow", "Start", n, start, t1, t2, end)
         return added
 
     def shrink(self, n: int, released: Callable[[list[str]], None]) -> list[str]:
@@ -122,10 +119,7 @@ class Orders:
             released(hosts)
             self._call("post_shrink", handler.post_shrink, n, list(chosen))
             end = time.monotonic_ns()
-        self._report("preShrinkTimeAPGAS", n, t1 - start)
-        self._report("placeStopTimeAPGAS", n, t2 - t1)
-        self._report("postShrinkTimeAPGAS", n, end - t2)
-        self._report("shrinkTimeAPGAS", n, end - start)
+        self._report_phases("Shrink", "Stop", n, start, t1, t2, end)
         return hosts
 
     # -- helpers ----------------------------------------------------------------------
@@ -152,6 +146,14 @@ class Orders:
         except Exception as e:
             log.exception("the handler's %s failed", name)
             raise OrderError(f"the handler's {name} raised {type(e).__name__}: {e}") from e
+
+    def _report_phases(self, verb: str, place_phase: str, n: int, start: int, t1: int, t2: int,
+                       end: int) -> None:
+        """The handler's pre phase, the places' start or stop, the post phase, the whole."""
+        self._report(f"pre{verb}TimeAPGAS", n, t1 - start)
+        self._report(f"place{place_phase}TimeAPGAS", n, t2 - t1)
+        self._report(f"post{verb}TimeAPGAS", n, end - t2)
+        self._report(f"{verb.lower()}TimeAPGAS", n, end - start)
 
     def _report(self, what: str, n: int, ns: int) -> None:
         log.info("%s: %d place(s) in %.3f s", what, n, ns / 1e9)
