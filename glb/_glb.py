@@ -137,10 +137,10 @@ class _GLBHandler(apgas.MalleableHandler):
 
     def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
         members = [p.id for p in continued + added]
+        for p in continued:  # first: a worker drops a thief that is not a member
+            w_at(p.id, w.set_members, self.gid, members)
         for p in added:
             w_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members, True)
-        for p in continued:
-            w_at(p.id, w.set_members, self.gid, members)
 
 
 def w_at(place: int, fn: Callable, *args: Any) -> Any:
