@@ -238,3 +238,4 @@ def test_shrink_to_place_zero_alone_and_grow_again(monkeypatch):
     assert value == expected
     assert {s.place for s in stats} == {0, 1, 2, 3, 4, 5}
     assert sum(s.units for s in stats) == expected
+    assert next(s for s in stats if s.place == 5).units > 0, str(stats)  # a new place gets work
