@@ -84,7 +84,7 @@ def with_glb(app_name: str, args: list[str], places: int, workers: int) -> dict:
 
 CASES = {
     "uts": (["--depth", "13"], ["--depth", "11"]),
-    "pi": (["--samples", "400000000"], ["--samples", "40000000"]),
+    "pi": (["--samples", "4000000000"], ["--samples", "40000000"]),
 }
 
 
