@@ -1,0 +1,54 @@
+"""The one benchmark CLI: python -m benchmarks {uts,nqueens,bc,pi}."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+KEYS = {"benchmark", "params", "places", "workers", "result", "correct", "seconds", "total_seconds",
+        "throughput", "units", "warm_up_seconds"}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True,
+                          timeout=110)
+
+
+@pytest.mark.parametrize("app, size, expected", [
+    ("uts", ["--depth", "8"], 257_042),
+    ("nqueens", ["-n", "10", "-t", "3"], 724),
+])
+def test_record_of_a_glb_run(tmp_path, app, size, expected):
+    out = tmp_path / "r.json"
+    proc = run(app, *size, "--places", "2", "--workers", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert KEYS <= set(record)
+    assert record["result"] == expected and isinstance(record["result"], int)
+    assert record["correct"] is True and record["places"] == 2
+    assert 0 < record["seconds"] <= record["total_seconds"]
+    assert set(record["warm_up_seconds"]) == {"0", "1"}
+    assert "correct True" in proc.stdout
+
+
+def test_sequential_run(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run("pi", "--samples", "1000000", "--sequential", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert record["mode"] == "sequential" and record["correct"] is True
+    assert abs(record["result"] - 3.14159) < 0.01
+
+
+def test_bad_parameters_are_refused():
+    proc = run("uts", "--depth", "-3")
+    assert proc.returncode == 2 and "-3" in proc.stderr
+    proc = run("nqueens", "-n", "12", "--places", "0")
+    assert proc.returncode == 2 and "--places and --workers must be >= 1" in proc.stderr
+    proc = run("fft")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
