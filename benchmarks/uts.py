@@ -317,8 +317,8 @@ class UTSBag:
         return self._top >= 2
 
     def split(self, take_all: bool) -> "UTSBag | None":
-        """Give away the bottom half of the stack (the oldest nodes, with the biggest
-        subtrees), or all of it; never the count."""
+        """Give away every other node of the stack (so both sides keep shallow nodes
+        with big subtrees and deep ones alike), or all of it; never the count."""
         if take_all:
             if self._top == 0:
                 return None
@@ -326,10 +326,11 @@ class UTSBag:
             return loot
         if self._top < 2:
             return None
-        half = self._top // 2
-        loot = UTSBag(self._nodes[:half].copy())
-        self._nodes[:self._top - half] = self._nodes[half:self._top]
-        self._top -= half
+        stack = self._nodes[:self._top]
+        loot = UTSBag(stack[0::2].copy())
+        kept = stack[1::2].copy()
+        self._nodes[:len(kept)] = kept
+        self._top = len(kept)
         return loot
 
     def merge(self, other: "UTSBag") -> None:
@@ -453,4 +454,5 @@ APP = App(
     check=_check,
     warm_up=warm_up,
     unit_name="nodes",
+    default_n=8192,  # nodes per process call: about 0.15 ms of kernel between two checks
 )
