@@ -35,6 +35,8 @@ class HomeFinish:
         self.dead: set[int] = set()
 
     def bump(self, src: int, dst: int, delta: int) -> None:
+        if not delta:
+            return
         if src in self.dead or dst in self.dead:
             if dst in self.dead and delta > 0:
                 self._lost(dst)
@@ -86,9 +88,6 @@ class RemoteFinish:
         self.spawned: dict[int, int] = {}
         self.completed: dict[int, int] = {}
         self.exceptions: list[BaseException] = []
-
-    def spawn(self, dst: int) -> None:
-        self.spawned[dst] = self.spawned.get(dst, 0) + 1
 
     def complete(self, src: int) -> None:
         self.completed[src] = self.completed.get(src, 0) + 1

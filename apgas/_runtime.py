@@ -143,28 +143,33 @@ class Runtime:
         if kind == TASK and fref is None:
             kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
         payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
-        # Counting and sending happen under the lock that also guards the place
-        # table: a task is never sent to a place after that place was fenced off.
-        with self._lock:
-            if dst not in self.places:
-                raise DeadPlaceError(dst, "it died or left while the task was prepared")
-            if kind == TASK:
-                home, fid = fref  # type: ignore[misc]
-                if home == self.id:
-                    self._home[fid].bump(self.id, dst, 1)
-                else:
-                    state = self._remote[fref]  # type: ignore[index]
-                    state.spawn(dst)
-                    if dst == self.id:
-                        state.live += 1
-            if dst != self.id:
-                self.transport.send(dst, kind, *(fref or (0, 0)), payload)
-                return
         if kind == TASK:
+            self._count_spawn(fref, dst, 1)  # type: ignore[arg-type]
+        if dst != self.id:
+            # The table is checked under the link's lock, which also orders the FENCE
+            # that a shrink sends: no task reaches a place after its fence.
+            if not self.transport.send(dst, kind, *(fref or (0, 0)), payload,
+                                       guard=lambda: dst in self.places):
+                if kind == TASK:
+                    self._count_spawn(fref, dst, -1)  # type: ignore[arg-type]
+                raise DeadPlaceError(dst, "it died or left while the task was prepared")
+        elif kind == TASK:
             self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs))
         else:
             pool = self.immediate if kind == IMMEDIATE else self.pool
             pool.submit(functools.partial(self._run_uncounted, fn, args, kwargs))
+
+    def _count_spawn(self, fref: tuple[int, int], dst: int, delta: int) -> None:
+        """Count a spawn (or take one back) before the task can possibly end."""
+        home, fid = fref
+        with self._lock:
+            if home == self.id:
+                self._home[fid].bump(self.id, dst, delta)
+            else:
+                state = self._remote[fref]
+                state.spawned[dst] = state.spawned.get(dst, 0) + delta
+                if dst == self.id:
+                    state.live += delta
 
     def _run_task(self, fref: tuple[int, int], src: int, fn: Callable, args: tuple, kwargs: dict) -> None:
         prev = current_finish()
@@ -283,11 +288,13 @@ class Runtime:
         payload = ser.dumps((fn, args, kwargs))
         req = self.next_id()
         pending = _Pending(dst)
-        with self._lock:  # see spawn()
-            if dst not in self.places:
-                raise DeadPlaceError(dst, "it died or left before at() could be sent")
+        with self._lock:
             self._pending[req] = pending
-            self.transport.send(dst, AT, int(immediate), req, payload)
+        if not self.transport.send(dst, AT, int(immediate), req, payload,
+                                   guard=lambda: dst in self.places):  # see spawn()
+            with self._lock:
+                self._pending.pop(req, None)
+            raise DeadPlaceError(dst, "it died or left before at() could be sent")
         try:
             with blocking():
                 pending.wait()

@@ -118,13 +118,19 @@ class Transport:
         if link is not None:
             self._close_link(link, linger_ms)
 
-    def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence = (b"",)) -> None:
-        """Send one message; ``payload`` is ``[body, *buffers]``. Thread-safe."""
+    def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence = (b"",),
+             guard: Callable[[], bool] | None = None) -> bool:
+        """Send one message; ``payload`` is ``[body, *buffers]``. Thread-safe.
+
+        ``guard`` is checked under the lock that orders the messages to ``dst``:
+        if it is false, nothing is sent and False is returned. A message sent
+        after ``guard`` turned false (and after the message that made it so)
+        can therefore never overtake that message.
+        """
         header = HEADER.pack(kind, self.place_id, a, b)
         if self._chaos is None:
-            self._send_now(dst, header, payload)
-        else:
-            self._hold(dst, header, payload)
+            return self._send_now(dst, header, payload, guard)
+        return self._hold(dst, header, payload, guard)
 
     def close(self, linger_ms: int = 0) -> None:
         """Stop; with ``linger_ms`` > 0, wait that long for queued messages to leave."""
@@ -150,18 +156,21 @@ class Transport:
         self._ctx.term()
 
     # -- sending ----------------------------------------------------------------
-    def _send_now(self, dst: int, header: bytes, payload: Sequence) -> None:
+    def _send_now(self, dst: int, header: bytes, payload: Sequence,
+                  guard: Callable[[], bool] | None = None) -> bool:
         link = self._links.get(dst)
         if link is None:
             log.debug("message to place %d dropped: no link (place gone)", dst)
-            return
+            return guard is None
         envelope = _mac(self._secret, header, payload) + header
         last = len(payload) - 1
         try:
             with link.lock:
+                if guard is not None and not guard():
+                    return False
                 sock = link.sock
                 if sock.closed:
-                    return
+                    return True
                 sock.send(envelope, zmq.SNDMORE)
                 for i, frame in enumerate(payload):
                     big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
@@ -169,21 +178,26 @@ class Transport:
         except zmq.ZMQError as err:
             if self._running:
                 log.error("sending to place %d failed: %s", dst, err)
+        return True
 
     @staticmethod
     def _close_link(link: _Link, linger_ms: int = 0) -> None:
         with link.lock:
             link.sock.close(linger=linger_ms)
 
-    def _hold(self, dst: int, header: bytes, payload: Sequence) -> None:
+    def _hold(self, dst: int, header: bytes, payload: Sequence,
+              guard: Callable[[], bool] | None = None) -> bool:
         """Chaos hook: delay at random, keeping the order within each pair."""
         with self._chaos_cond:
+            if guard is not None and not guard():
+                return False
             due = max(time.monotonic() + self._chaos.random() * self._chaos_delay,  # type: ignore[union-attr]
                       self._held_last.get(dst, 0.0))
             self._held_last[dst] = due
             self._held_seq += 1
             heapq.heappush(self._held, (due, self._held_seq, dst, header, payload))
             self._chaos_cond.notify()
+        return True
 
     def _release_held(self) -> None:
         """Chaos hook thread: send each held message when it is due."""
@@ -196,17 +210,16 @@ class Transport:
                     self._chaos_cond.wait(wait)
                 if not self._running:
                     return
+                # sent under the lock: a flush at close must not overtake it
                 _, _, dst, header, payload = heapq.heappop(self._held)
-            self._send_now(dst, header, payload)
+                self._send_now(dst, header, payload)
 
     def _flush_held(self) -> None:
         """Chaos hook: send everything still held, in order, before an orderly close."""
-        while True:
-            with self._chaos_cond:
-                if not self._held:
-                    return
+        with self._chaos_cond:
+            while self._held:
                 _, _, dst, header, payload = heapq.heappop(self._held)
-            self._send_now(dst, header, payload)
+                self._send_now(dst, header, payload)
 
     # -- receiving (network thread) -------------------------------------------------
     def _loop(self) -> None:
