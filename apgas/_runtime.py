@@ -561,9 +561,11 @@ class Runtime:
         def watch() -> None:
             while not self.stopped.wait(0.05):
                 for pid, proc in list(self._children.items()):
-                    if pid in self._leaving_places:
-                        continue  # remove_places watches it
                     code = proc.poll()
+                    # a place that was removed (or is being removed) is remove_places' to watch;
+                    # checked after poll(): the removal may finish between the snapshot and here
+                    if pid in self._leaving_places or pid in self.left:
+                        continue
                     if code is not None and pid not in self.dead:
                         self._children.pop(pid, None)
                         reason = f"its process exited with code {code}"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from orders import free_address
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -83,3 +85,12 @@ def script(tmp_path):
         proc.wait()
         for pid in place_processes(proc.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def malleable_address(monkeypatch):
+    """Every host name is local and the next job listens for orders on a free loopback port."""
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
+    address = free_address()
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+    return address

@@ -7,7 +7,6 @@ import functools
 import pickle
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 import apgas
 from benchmarks import bc
 from glb import GLB, GLBConfig
+from orders import send_orders
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -201,36 +201,17 @@ def test_glb_equals_networkx(mode):
     assert bc.check(params, bc.value(total)) is True
 
 
-def order(address, line: str) -> list[str]:
-    with socket.create_connection(address, timeout=60) as conn:
-        conn.sendall(line.encode() + b"\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
-
-
 @pytest.mark.timeout(60)
-def test_malleable_glb_grows_and_shrinks_to_the_same_scores(monkeypatch):
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    port = socket.create_server(("127.0.0.1", 0))
-    address = port.getsockname()
-    port.close()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+def test_malleable_glb_grows_and_shrinks_to_the_same_scores(malleable_address):
     params = {"scale": 12, "seed": 2}
     bc.warm_up()  # the kernel in numba's disk cache, so new places only load it
     want = sequential(*params.values())
+    address = malleable_address
     replies: list[list[str]] = []
 
-    def scheduler():
-        while not order(address, "status")[0].startswith("status malleable"):
-            time.sleep(0.01)
-        for line in ("shrink 1", "grow 1 a"):  # the quick order first: both land in time
-            replies.append(order(address, line))
-
     def main():
-        client = threading.Thread(target=scheduler, daemon=True)
-        client.start()
+        # the quick order first: both land in time
+        client = send_orders(address, ("shrink 1", "grow 1 a"), replies)
         glb = GLB(GLBConfig(n=8, workers=2, malleable=True))
         total = glb.compute_dynamic(bc.make_bag(params), bc.make_result(params))
         client.join(30)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import socket
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +14,7 @@ import apgas
 from benchmarks import nqueens
 from benchmarks.nqueens import APP, REFERENCE, NQueensBag, NQueensResult, prefixes
 from glb import GLB, GLBConfig
+from orders import send_orders
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -163,33 +162,14 @@ def test_glb_on_two_places_is_exact(mode):
         assert found[n] == (REFERENCE[n], tasks, tasks), n
 
 
-def order(address, line: str) -> list[str]:
-    with socket.create_connection(address, timeout=60) as conn:
-        conn.sendall(line.encode() + b"\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
-
-
-def test_malleable_glb_is_exact_through_a_shrink_and_a_grow(monkeypatch):
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    port = socket.create_server(("127.0.0.1", 0))
-    address = port.getsockname()
-    port.close()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+def test_malleable_glb_is_exact_through_a_shrink_and_a_grow(malleable_address):
     p = args("-n", "15", "-t", "4")  # about a second of work on two cores
+    address = malleable_address
     replies: list[list[str]] = []
 
-    def scheduler():
-        while not order(address, "status")[0].startswith("status malleable"):
-            time.sleep(0.01)
-        for line in ("shrink 1", "grow 1 a"):  # a shrink is quick: the slow grow starts early
-            replies.append(order(address, line))
-
     def main():
-        client = threading.Thread(target=scheduler, daemon=True)
-        client.start()
+        # a shrink is quick: the slow grow starts early
+        client = send_orders(address, ("shrink 1", "grow 1 a"), replies)
         glb = GLB(GLBConfig(n=8, workers=2, malleable=True))
         result = glb.compute_dynamic(APP.make_bag(p), APP.make_result(p))
         client.join(30)

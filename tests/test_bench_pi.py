@@ -6,8 +6,6 @@ import argparse
 import functools
 import math
 import socket
-import threading
-import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -16,6 +14,7 @@ import apgas
 from benchmarks import pi
 from benchmarks.pi import APP, PiBag, PiResult
 from glb import GLB, GLBConfig
+from orders import send_orders
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,33 +148,14 @@ def test_glb_hits_are_identical_static_and_dynamic(small, places, workers):
     assert chunks == pi.chunk_count(p["samples"], p["chunk"])
 
 
-def order(address, line: str) -> list[str]:
-    with socket.create_connection(address, timeout=60) as conn:
-        conn.sendall(line.encode() + b"\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
-
-
-def test_malleable_glb_hits_are_identical_through_a_shrink_and_a_grow(monkeypatch):
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    port = socket.create_server(("127.0.0.1", 0))
-    address = port.getsockname()
-    port.close()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+def test_malleable_glb_hits_are_identical_through_a_shrink_and_a_grow(malleable_address):
     p = args("--samples", "3e9", "--sample-seed", "11")  # about a second on two cores
+    address = malleable_address
     replies: list[list[str]] = []
 
-    def scheduler():
-        while not order(address, "status")[0].startswith("status malleable"):
-            time.sleep(0.01)
-        for line in ("shrink 1", "grow 1 a"):  # a shrink is quick: the slow grow starts early
-            replies.append(order(address, line))
-
     def main():
-        client = threading.Thread(target=scheduler, daemon=True)
-        client.start()
+        # a shrink is quick: the slow grow starts early
+        client = send_orders(address, ("shrink 1", "grow 1 a"), replies)
         glb = GLB(GLBConfig(n=8, workers=2, malleable=True))
         result = glb.compute_dynamic(APP.make_bag(p), APP.make_result(p))
         client.join(30)

@@ -20,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 import apgas
 from benchmarks import uts
 from glb import GLB, GLBConfig
+from orders import send_orders
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -228,39 +229,19 @@ def test_glb_on_two_places_is_exact(mode):
         assert sum(s.units for s in stats) == uts.REFERENCE[9]
 
 
-def order(address, line: str) -> list[str]:
-    with socket.create_connection(address, timeout=30) as conn:
-        conn.sendall(line.encode() + b"\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
-
-
-def test_malleable_glb_grows_and_shrinks_exactly(monkeypatch):
+def test_malleable_glb_grows_and_shrinks_exactly(malleable_address):
     """Shrink first (it takes milliseconds), then grow: the grow is sure to be ordered
     while the computation (a few seconds on 2 cores) still runs, and the new place
     joins it through its lifelines."""
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    port = socket.create_server(("127.0.0.1", 0))
-    address = port.getsockname()
-    port.close()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+    address = malleable_address
     p = params(depth=12)
     replies: list[list[str]] = []
     computed = threading.Event()
 
-    def scheduler():
-        while not order(address, "status")[0].startswith("status malleable"):
-            if computed.wait(0.01):
-                return              # over before it took orders: the assert says so
-        for line in ("shrink 1", "grow 1 a"):
-            replies.append(order(address, line))
-
     def main():
         uts.warm_up()
-        client = threading.Thread(target=scheduler, daemon=True)
-        client.start()
+        # stops waiting if the run ends before it takes orders: the assert says so
+        client = send_orders(address, ("shrink 1", "grow 1 a"), replies, stop=computed, timeout=30)
         glb = GLB(GLBConfig(n=1024, workers=1, malleable=True))
         total = glb.compute_dynamic(uts.APP.make_bag(p), uts.APP.make_result(p))
         computed.set()

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from custom_bag import RangeBag, Sum  # noqa: E402  (the example users read)
 
 from glb_bags import Count, TreeBag, tree_nodes  # noqa: E402
+from orders import order, send_orders  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -141,27 +142,14 @@ def test_split_then_merge_loses_nothing(kind, ops):
 
 # -- malleable GLB under random orders -------------------------------------------------------
 
-def order(address, line: str) -> list[str]:
-    with socket.create_connection(address, timeout=60) as conn:
-        conn.sendall(line.encode() + b"\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
-
-
 def status(address) -> int:
     return int(order(address, "status")[0].split()[2])
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("seed", range(20))
-def test_malleable_glb_is_exact_under_random_orders(seed, monkeypatch):
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    port = socket.create_server(("127.0.0.1", 0))
-    address = port.getsockname()
-    port.close()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+def test_malleable_glb_is_exact_under_random_orders(seed, malleable_address):
+    address = malleable_address
     roots = [(s, 21) for s in (4, 5, 6, 10)] + [(seed * 13 + k, 21) for k in range(8)]
     expected = tree_nodes(roots)
     rng = random.Random(seed)
@@ -206,27 +194,15 @@ def test_malleable_glb_is_exact_under_random_orders(seed, monkeypatch):
 
 
 @pytest.mark.timeout(60)
-def test_shrink_to_place_zero_alone_and_grow_again(monkeypatch):
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    port = socket.create_server(("127.0.0.1", 0))
-    address = port.getsockname()
-    port.close()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+def test_shrink_to_place_zero_alone_and_grow_again(malleable_address):
+    address = malleable_address
     roots = [(s, 21) for s in (4, 5, 6, 10, 12, 13)]
     expected = tree_nodes(roots)
     replies: list[list[str]] = []
 
-    def scheduler():
-        while True:  # wait until the computation takes orders
-            if order(address, "status")[0].startswith("status malleable"):
-                break
-            time.sleep(0.01)
-        for line in ("shrink 2", "grow 2 a b", "shrink 1", "shrink 1", "grow 1 c"):
-            replies.append(order(address, line))
-
     def main():
-        client = threading.Thread(target=scheduler, daemon=True)
-        client.start()
+        orders = ("shrink 2", "grow 2 a b", "shrink 1", "shrink 1", "grow 1 c")
+        client = send_orders(address, orders, replies)
         glb = GLB(GLBConfig(n=32, workers=2, malleable=True))
         total = glb.compute_dynamic(TreeBag(roots, spin=20), Count())
         client.join(30)

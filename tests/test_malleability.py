@@ -14,6 +14,7 @@ import pytest
 
 import apgas
 from apgas import DeadPlaceError
+from orders import free_port, order
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -23,23 +24,6 @@ def every_name_is_local(monkeypatch):
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
     for var in ("APGAS_SCHEDULER", "APGAS_MALLEABLE_LISTEN", "APGAS_COMMUNICATOR"):
         monkeypatch.delenv(var, raising=False)
-
-
-def order(address, line: str | bytes, end: bytes = b"\n", timeout: float = 60) -> list[str]:
-    """Send one raw order line; return the reply lines (the job closes the connection)."""
-    data = line.encode() if isinstance(line, str) else line
-    with socket.create_connection(address, timeout=timeout) as conn:
-        conn.sendall(data + end)
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ids(places) -> list[int]:
