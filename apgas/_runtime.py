@@ -10,7 +10,6 @@ import functools
 import itertools
 import logging
 import os
-import pickle
 import socket
 import sys
 import threading
@@ -248,7 +247,8 @@ class Runtime:
         try:
             exc.remote_traceback = text  # type: ignore[attr-defined]
             exc.add_note("remote traceback:\n" + text.rstrip())
-            clone = ser.loads(*_split(ser.dumps(exc)))
+            body, *buffers = ser.dumps(exc)
+            clone = ser.loads(body, buffers)
             if type(clone) is not type(exc):
                 raise TypeError("exception does not survive pickling")
             return exc
@@ -593,10 +593,6 @@ class Runtime:
         self.transport.close()
         self.pool.shutdown()
         self.immediate.shutdown()
-
-
-def _split(parts: list) -> tuple:
-    return parts[0], parts[1:]
 
 
 def _reap(proc, grace: float) -> None:

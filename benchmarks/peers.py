@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import os
 import subprocess
 import sys
 import tempfile

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import logging
 import os
 import time
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
@@ -14,11 +13,10 @@ from apgas._runtime import current
 
 from . import _worker as w
 from ._config import GLBConfig
-from ._stats import GLBStats, PlaceStats
+from ._stats import GLBStats
 
 __all__ = ["GLB", "Bag", "Result"]
 
-log = logging.getLogger("glb")
 
 R = TypeVar("R", bound="Result")
 _ids = itertools.count(1)
@@ -127,21 +125,17 @@ class _GLBHandler(apgas.MalleableHandler):
         leaving = places[-n:]
         staying = [p.id for p in places[:-n]]
         for p in staying:
-            w_at(p, w.set_members, self.gid, staying)
+            w.immediate_at(p, w.set_members, self.gid, staying)
         for p in leaving:
-            result, thieves, stats = w_at(p.id, w.leave, self.gid, staying)
+            result, thieves, stats = w.immediate_at(p.id, w.leave, self.gid, staying)
             w.absorb(self.gid, result)  # place 0 stays: partial results live on here
-            w_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
+            w.immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
         return leaving
 
     def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
         members = [p.id for p in continued + added]
         for p in continued:  # first: a worker drops a thief that is not a member
-            w_at(p.id, w.set_members, self.gid, members)
+            w.immediate_at(p.id, w.set_members, self.gid, members)
         for p in added:
-            w_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members, True)
-
-
-def w_at(place: int, fn: Callable, *args: Any) -> Any:
-    return current().at(place, fn, args, {}, immediate=True)
+            w.immediate_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members, True)

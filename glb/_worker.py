@@ -38,7 +38,8 @@ def state(gid: int) -> "PlaceState":
         raise RuntimeError(f"GLB computation {gid} has no state at place {apgas.here().id}") from None
 
 
-def _immediate_at(place: int, fn: Callable, *args: Any) -> Any:
+def immediate_at(place: int, fn: Callable, *args: Any) -> Any:
+    """A short call on ``place``'s immediate pool: never queued behind busy workers."""
     return current().at(place, fn, args, {}, immediate=True)
 
 
@@ -78,7 +79,7 @@ class PlaceState:
     def set_lifelines(self) -> None:
         for buddy in lifelines(self.config.lifeline, self.members, self.me):
             try:
-                _immediate_at(buddy, _register_thief, self.gid, self.me)
+                immediate_at(buddy, _register_thief, self.gid, self.me)
             except apgas.DeadPlaceError:
                 pass  # gone meanwhile; the next membership change rewires
 
@@ -140,7 +141,7 @@ class PlaceState:
             victim = self.rng.choice(victims)
             self.stats.random_tried += 1
             try:
-                loot = _immediate_at(victim, _steal_request, self.gid)
+                loot = immediate_at(victim, _steal_request, self.gid)
             except apgas.DeadPlaceError:
                 continue
             if loot is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import struct
 import time
 
 import pytest

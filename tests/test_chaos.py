@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-import zmq
 
 import apgas
 from apgas._transport import Transport

@@ -212,7 +212,7 @@ def test_exceptions_from_every_place_are_collected():
     for e in group.exceptions:
         place_id = int(str(e).strip("'").rsplit(" ", 1)[1])
         assert f"raised at place {place_id} " in e.__notes__[0]
-        assert f"pid " in e.__notes__[0] and "host " in e.__notes__[0]
+        assert "pid " in e.__notes__[0] and "host " in e.__notes__[0]
 
 
 class Unpicklable(Exception):
