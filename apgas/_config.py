@@ -11,6 +11,9 @@ import logging
 import os
 from typing import Any, Mapping
 
+from launcher import (HostSpecError, detect_launcher, launcher_names, mpi_rank_from_env,
+                      read_hostfile, slurm_hosts)
+
 from .errors import ConfigError
 
 __all__ = ["Config", "load_config"]
@@ -30,6 +33,11 @@ class Config:
     communicator: str = ""  # "" = socket, started when a handler is registered
     scheduler: str = ""  # host:port where the scheduler listens
     malleable_listen: str = ""  # host:port where the job listens for orders
+    launcher: str = "local"  # detected when not given: mpi, srun or local
+    grow_launcher: str = "local"  # starts the places of a grow; the launcher unless that is mpi
+    hostfile: str = ""
+    ssh: str = "ssh"  # the ssh command, with options
+    srun: str = "srun"  # the srun command, with options
 
 
 def _parse_int(name: str, value: Any, minimum: int) -> int:
@@ -78,15 +86,21 @@ def load_config(overrides: Mapping[str, Any] | None = None,
             return var, env[var]
         return None
 
-    values: dict[str, Any] = {}
-    hosts = pick("hosts")
-    if hosts is not None:
-        values["hosts"] = _parse_hosts(*hosts)
+    values: dict[str, Any] = _launch_values(pick, env)
     places = pick("places")
     if places is not None:
         values["places"] = _parse_int(places[0], places[1], 1)
     elif "hosts" in values:
         values["places"] = len(values["hosts"])
+    world = mpi_rank_from_env(env) if values["launcher"] == "mpi" else None
+    if values["launcher"] == "mpi":
+        if world is None:
+            raise ConfigError("the mpi launcher needs a process started by mpiexec (PMI_RANK or "
+                              "OMPI_COMM_WORLD_RANK is not set); run: mpiexec -n 4 python script.py")
+        if places is not None and values["places"] != world[1]:
+            raise ConfigError(f"{places[0]} is {places[1]!r} but mpiexec started {world[1]} "
+                              "rank(s); under mpiexec every rank is one place")
+        values["places"] = world[1]
     for field in ("threads", "immediate_threads"):
         found = pick(field)
         if found is not None:
@@ -100,7 +114,7 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         if not isinstance(logging.getLevelName(level), int):
             raise ConfigError(f"{found[0]} must be a logging level name such as INFO, got {found[1]!r}")
         values["log_level"] = level
-    for field in ("interface", "python", "chaos", "communicator"):
+    for field in ("interface", "python", "chaos", "communicator", "ssh", "srun"):
         found = pick(field)
         if found is not None:
             values[field] = str(found[1])
@@ -112,6 +126,41 @@ def load_config(overrides: Mapping[str, Any] | None = None,
     if values.get("chaos"):
         parse_chaos(values["chaos"])
     return Config(**values)
+
+
+def _launch_values(pick, env: Mapping[str, str]) -> dict[str, Any]:
+    """The launchers and the hosts: given, from a host file, or from the Slurm allocation."""
+    names = launcher_names()
+    values: dict[str, Any] = {}
+    for field in ("launcher", "grow_launcher"):
+        found = pick(field)
+        if found is not None:
+            if found[1] not in names:
+                raise ConfigError(f"{found[0]} must be one of {names}, got {found[1]!r}")
+            values[field] = str(found[1])
+    values.setdefault("launcher", detect_launcher(env))
+    if values["launcher"] != "mpi":
+        values.setdefault("grow_launcher", values["launcher"])
+    else:
+        values.setdefault("grow_launcher", detect_launcher(env, mpi=False))
+    if values["grow_launcher"] == "mpi":
+        raise ConfigError("APGAS_GROW_LAUNCHER cannot be 'mpi': MPI starts no places after "
+                          "mpiexec; use local, ssh or srun")
+    hosts, hostfile = pick("hosts"), pick("hostfile")
+    if hosts is not None and hostfile is not None:
+        raise ConfigError(f"give {hosts[0]} or {hostfile[0]}, not both")
+    try:
+        if hosts is not None:
+            values["hosts"] = _parse_hosts(*hosts)
+        elif hostfile is not None:
+            values["hostfile"] = str(hostfile[1])
+            values["hosts"] = read_hostfile(values["hostfile"])
+        elif values["launcher"] == "srun" and env.get("SLURM_JOB_NODELIST"):
+            values["hosts"] = slurm_hosts(env["SLURM_JOB_NODELIST"],
+                                          env.get("SLURM_TASKS_PER_NODE", ""))
+    except HostSpecError as e:
+        raise ConfigError(str(e)) from None
+    return values
 
 
 def parse_chaos(spec: str) -> tuple[int, float]:

@@ -12,7 +12,6 @@ import threading
 import time
 from typing import Callable
 
-from launcher import LocalLauncher
 
 from ._place import Place
 from ._runtime import Runtime
@@ -94,7 +93,7 @@ class Orders:
             self._call("pre_grow", handler.pre_grow, n)
             t1 = time.monotonic_ns()
             try:
-                added = self._rt.start_places(hosts, LocalLauncher(), self._rt.config.join_timeout)
+                added = self._rt.start_places(hosts, self._rt.launcher, self._rt.config.join_timeout)
             except ApgasError as e:
                 raise OrderError(f"no place was added: {e}") from e
             t2 = time.monotonic_ns()
@@ -110,6 +109,10 @@ class Orders:
             if n >= len(live):
                 raise OrderError(f"cannot shrink by {n}: the program has {len(live)} place(s) "
                                  "and place 0 always stays")
+            fixed = [p.id for p in live if p.id != 0 and not self._rt.removable(p.id)]
+            if n > len(live) - 1 - len(fixed):
+                raise OrderError(f"cannot shrink by {n}: places {fixed} are mpiexec ranks, which "
+                                 "stay until the job ends; only places started by a grow can leave")
             start = time.monotonic_ns()
             chosen = self._call("pre_shrink", handler.pre_shrink, n)
             self._check_choice(n, chosen)
@@ -135,9 +138,9 @@ class Orders:
         if (not isinstance(chosen, (list, tuple)) or len(chosen) != n
                 or not all(isinstance(p, Place) for p in chosen)
                 or len({p.id for p in chosen}) != n
-                or any(p.id == 0 or p.id not in live for p in chosen)):
+                or any(not self._rt.removable(p.id) or p.id not in live for p in chosen)):
             raise OrderError(f"pre_shrink({n}) must return {n} distinct live places other than "
-                             f"place 0, returned {chosen!r}; nothing was removed")
+                             f"place 0 (and mpiexec ranks), returned {chosen!r}; nothing was removed")
 
     @staticmethod
     def _call(name: str, fn, *args):

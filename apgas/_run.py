@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import signal
 import logging
@@ -10,7 +11,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
-from launcher import LocalLauncher
+import launcher
+from launcher import mpi as _mpi
 
 from . import _runtime
 from ._malleability import Orders
@@ -40,6 +42,9 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
         with Finish(solo=True):
             return main()
     cfg = load_config({"places": places, "threads": threads, **config})
+    under_mpi = cfg.launcher == "mpi"
+    if under_mpi and (_mpi.mpi_rank_from_env(os.environ) or (0, 0))[0] != 0:
+        _mpi.serve_rank()  # ranks other than 0 serve as places, then exit
     setup_logging(0, cfg.log_level)
     hosts = list(cfg.hosts) or [_runtime.default_host()]
     others = [hosts[i % len(hosts)] for i in range(1, cfg.places)]
@@ -48,9 +53,12 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     rt.orders = Orders(rt, started)
     _runtime.install(rt)
     try:
+        rt.launcher = launcher.get_launcher(cfg.grow_launcher, cfg)
         rt.transport.start()
-        if others:
-            rt.start_places(others, LocalLauncher(), cfg.join_timeout)
+        if under_mpi:
+            _mpi.start_ranks(rt, cfg.join_timeout)
+        elif others:
+            rt.start_places(others, launcher.get_launcher(cfg.launcher, cfg), cfg.join_timeout)
         rt.watch_children()
         log.info("%d place(s) ready in %.3f s", cfg.places, (time.monotonic_ns() - started) / 1e9)
         if cfg.communicator or cfg.scheduler or cfg.malleable_listen:

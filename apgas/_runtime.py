@@ -105,6 +105,7 @@ class Runtime:
         self._next_place = place_id + 1
         self._leaving_places: set[int] = set()
         self.orders: Any = None  # place 0: the malleability controller (apgas._malleability)
+        self.launcher: Any = None  # place 0: starts the places of a grow (launcher package)
         self._table: dict[int, tuple[str, str, int]] = {place_id: (host, self.transport.endpoint, self.pid)}
         self._acks: set[int] = set()
         self._epoch = 0
@@ -452,18 +453,13 @@ class Runtime:
         for host in hosts:
             pid = self._next_place
             self._next_place += 1
-            bootstrap = {
-                "place": pid, "host": host, "parent_endpoint": self.transport.endpoint,
-                "secret": self._secret.hex(), "sys_path": list(sys.path),
-                "config": {"threads": self.config.threads, "interface": self.config.interface,
-                           "immediate_threads": self.config.immediate_threads,
-                           "log_level": self.config.log_level, "chaos": self.config.chaos},
-            }
             try:
-                self._children[pid] = launcher.launch(pid, host, bootstrap, self.config.python)
+                self._children[pid] = launcher.launch(pid, host, self.bootstrap(pid, host),
+                                                      self.config.python)
             except OSError as e:
                 self._abort_children(wanted)
-                raise ApgasError(f"place {pid} could not be started on host {host!r}: {e}") from e
+                raise ApgasError(f"place {pid} could not be started on host {host!r} "
+                                 f"by the {launcher.name} launcher: {e}") from e
             wanted[pid] = host
         problem = self._await_joins(wanted, time.monotonic() + timeout, timeout)
         if problem:
@@ -476,6 +472,20 @@ class Runtime:
         self._publish_table()
         return [self.places[pid] for pid in wanted]
 
+    def bootstrap(self, place_id: int | None, host: str | None) -> dict:
+        """Place 0: what a new place needs to join (it travels as one JSON line)."""
+        return {
+            "place": place_id, "host": host, "parent_endpoint": self.transport.endpoint,
+            "secret": self._secret.hex(), "sys_path": list(sys.path),
+            "config": {"threads": self.config.threads, "interface": self.config.interface,
+                       "immediate_threads": self.config.immediate_threads,
+                       "log_level": self.config.log_level, "chaos": self.config.chaos},
+        }
+
+    def removable(self, place_id: int) -> bool:
+        """False for places whose process this runtime does not own (mpiexec ranks)."""
+        return place_id != 0 and getattr(self._children.get(place_id), "removable", True)
+
     def _await_joins(self, wanted: dict[int, str], deadline: float, timeout: float) -> str | None:
         """Wait until every wanted place has joined; else say why not."""
         with self._cond:
@@ -487,10 +497,11 @@ class Runtime:
                     code = self._children[pid].poll()
                     if code is not None:
                         return (f"place {pid} on host {wanted[pid]!r} exited with code {code} "
-                                "before joining (its error output is above)")
+                                f"before joining{_said(self._children[pid])}")
                 if time.monotonic() >= deadline:
+                    said = "".join(f"\nplace {p}{_said(self._children[p])}" for p in missing)
                     return (f"places {missing} (hosts {[wanted[p] for p in missing]}) did not join "
-                            f"within {timeout} s (APGAS_JOIN_TIMEOUT)")
+                            f"within {timeout} s (APGAS_JOIN_TIMEOUT){said}")
                 self._cond.wait(0.05)
 
     def remove_places(self, ids: list[int]) -> list[str]:
@@ -593,6 +604,13 @@ class Runtime:
         self.transport.close()
         self.pool.shutdown()
         self.immediate.shutdown()
+
+
+def _said(proc) -> str:
+    """What a place process wrote to stderr, for an error message."""
+    last_error = getattr(proc, "last_error", None)
+    text = last_error() if last_error is not None else ""
+    return f"; it said:\n{text}" if text else ""
 
 
 def _reap(proc, grace: float) -> None:

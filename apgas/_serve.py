@@ -36,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(boot, dict):
         print("apgas place: no bootstrap data on stdin", file=sys.stderr)
         return 2
+    code = serve(boot, watch_stdin=True)
+    os._exit(code)  # worker threads may be deep in a task: do not wait for them
+
+
+def serve(boot: dict, watch_stdin: bool) -> int:
+    """Join place 0 with the bootstrap data, serve until told to stop; the exit code.
+
+    With ``watch_stdin`` the place also stops when its stdin reaches end of
+    file; under mpiexec, which owns the ranks, it does not.
+    """
     sys.path[:] = boot["sys_path"] + [p for p in sys.path if p not in boot["sys_path"]]
     config = dataclasses.replace(Config(), **boot["config"])
     place_id, host = boot["place"], boot["host"]
@@ -45,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     rt.transport.start()
     rt.transport.connect(0, boot["parent_endpoint"])
     rt.transport.send(0, JOIN, 0, 0, ser.dumps((rt.transport.endpoint, rt.pid, host)))
-    threading.Thread(target=_watch_parent, args=(rt,), name="apgas-parent", daemon=True).start()
+    if watch_stdin:
+        threading.Thread(target=_watch_parent, args=(rt,), name="apgas-parent", daemon=True).start()
     rt.stopped.wait()
     log.info("stopping: %s", rt.stop_reason)
     code = EXIT_PARENT_LOST if rt.stop_reason.startswith("lost") else 0
@@ -53,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         rt.transport.close(linger_ms=5000)  # finish reports and replies still queued must leave
     logging.shutdown()
     sys.stderr.flush()
-    os._exit(code)  # worker threads may be deep in a task: do not wait for them
+    return code
 
 
 def _watch_parent(rt: Runtime) -> None:

@@ -1,20 +1,59 @@
-"""Start place processes on hosts.
+"""Start place processes on hosts: ``local``, ``ssh``, ``srun`` and ``mpi``.
 
 A :class:`Launcher` starts one place with the runtime's bootstrap data and
 returns a handle whose ``poll()`` tells when the place process has ended.
-Only the ``local`` launcher exists so far.
+Other launchers come through the entry-point group ``apgas.launchers``: an
+entry point names a :class:`Launcher` subclass, built with the configuration.
 """
 
 from __future__ import annotations
 
-from ._base import Launcher, PlaceProcess, place_command
+from importlib.metadata import entry_points
+from typing import Any, Mapping
+
+from ._base import Launcher, LaunchedPlace, PlaceProcess, child_environment, place_command
+from ._hosts import HostSpecError, expand_hostlist, read_hostfile, slurm_hosts
 from .local import LocalLauncher, is_local_host
+from .mpi import MpiLauncher, mpi_rank_from_env
+from .srun import SrunLauncher
+from .ssh import SshLauncher
 
-__all__ = ["Launcher", "PlaceProcess", "LocalLauncher", "is_local_host", "place_command", "get_launcher"]
+__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "LocalLauncher", "SshLauncher",
+           "SrunLauncher", "MpiLauncher", "HostSpecError", "is_local_host", "place_command",
+           "child_environment",
+           "get_launcher", "launcher_names", "detect_launcher", "read_hostfile",
+           "expand_hostlist", "slurm_hosts", "mpi_rank_from_env"]
+
+_BUILTIN: dict[str, type[Launcher]] = {
+    "local": LocalLauncher, "ssh": SshLauncher, "srun": SrunLauncher, "mpi": MpiLauncher}
+GROUP = "apgas.launchers"
 
 
-def get_launcher(name: str = "local") -> Launcher:
-    """Return the launcher called ``name``."""
-    if name == "local":
-        return LocalLauncher()
-    raise ValueError(f"unknown launcher {name!r}; available: ['local']")
+def launcher_names() -> list[str]:
+    """Every launcher name: the built-ins, then the installed plugins."""
+    return list(_BUILTIN) + sorted(ep.name for ep in entry_points(group=GROUP)
+                                   if ep.name not in _BUILTIN)
+
+
+def get_launcher(name: str, config: Any = None) -> Launcher:
+    """Build the launcher called ``name``; ``ValueError`` names the known ones."""
+    cls: Any = _BUILTIN.get(name)
+    if cls is None:
+        found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
+        if not found:
+            raise ValueError(f"unknown launcher {name!r}; available: {launcher_names()}")
+        cls = found[0].load()
+        if not (isinstance(cls, type) and issubclass(cls, Launcher)):
+            raise ValueError(f"entry point {name!r} of {GROUP} must name a Launcher subclass, "
+                             f"got {cls!r}")
+    return cls(config)
+
+
+def detect_launcher(environ: Mapping[str, str], mpi: bool = True) -> str:
+    """The launcher the surroundings call for: ``mpi`` under mpiexec, ``srun``
+    inside a Slurm allocation, else ``local``."""
+    if mpi and mpi_rank_from_env(environ) is not None:
+        return "mpi"
+    if environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"):
+        return "srun"
+    return "local"

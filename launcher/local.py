@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import socket
-import subprocess
 from typing import Any, Mapping
 
-from ._base import Launcher, PlaceProcess, place_command
+from ._base import Launcher, LaunchedPlace, PlaceProcess, place_command
 
 __all__ = ["LocalLauncher", "is_local_host"]
 
@@ -32,16 +30,14 @@ def is_local_host(host: str) -> bool:
 
 
 class LocalLauncher(Launcher):
+    """Places on this machine, as child processes."""
+
     name = "local"
 
     def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
                python: str = "") -> PlaceProcess:
         if not is_local_host(host):
             raise OSError(f"host {host!r} is not this machine; list it in APGAS_LOCAL_HOSTS "
-                          "to run its places here, or use a launcher that reaches it")
-        proc = subprocess.Popen(place_command(place_id, python), stdin=subprocess.PIPE,
-                                close_fds=True)
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(dict(bootstrap)).encode() + b"\n")
-        proc.stdin.flush()
-        return proc
+                          "to run its places here, or choose a launcher that reaches it "
+                          "(APGAS_LAUNCHER=ssh or srun)")
+        return LaunchedPlace(place_command(place_id, python), bootstrap)

@@ -1,0 +1,108 @@
+"""Places from the ranks of ``mpiexec``: ``mpiexec -n 4 python script.py`` gives 4 places.
+
+The ranks exchange what they need with mpi4py (rank 0 gathers the ranks'
+host names and broadcasts its endpoint and the job's secret); then rank 0
+runs ``main`` and the other ranks serve as places 1..n-1 over the runtime's
+own sockets. mpiexec owns the rank processes: they stay until the job ends
+(``MPI_Finalize`` waits for every rank), cannot be removed by a shrink, and if
+one dies mpiexec ends them all. Growth goes through another launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping, NoReturn
+
+from ._base import Launcher, PlaceProcess
+
+__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "serve_rank"]
+
+# variables that mpiexec (MPICH's hydra, Open MPI, PMIx, Slurm's PMI) sets in every rank
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+
+
+def mpi_rank_from_env(environ: Mapping[str, str]) -> tuple[int, int] | None:
+    """``(rank, size)`` when this process was started by mpiexec, else ``None``."""
+    rank = next((environ[v] for v in _RANK_VARS if environ.get(v, "").isdigit()), None)
+    size = next((environ[v] for v in _SIZE_VARS if environ.get(v, "").isdigit()), None)
+    if rank is None or size is None:
+        return None
+    return int(rank), int(size)
+
+
+def _world() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise OSError("the mpi launcher needs mpi4py and an MPI library: "
+                      "pip install 'apgas[mpi]' (mpi4py and mpich from PyPI)") from e
+    return MPI
+
+
+class _Rank:
+    """Handle of a place that mpiexec started: it is not ours to wait for or kill."""
+
+    removable = False
+
+    def __init__(self, rank: int) -> None:
+        self.pid = -1
+        self.rank = rank
+
+    def poll(self) -> int | None:
+        return None  # if a rank dies, mpiexec ends the whole job
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0  # it ends in MPI_Finalize, together with rank 0
+
+    def kill(self) -> None:
+        pass
+
+    def last_error(self) -> str:
+        return ""
+
+
+class MpiLauncher(Launcher):
+    """Hands out the ranks mpiexec started; it cannot start processes of its own."""
+
+    name = "mpi"
+
+    def __init__(self, config: Any = None, size: int | None = None) -> None:
+        super().__init__(config)
+        self.size = size
+
+    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
+               python: str = "") -> PlaceProcess:
+        if self.size is None or not 0 < place_id < self.size:
+            raise OSError(f"mpiexec started {self.size or 'no'} rank(s) and MPI cannot add "
+                          f"place {place_id}; growth goes through APGAS_GROW_LAUNCHER "
+                          "(local, ssh or srun)")
+        return _Rank(place_id)
+
+
+def start_ranks(rt: Any, timeout: float) -> list[Any]:
+    """At rank 0: make places of the other ranks; returns them once all joined."""
+    MPI = _world()
+    comm = MPI.COMM_WORLD
+    hosts = comm.gather(MPI.Get_processor_name(), root=0)
+    comm.bcast(rt.bootstrap(None, None), root=0)
+    return rt.start_places(hosts[1:], MpiLauncher(rt.config, comm.Get_size()), timeout)
+
+
+def serve_rank() -> NoReturn:
+    """At ranks other than 0: serve as a place until the job ends, then exit the process."""
+    import signal
+
+    from apgas._serve import serve
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # mpiexec passes Ctrl-C to all; rank 0 stops us
+    MPI = _world()
+    comm = MPI.COMM_WORLD
+    comm.gather(MPI.Get_processor_name(), root=0)
+    boot = comm.bcast(None, root=0)
+    boot.update(place=comm.Get_rank(), host=MPI.Get_processor_name())
+    code = serve(boot, watch_stdin=False)
+    sys.stdout.flush()
+    MPI.Finalize()  # waits for rank 0, which finalizes when its script ends
+    os._exit(code)

@@ -1,0 +1,34 @@
+"""Start places on the nodes of a Slurm allocation with ``srun``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any, Mapping
+
+from ._base import Launcher, LaunchedPlace, PlaceProcess, place_command
+
+__all__ = ["SrunLauncher"]
+
+
+class SrunLauncher(Launcher):
+    """One single-task job step per place: ``srun -N1 -n1 -w host ...``.
+
+    It must run inside an allocation (``salloc``, ``sbatch``). Steps overlap so
+    that several places may share a node, stdin goes to the one task so that
+    the place sees end of file when its parent dies, and killing the srun
+    client ends the step.
+    """
+
+    name = "srun"
+
+    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
+               python: str = "") -> PlaceProcess:
+        if not os.environ.get("SLURM_JOB_ID"):
+            raise OSError("the srun launcher works inside a Slurm allocation (salloc or sbatch), "
+                          "and SLURM_JOB_ID is not set")
+        srun = shlex.split(getattr(self.config, "srun", "") or "srun")
+        flags = ["--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
+                 "--input=0", "--kill-on-bad-exit=1", "--quiet", "--mpi=none",
+                 f"--job-name=apgas-place-{place_id}", f"--chdir={os.getcwd()}"]
+        return LaunchedPlace([*srun, *flags, *place_command(place_id, python)], bootstrap)

@@ -1,0 +1,54 @@
+"""A program the launcher tests start under mpiexec, salloc or with the ssh launcher.
+
+It prints one line ``RESULT <json>``: what every place saw of itself at the
+start, and, when ``GROW`` names hosts (comma-separated), after growing onto
+them and after shrinking by ``SHRINK`` places (orders sent to itself).
+"""
+
+import json
+import os
+import socket
+
+import apgas
+
+
+def whoami() -> dict:
+    return {"place": apgas.here().id, "host": apgas.here().host, "pid": os.getpid(),
+            "ppid": os.getppid(), "node": os.environ.get("SLURMD_NODENAME"),
+            "rank": os.environ.get("PMI_RANK"), "ssh": bool(os.environ.get("SSH_CONNECTION"))}
+
+
+def survey() -> list[dict]:
+    return [apgas.at(p, whoami) for p in apgas.places()]
+
+
+def order(address, line: str) -> list[str]:
+    with socket.create_connection(address, timeout=60) as conn:
+        conn.sendall(line.encode() + b"\n")
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    return reply.decode().splitlines()
+
+
+class Newest(apgas.MalleableHandler):
+    def pre_shrink(self, n):
+        return apgas.places()[-n:]
+
+
+def main() -> dict:
+    result: dict = {"start": survey()}
+    grow = [h for h in os.environ.get("GROW", "").split(",") if h]
+    if grow:
+        address = apgas.define_malleable_handler(Newest()).address
+        result["grow_reply"] = order(address, f"grow {len(grow)} {' '.join(grow)}")
+        result["grown"] = survey()
+        shrink = int(os.environ.get("SHRINK", "0"))
+        if shrink:
+            result["shrink_reply"] = order(address, f"shrink {shrink}")
+            result["shrunk"] = survey()
+    return result
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(apgas.run(main)), flush=True)
