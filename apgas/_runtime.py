@@ -574,9 +574,9 @@ class Runtime:
                 for pid, proc in list(self._children.items()):
                     code = proc.poll()
                     # a place that was removed (or is being removed) is remove_places' to watch;
-                    # checked after poll(): the removal may finish between the snapshot and here
-                    if pid in self._leaving_places or pid in self.left:
-                        continue
+                    # checked after poll(): the removal may finish between the snapshot and here;
+                    if pid in self._leaving_places or pid in self.left or pid not in self._table:
+                        continue  # still joining: a failed start is start_places' to report
                     if code is not None and pid not in self.dead:
                         self._children.pop(pid, None)
                         reason = f"its process exited with code {code}"

@@ -24,6 +24,7 @@ import heapq
 import hmac
 import logging
 import random
+import socket
 import struct
 import threading
 import time
@@ -76,8 +77,10 @@ class Transport:
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
-        port = self._router.bind_to_random_port(f"tcp://{interface}")
-        self.endpoint = f"tcp://{interface}:{port}"
+        wildcard = interface in ("*", "0.0.0.0")
+        port = self._router.bind_to_random_port("tcp://*" if wildcard else f"tcp://{interface}")
+        # bound to every interface: others reach this place by its host name
+        self.endpoint = f"tcp://{socket.getfqdn() if wildcard else interface}:{port}"
         self._stop_endpoint = f"inproc://apgas-stop-{id(self)}"
         self._router.bind(self._stop_endpoint)
         self._links: dict[int, _Link] = {}

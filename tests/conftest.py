@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
 from orders import free_address
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import time
 
 import pytest
@@ -219,3 +220,11 @@ def test_places_are_not_mpi_ranks(monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "9")
     env = launcher.child_environment()
     assert "PMI_RANK" not in env and "OMPI_COMM_WORLD_SIZE" not in env and "PATH" in env
+
+
+def test_bound_to_every_interface_places_advertise_their_host_name():
+    def endpoints():
+        return [apgas.at(p, lambda: apgas._runtime.current().transport.endpoint) for p in apgas.places()]
+
+    found = apgas.run(endpoints, places=2, interface="*")
+    assert all(e.startswith(f"tcp://{socket.getfqdn()}:") for e in found), found

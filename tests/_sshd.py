@@ -1,0 +1,305 @@
+"""A throwaway sshd on 127.0.0.1 so the ssh launcher is tested through real ``ssh``.
+
+Nothing here touches the system's ssh setup (only /run/sshd is created, which sshd needs
+when run as root): keys, configs, pid file and log live in a work directory, the client
+reads only the config written here (``ssh -F``), and host keys are neither checked nor
+remembered. The same sshd answers to several host aliases
+(``sshhost1`` ...), so a test can place workers on "different hosts" of one machine.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+__all__ = ["SshServer", "SshUnavailable", "start_sshd", "sshd"]
+
+HOSTS = ["sshhost1", "sshhost2", "sshhost3"]
+READY_TIMEOUT = 10.0
+
+
+class SshUnavailable(RuntimeError):
+    """sshd, ssh or ssh-keygen is not installed: the ssh tests cannot run here."""
+
+
+@dataclass
+class SshServer:
+    """A running sshd and what a client needs to reach it."""
+
+    port: int
+    config: str  # ssh client config file (for ``ssh -F``)
+    hosts: list[str]  # host aliases that all reach this sshd
+    command: list[str]  # ssh client command, e.g. [".../ssh", "-F", config]
+    workdir: Path
+    log: Path
+    process: subprocess.Popen = field(repr=False)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of the sshd log, for error messages."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no sshd log: {exc})"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop sshd and every process of its sessions, so no test leaves a remote behind.
+
+        sshd puts each connection in its own session (setsid), so killing its process group
+        is not enough. The tree under sshd is ended leaves first, so that each parent is
+        still there to reap its children (no zombies handed to init); then sshd itself, and
+        last any process whose SSH_CONNECTION names this sshd's port (a session process that
+        was reparented to init). SIGTERM first, SIGKILL after ``timeout``. Idempotent.
+        """
+        for level in reversed(_levels(self.process.pid)):
+            _end(level, timeout)
+        _end([self.process.pid], timeout, self.process)
+        _end(_session_processes(self.port), timeout)
+
+
+def _end(pids: list[int], timeout: float, process: subprocess.Popen | None = None) -> None:
+    """SIGTERM ``pids``, SIGKILL those still there after ``timeout``; wait until reaped.
+
+    A zombie counts as done once its parent is init or gone: nobody else will reap it.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        _signal_all([p for p in pids if _alive(p)], sig)
+        deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 1.0)
+        while time.monotonic() < deadline:
+            if process is not None:
+                process.poll()  # sshd is our child: reap it
+            parents = _parents()
+            if not any(p in parents and (_alive(p) or _alive(parents[p]) and parents[p] != 1)
+                       for p in pids):
+                return
+            time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    table[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return table
+
+
+def _levels(root: int) -> list[list[int]]:
+    """The processes below ``root``, by depth: children, grandchildren, ..."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    levels = []
+    level = children.get(root, [])
+    while level:
+        levels.append(level)
+        level = [c for p in level for c in children.get(p, [])]
+    return levels
+
+
+def _session_processes(port: int) -> list[int]:
+    """Processes started by a session of the sshd on ``port`` (found by SSH_CONNECTION)."""
+    tail = f" 127.0.0.1 {port}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(b"SSH_CONNECTION=") and v.endswith(tail) for v in env):
+            found.append(int(entry))
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _tools() -> tuple[str, str, str]:
+    """Paths of sshd, ssh and ssh-keygen; SshUnavailable names whatever is missing."""
+    path = os.environ.get("PATH", os.defpath)
+    sshd_path = shutil.which("sshd", path=f"/usr/sbin:/usr/local/sbin:{path}")
+    ssh = shutil.which("ssh")
+    keygen = shutil.which("ssh-keygen")
+    missing = [name for name, found in
+               (("sshd (/usr/sbin/sshd, package openssh-server)", sshd_path),
+                ("ssh (package openssh-client)", ssh),
+                ("ssh-keygen (package openssh-client)", keygen)) if not found]
+    if missing:
+        raise SshUnavailable("ssh tests need " + ", ".join(missing) + ": not found")
+    return sshd_path, ssh, keygen  # type: ignore[return-value]
+
+
+def _quote(path: Path) -> str:
+    """A path as one ssh config argument (quoted; % escaped against token expansion)."""
+    return '"' + str(path).replace("%", "%%") + '"'
+
+
+def _free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return server.getsockname()[1]
+
+
+def _sshd_config(workdir: Path, port: int) -> str:
+    return f"""\
+ListenAddress 127.0.0.1
+Port {port}
+HostKey {_quote(workdir / "host_key")}
+PidFile {_quote(workdir / "sshd.pid")}
+AuthorizedKeysFile {_quote(workdir / "authorized_keys")}
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+LogLevel VERBOSE
+# Launchers may open many connections at once; the default 10:30:100 drops some.
+MaxStartups 200
+MaxSessions 200
+"""
+
+
+def _client_config(workdir: Path, port: int, hosts: list[str]) -> str:
+    return f"""\
+Host {" ".join(hosts)} 127.0.0.1 localhost
+    HostName 127.0.0.1
+    Port {port}
+    User {pwd.getpwuid(os.geteuid()).pw_name}
+    IdentityFile {_quote(workdir / "user_key")}
+    IdentitiesOnly yes
+    StrictHostKeyChecking no
+    UserKnownHostsFile /dev/null
+    GlobalKnownHostsFile /dev/null
+    BatchMode yes
+    LogLevel ERROR
+    ConnectTimeout 5
+"""
+
+
+def start_sshd(workdir: Path, hosts: list[str] | None = None) -> SshServer:
+    """Start an sshd on 127.0.0.1 that the current user can log in to with a fresh key.
+
+    Returns once ``ssh -F config <first host> true`` succeeds; RuntimeError (with the sshd
+    log) if that does not happen within READY_TIMEOUT seconds, SshUnavailable if the ssh
+    programs are not installed. The caller must call ``stop()``.
+    """
+    sshd_path, ssh, keygen = _tools()
+    hosts = list(hosts or HOSTS)
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name, kind in (("host_key", "ed25519"), ("user_key", "ed25519")):
+        for old in (workdir / name, workdir / f"{name}.pub"):
+            old.unlink(missing_ok=True)
+        subprocess.run([keygen, "-q", "-t", kind, "-N", "", "-C", f"apgas-test-{name}",
+                        "-f", str(workdir / name)], check=True, stdin=subprocess.DEVNULL)
+    (workdir / "authorized_keys").write_text((workdir / "user_key.pub").read_text())
+    (workdir / "authorized_keys").chmod(0o600)
+    if os.geteuid() == 0:  # privilege separation directory; sshd refuses to start without
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+
+    error = ""
+    for _attempt in range(3):  # the free port may be taken before sshd binds it
+        port = _free_port()
+        server_config = workdir / "sshd_config"
+        server_config.write_text(_sshd_config(workdir, port))
+        config = workdir / "ssh_config"
+        config.write_text(_client_config(workdir, port, hosts))
+        log = workdir / "sshd.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([sshd_path, "-D", "-e", "-f", str(server_config)],
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        server = SshServer(port=port, config=str(config), hosts=hosts,
+                           command=[ssh, "-F", str(config)], workdir=workdir, log=log,
+                           process=process)
+        try:
+            error = _wait_ready(server)
+        except BaseException:
+            server.stop()
+            raise
+        if not error:
+            return server
+        server.stop()
+        log_tail = server.log_tail()
+        if "Address already in use" not in log_tail:
+            break
+    raise RuntimeError(f"sshd on 127.0.0.1 port {port} is not usable: {error}\n"
+                       f"sshd log {log}:\n{log_tail}")
+
+
+def _wait_ready(server: SshServer) -> str:
+    """Wait until a real login works; "" then, else what went wrong.
+
+    First wait for sshd to say it listens (or to die, e.g. on a taken port): an ssh to a
+    port someone else holds could hang until ConnectTimeout.
+    """
+    deadline = time.monotonic() + READY_TIMEOUT
+    listening = f"Server listening on 127.0.0.1 port {server.port}."
+    last = f"sshd did not report listening within {READY_TIMEOUT} s"
+    while listening not in server.log.read_text(errors="replace"):
+        if server.process.poll() is not None:
+            return f"sshd exited with code {server.process.returncode}"
+        if time.monotonic() > deadline:
+            return last
+        time.sleep(0.01)
+    probe = [*server.command, server.hosts[0], "true"]
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            return f"sshd exited with code {server.process.returncode}"
+        try:
+            done = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=5)
+            if done.returncode == 0:
+                return ""
+            last = f"{' '.join(probe)} exited with {done.returncode}: {done.stderr.strip()}"
+        except subprocess.TimeoutExpired:
+            last = f"{' '.join(probe)} took more than 5 s"
+        time.sleep(0.05)
+    return f"no login within {READY_TIMEOUT} s; last try: {last}"
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """One sshd for the whole test session (skips the test if ssh is not installed)."""
+    try:
+        server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    except SshUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
