@@ -149,7 +149,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             try:
                 line = self._read_line(conn)
             except OrderError as e:
-                self._send(conn, [f"error {e}"])
+                self._send(conn, [_error_line(e)])
                 return
             except OSError as e:
                 log.warning("order connection failed before a whole line arrived: %s", e)
@@ -162,7 +162,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                 replies = self._execute(line, lambda hosts: self._send(conn, hosts))
             except OrderError as e:
                 log.warning("order %r refused: %s", line, e)
-                replies = [f"error {e}"]
+                replies = [_error_line(e)]
             self._send(conn, replies)
 
     def _read_line(self, conn: socket.socket) -> str | None:
@@ -244,3 +244,8 @@ def communicator_class(name: str) -> type[MalleableCommunicator]:
         return entry.load()
     known = ["socket"] + [e.name for e in importlib.metadata.entry_points(group="apgas.communicators")]
     raise ConfigError(f"unknown communicator {name!r} (APGAS_COMMUNICATOR); known: {known}")
+
+
+def _error_line(e: Exception) -> str:
+    """An error reply is one line: a reason of several lines is joined with `` | ``."""
+    return "error " + " | ".join(part.strip() for part in str(e).splitlines() if part.strip())

@@ -6,13 +6,13 @@ found free at start time, with every file (slurm.conf, state, spool, logs, pid
 files) under one work directory.  Nothing in /etc or /run is used or changed,
 so it neither needs nor disturbs a system Slurm or munge.
 
-How several nodes fit on one host: Debian's slurmd is built with
-``--enable-multiple-slurmd`` (``%n`` in SlurmdSpoolDir/SlurmdPidFile/SlurmdLogFile
-is expanded and ``slurmd -N nodeX`` picks the node), so every node is one slurmd
-process with its own NodeName, ``NodeAddr=127.0.0.1`` and its own Port.  No
-network namespaces are needed.  All tasks therefore run on this host and
-``hostname`` prints the real host name; ``$SLURMD_NODENAME`` tells the nodes
-apart.
+How several nodes fit on one host: Debian's slurmd (tried with 12's 22.05.8)
+is built with ``--enable-multiple-slurmd``: ``slurmd -N nodeX`` picks the node
+and ``%n`` in SlurmdSpoolDir/SlurmdPidFile/SlurmdLogFile is expanded, so every
+node is one slurmd process with its own NodeName, ``NodeAddr=127.0.0.1`` and
+its own Port.  No network namespaces are needed.  All tasks therefore run on
+this host and ``hostname`` prints the real host name; ``$SLURMD_NODENAME``
+tells the nodes apart.
 
 The daemons run as the user running the tests (SlurmUser/SlurmdUser), so no
 root is needed: as root the jobs may run as any user, otherwise only as that
@@ -20,7 +20,13 @@ user.  ``SlurmUnavailable`` (tests skip) is raised when a binary is missing;
 ``.ci/install-services`` installs the Debian packages.
 
 Daemons get ``PR_SET_PDEATHSIG`` so that they also die when the test process is
-killed before ``stop()`` runs.
+killed before ``stop()`` runs.  When the work directory's path is too long for
+unix socket paths, a short one is made under the temporary directory instead
+(``SlurmCluster.workdir`` says which).
+
+Steps sharing an allocation's CPUs need ``srun --overlap`` (otherwise they
+wait for each other); a ``salloc`` whose command outlives the job needs
+``--kill-command``, or it keeps running after ``stop()``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -170,7 +176,7 @@ class SlurmCluster:
         names += sorted(p.name for p in self.workdir.glob("*.out"))
         return "\n".join(_tail(self.workdir / n, lines) for n in names)
 
-    def run(self, *args: str, timeout: float = 10) -> subprocess.CompletedProcess:
+    def run(self, *args: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command against this cluster."""
         return subprocess.run(args, env=self.env, cwd=self.workdir, capture_output=True,
                               text=True, timeout=timeout)
@@ -310,7 +316,7 @@ def _spawn(cluster: SlurmCluster, name: str, args: list[str]) -> subprocess.Pope
     return proc
 
 
-def _wait(cluster: SlurmCluster, what: str, ready, timeout: float) -> None:
+def _wait(cluster: SlurmCluster, what: str, ready: Callable[[], bool], timeout: float) -> None:
     """Poll ``ready()`` until true; RuntimeError with the logs on timeout or a dead daemon."""
     deadline = time.monotonic() + timeout
     while True:
@@ -353,7 +359,7 @@ def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8,
         _spawn(cluster, "munged", [
             paths["munged"], "--foreground", "--force", f"--socket={sock}",
             f"--key-file={key}", f"--pid-file={workdir / 'munged.pid'}",
-            f"--log-file={workdir / 'munged.log'}", f"--seed-file={workdir / 'munged.seed'}"])
+            f"--seed-file={workdir / 'munged.seed'}"])  # --foreground: it logs to munged.out
         _wait(cluster, "munged socket", sock.exists, 10)
         _spawn(cluster, "slurmctld", [paths["slurmctld"], "-D", "-c", "-f", str(conf)])
         _wait(cluster, "slurmctld answers",

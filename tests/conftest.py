@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
 from orders import free_address
 
