@@ -38,7 +38,9 @@ def build_parser(apps: dict[str, App]) -> argparse.ArgumentParser:
     for name, app in apps.items():
         p = sub.add_parser(name, help=f"the {name} benchmark")
         app.add_arguments(p)
-        p.add_argument("--places", type=int, default=1, help="places (processes); default 1")
+        p.add_argument("--places", type=int, default=None,
+                       help="places (processes); default: APGAS_PLACES, one per host slot or "
+                            "MPI rank, else 1")
         p.add_argument("--workers", type=int, default=1, help="GLB workers per place; default 1")
         p.add_argument("--sequential", action="store_true", help="run the kernel alone on one core")
         p.add_argument("--static", action="store_true", help="static initial distribution")
@@ -58,6 +60,7 @@ def _warm_up_here(name: str) -> tuple[int, float]:
 def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
     """The computation under apgas.run; returns the measured record fields."""
     def main() -> dict[str, Any]:
+        first_places = len(apgas.places())
         first = _warm_up_here(app.name)  # place 0 compiles or loads the kernels first ...
         with apgas.finish():             # ... the others then load them from the disk cache
             loads: list = []
@@ -80,7 +83,7 @@ def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
         stats = glb.stats()
         print(stats, file=sys.stderr)
         return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
-                "final_places": len(apgas.places())}
+                "places": first_places, "final_places": len(apgas.places())}
 
     return apgas.run(main, places=ns.places, threads=ns.workers + 1)
 
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(apps)
     ns = parser.parse_args(argv)
     app = apps[ns.app]
-    if ns.places < 1 or ns.workers < 1:
+    if (ns.places is not None and ns.places < 1) or ns.workers < 1:
         parser.error(f"--places and --workers must be >= 1, got {ns.places} and {ns.workers}")
     try:
         params = app.params(ns)
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         record = run_glb(app, params, ns)
         result, seconds, warm = record["result_obj"], record["seconds"], record["warm_up_seconds"]
-        places, workers = ns.places, ns.workers
+        places, workers = record["places"], ns.workers
     value = app.value(result)
     units = app.units(result)
     correct = app.check(params, value)
