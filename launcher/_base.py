@@ -40,10 +40,21 @@ class Launcher(abc.ABC):
     def __init__(self, config: Any = None) -> None:
         self.config = config
 
-    @abc.abstractmethod
     def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
                python: str = "") -> PlaceProcess:
         """Start place ``place_id`` on ``host``; raise ``OSError`` with the reason if it cannot."""
+        return LaunchedPlace(self.command(host, place_command(place_id, python)), bootstrap)
+
+    def command(self, host: str, argv: Sequence[str],
+                env: Mapping[str, str] | None = None) -> list[str]:
+        """The command line that runs ``argv`` on ``host`` in this directory.
+
+        ``env`` are variables the program needs there: the caller also sets them
+        in the local process, and launchers that do not carry the local
+        environment along (ssh) put them into the command. The scheduler starts
+        its jobs with this; raise ``OSError`` if ``host`` cannot be reached.
+        """
+        raise OSError(f"the {self.name} launcher cannot run a command on a host")
 
 
 def place_command(place_id: int, python: str = "") -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from typing import Any, Mapping
+from typing import Mapping, Sequence
 
-from ._base import Launcher, LaunchedPlace, PlaceProcess, place_command
+from ._base import Launcher
 
 __all__ = ["LocalLauncher", "is_local_host"]
 
@@ -34,10 +34,10 @@ class LocalLauncher(Launcher):
 
     name = "local"
 
-    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
-               python: str = "") -> PlaceProcess:
+    def command(self, host: str, argv: Sequence[str],
+                env: Mapping[str, str] | None = None) -> list[str]:
         if not is_local_host(host):
             raise OSError(f"host {host!r} is not this machine; list it in APGAS_LOCAL_HOSTS "
                           "to run its places here, or choose a launcher that reaches it "
                           "(APGAS_LAUNCHER=ssh or srun)")
-        return LaunchedPlace(place_command(place_id, python), bootstrap)
+        return list(argv)

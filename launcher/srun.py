@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Mapping, Sequence
 
-from ._base import Launcher, LaunchedPlace, PlaceProcess, place_command
+from ._base import Launcher
 
 __all__ = ["SrunLauncher"]
 
@@ -22,13 +23,13 @@ class SrunLauncher(Launcher):
 
     name = "srun"
 
-    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
-               python: str = "") -> PlaceProcess:
+    def command(self, host: str, argv: Sequence[str],
+                env: Mapping[str, str] | None = None) -> list[str]:
         if not os.environ.get("SLURM_JOB_ID"):
             raise OSError("the srun launcher works inside a Slurm allocation (salloc or sbatch), "
                           "and SLURM_JOB_ID is not set")
         srun = shlex.split(getattr(self.config, "srun", "") or "srun")
         flags = ["--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
                  "--input=0", "--kill-on-bad-exit=1", "--quiet", "--mpi=none",
-                 f"--job-name=apgas-place-{place_id}", f"--chdir={os.getcwd()}"]
-        return LaunchedPlace([*srun, *flags, *place_command(place_id, python)], bootstrap)
+                 f"--job-name=apgas-{Path(argv[0]).name}", f"--chdir={os.getcwd()}"]
+        return [*srun, *flags, *argv]  # srun carries the local environment along

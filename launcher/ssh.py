@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any, Mapping
+from typing import Mapping, Sequence
 
-from ._base import Launcher, LaunchedPlace, PlaceProcess, place_command
+from ._base import Launcher
 from .local import is_local_host
 
 __all__ = ["SshLauncher"]
@@ -25,11 +25,12 @@ class SshLauncher(Launcher):
 
     name = "ssh"
 
-    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
-               python: str = "") -> PlaceProcess:
-        command = place_command(place_id, python)
+    def command(self, host: str, argv: Sequence[str],
+                env: Mapping[str, str] | None = None) -> list[str]:
         if is_local_host(host):
-            return LaunchedPlace(command, bootstrap)
+            return list(argv)
         ssh = shlex.split(getattr(self.config, "ssh", "") or "ssh")
-        remote = f"cd {shlex.quote(os.getcwd())} 2>/dev/null; exec {shlex.join(command)}"
-        return LaunchedPlace([*ssh, "-T", "-o", "BatchMode=yes", host, remote], bootstrap)
+        variables = [f"{k}={v}" for k, v in (env or {}).items()]
+        run = shlex.join(["env", *variables, *argv] if variables else list(argv))
+        remote = f"cd {shlex.quote(os.getcwd())} 2>/dev/null; exec {run}"
+        return [*ssh, "-T", "-o", "BatchMode=yes", host, remote]

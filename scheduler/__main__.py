@@ -1,0 +1,180 @@
+"""``python -m scheduler``: serve, submit, status, cancel, add-nodes, shutdown, report.
+
+    python -m scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
+    python -m scheduler submit --to 127.0.0.1:8081 job.toml
+    python -m scheduler status --to 127.0.0.1:8081 [--json]
+    python -m scheduler report events.jsonl [--gantt gantt.png] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import launcher as launchers
+from apgas._config import parse_address
+from apgas.errors import ConfigError
+
+from .client import SchedulerError, request
+from .jobs import JobFileError, load_job_file
+from .policies import POLICIES, get_policy
+
+log = logging.getLogger("scheduler")
+
+
+def _address(value: str) -> tuple[str, int]:
+    try:
+        return parse_address("--to", value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _nodes(value: str) -> list[str]:
+    try:
+        return launchers.expand_hostlist(value)
+    except launchers.HostSpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m scheduler",
+                                     description="An elastic batch job scheduler for APGAS jobs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the scheduler daemon")
+    serve.add_argument("--nodes", type=_nodes, default=None,
+                       help="node names, e.g. 'node[0-7]' or 'a,b'; default: the Slurm allocation")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8081, help="port (0: any free port)")
+    serve.add_argument("--policy", choices=sorted(POLICIES), default="easy")
+    serve.add_argument("--log", default=None, help="JSON-lines event log to append to")
+    serve.add_argument("--interval", type=float, default=5.0, help="seconds between scheduling passes")
+    serve.add_argument("--resize-interval", type=float, default=10.0,
+                       help="minimum seconds between two resizes of one job")
+    serve.add_argument("--register-timeout", type=float, default=60.0,
+                       help="seconds a malleable job has to send APGAS-Ready")
+    serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
+                       help="how job commands start on their first node (default: detected)")
+    serve.add_argument("--output-dir", default="scheduler-jobs", help="where job-N.out/.err go")
+    for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
+                           ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
+                           ("shutdown", "stop the scheduler (running jobs are killed)")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
+        if name == "submit":
+            p.add_argument("files", nargs="+", metavar="JOB.toml")
+        elif name == "status":
+            p.add_argument("--json", action="store_true", help="print the status as JSON")
+        elif name == "cancel":
+            p.add_argument("id", type=int)
+        elif name == "add-nodes":
+            p.add_argument("names", type=_nodes)
+    report = sub.add_parser("report", help="metrics and a Gantt chart from an event log")
+    report.add_argument("events")
+    report.add_argument("--gantt", default=None, help="write a Gantt chart PNG here")
+    report.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        if ns.command == "serve":
+            return _serve(ns)
+        if ns.command == "report":
+            try:
+                return _report(ns)
+            except (OSError, ValueError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+        return _client(ns)
+    except SchedulerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from .daemon import Scheduler
+
+    nodes = ns.nodes
+    if nodes is None:
+        if not os.environ.get("SLURM_JOB_NODELIST"):
+            print("error: give --nodes (not inside a Slurm allocation)", file=sys.stderr)
+            return 2
+        nodes = launchers.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+    name = ns.launcher or launchers.detect_launcher(os.environ, mpi=False)
+    if name == "local":  # the node names all stand for this machine
+        known = [h for h in os.environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h]
+        os.environ["APGAS_LOCAL_HOSTS"] = ",".join(known + nodes)
+    sched = Scheduler(nodes, get_policy(ns.policy, resize_interval=ns.resize_interval),
+                      host=ns.host, port=ns.port, events=ns.log, interval=ns.interval,
+                      launcher=name, register_timeout=ns.register_timeout,
+                      output_dir=ns.output_dir)
+    print(f"scheduler listening on {sched.address[0]}:{sched.address[1]}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sched.shutdown())
+    try:
+        sched.serve_forever()
+    except KeyboardInterrupt:
+        sched.shutdown()
+        sched._finish()
+    return 0
+
+
+def _client(ns: argparse.Namespace) -> int:
+    if ns.command == "submit":
+        failed = 0
+        for path in ns.files:
+            try:
+                spec = load_job_file(path)
+            except JobFileError as e:
+                print(f"error: {e}", file=sys.stderr)
+                failed += 1
+                continue
+            reply = request(ns.to, "submit", job=spec.to_dict(), file=path)
+            print(reply["id"])
+        return 2 if failed else 0
+    if ns.command == "status":
+        reply = request(ns.to, "status")
+        reply.pop("ok", None)
+        print(json.dumps(reply, indent=2) if ns.json else _status_table(reply))
+    elif ns.command == "cancel":
+        print(request(ns.to, "cancel", id=ns.id)["state"])
+    elif ns.command == "add-nodes":
+        print(",".join(request(ns.to, "add-nodes", nodes=ns.names)["nodes"]))
+    elif ns.command == "shutdown":
+        request(ns.to, "shutdown")
+    return 0
+
+
+def _status_table(status: dict[str, Any]) -> str:
+    lines = [f"policy {status['policy']}, t = {status['time']:.1f} s, "
+             f"{sum(n['job'] is None for n in status['nodes'])}/{len(status['nodes'])} node(s) idle",
+             f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} reason"]
+    for j in status["jobs"]:
+        lines.append(f"{j['id']:>4} {j['name'][:20]:<20} {j['class']:<10} {j['state']:<10} "
+                     f"{','.join(j['nodes'])[:24]:<24} {j['reason']}")
+    return "\n".join(lines)
+
+
+def _report(ns: argparse.Namespace) -> int:
+    from .metrics import compute_metrics, gantt, read_events
+
+    events = read_events(ns.events)
+    metrics = compute_metrics(events)
+    if ns.gantt:
+        gantt(events, ns.gantt, title=ns.events)
+    if ns.json:
+        print(json.dumps(metrics, indent=2))
+    else:
+        for key, value in metrics.items():
+            print(f"{key:<24} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,506 @@
+"""The live scheduler: a pool of nodes, a queue of jobs, a policy, real processes.
+
+One TCP port serves two kinds of lines: a JSON object is a request of the
+command-line client (``submit``, ``status``, ``cancel``, ``add-nodes``,
+``shutdown``), answered by one JSON line; anything else is a job's message in
+the APGAS socket protocol (``APGAS-Ready:<ip>:<job id>`` and the timing
+reports). Orders to malleable jobs go the other way, one connection each
+(``grow n h1..hn``, ``shrink n``), from a thread per order so that a slow job
+holds up nobody.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import launcher as launchers
+
+from ._model import Grow, JobView, Shrink, Start
+from .jobs import JobFileError, JobSpec, parse_job
+from .policies import Policy
+
+__all__ = ["Scheduler", "Job"]
+
+log = logging.getLogger("scheduler")
+
+MAX_LINE = 1 << 20
+ORDER_TIMEOUT = 120.0
+KILL_GRACE = 3.0
+
+
+@dataclasses.dataclass
+class Job:
+    """A job and everything the scheduler knows of it."""
+
+    id: int
+    spec: JobSpec
+    submit: float
+    state: str = "queued"  # queued | running | done | failed | cancelled
+    reason: str = ""
+    nodes: list[str] = dataclasses.field(default_factory=list)
+    start: float | None = None
+    end: float | None = None
+    proc: subprocess.Popen | None = None
+    listen: tuple[str, int] | None = None  # where a malleable job takes orders
+    ready: bool = False
+    busy: bool = False  # an order is in flight
+    shrinking: int = 0  # nodes a shrink in flight will give back
+    last_resize: float | None = None
+    kill_reason: str = ""
+    grows: int = 0
+    shrinks: int = 0
+
+    @property
+    def malleable(self) -> bool:
+        return self.spec.cls in ("malleable", "evolving")
+
+    def view(self, held: int = 0) -> JobView:
+        """``held``: the nodes it owns, grow reservations included; a shrink in
+        flight already counts as done, so that no pass shrinks twice for one need."""
+        return JobView(self.id, self.spec.cls, self.spec.min_nodes, self.spec.max_nodes,  # type: ignore[arg-type]
+                       self.spec.walltime, self.submit, held - self.shrinking, self.start,
+                       self.last_resize, self.malleable and self.ready and not self.busy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.spec.name, "class": self.spec.cls, "state": self.state,
+                "nodes": list(self.nodes), "submit": self.submit, "start": self.start,
+                "end": self.end, "reason": self.reason, "min_nodes": self.spec.min_nodes,
+                "max_nodes": self.spec.max_nodes, "ready": self.ready, "grows": self.grows,
+                "shrinks": self.shrinks}
+
+
+class Scheduler:
+    """Runs jobs on ``nodes`` under ``policy``; ``serve_forever`` until ``shutdown``."""
+
+    def __init__(self, nodes: list[str], policy: Policy, *, host: str = "127.0.0.1",
+                 port: int = 0, events: str | Path | None = None, interval: float = 5.0,
+                 launcher: str = "local", register_timeout: float = 60.0,
+                 output_dir: str | Path = "scheduler-jobs") -> None:
+        if len(set(nodes)) != len(nodes) or not nodes:
+            raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
+        self.policy = policy
+        self.interval = interval
+        self.register_timeout = register_timeout
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.launcher = launchers.get_launcher(launcher)
+        self._local = launcher == "local"
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._owner: dict[str, int | None] = {n: None for n in nodes}
+        self._jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self._t0 = time.monotonic()
+        self._events = open(events, "a", buffering=1) if events else None
+        self._server = socket.create_server((host, port))
+        self.address: tuple[str, int] = (host, self._server.getsockname()[1])
+        self._threads: list[threading.Thread] = []
+        self._event("pool", nodes=list(nodes))
+
+    # -- life cycle ----------------------------------------------------------------
+    def serve_forever(self) -> None:
+        """Accept requests and messages and schedule, until ``shutdown``."""
+        log.info("scheduler on %s:%d with %d node(s), policy %s", *self.address,
+                 len(self._owner), self.policy.name)
+        self._spawn(self._accept, "scheduler-accept")
+        while not self._stopped.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if not self._stopped.is_set():
+                self.schedule()
+        self._finish()
+
+    def start(self) -> "Scheduler":
+        """Serve from a thread of its own (tests, benchmarks)."""
+        self._spawn(self.serve_forever, "scheduler-main")
+        return self
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def _finish(self) -> None:
+        with self._lock:
+            for job in self._jobs.values():
+                if job.state == "queued":
+                    self._end(job, "cancelled", "the scheduler shut down")
+                elif job.state == "running":
+                    job.kill_reason = "the scheduler shut down"
+                    self._kill(job)
+        deadline = time.monotonic() + KILL_GRACE + 2
+        for job in list(self._jobs.values()):
+            if job.proc is not None:
+                try:
+                    job.proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.proc.pid, signal.SIGKILL)
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self._server.close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(2.0)
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+
+    def _spawn(self, target: Callable, name: str, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        record = {"t": round(self.now(), 6), "event": kind, **fields}
+        log.debug("event %s", record)
+        if self._events is not None:
+            self._events.write(json.dumps(record) + "\n")
+
+    # -- requests -------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> int:
+        if spec.min_nodes > len(self._owner):
+            raise ValueError(f"job {spec.name!r} needs at least {spec.min_nodes} node(s) and the "
+                             f"pool has {len(self._owner)}")
+        with self._lock:
+            job = Job(next(self._ids), spec, self.now())
+            self._jobs[job.id] = job
+            self._event("submit", job=job.id, name=spec.name, **{"class": spec.cls},
+                        min_nodes=spec.min_nodes, max_nodes=spec.max_nodes)
+        log.info("job %d (%s) submitted", job.id, spec.name)
+        self._wake.set()
+        return job.id
+
+    def cancel(self, job_id: int) -> str:
+        with self._lock:
+            job = self._job(job_id)
+            if job.state == "queued":
+                self._end(job, "cancelled", "cancelled by the user")
+            elif job.state == "running":
+                job.kill_reason = "cancelled by the user"
+                self._kill(job)
+            else:
+                raise ValueError(f"job {job_id} has already ended ({job.state})")
+            return job.state
+
+    def add_nodes(self, names: list[str]) -> list[str]:
+        with self._lock:
+            taken = [n for n in names if n in self._owner]
+            if taken or len(set(names)) != len(names) or not names:
+                raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
+            for n in names:
+                self._owner[n] = None
+            self._event("pool", nodes=list(self._owner))
+        self._wake.set()
+        return list(self._owner)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"time": self.now(), "policy": self.policy.name,
+                    "address": f"{self.address[0]}:{self.address[1]}",
+                    "jobs": [j.to_dict() for j in self._jobs.values()],
+                    "nodes": [{"name": n, "job": j} for n, j in self._owner.items()]}
+
+    def _job(self, job_id: Any) -> Job:
+        job = self._jobs.get(job_id) if isinstance(job_id, int) else None
+        if job is None:
+            raise ValueError(f"no job with id {job_id!r}")
+        return job
+
+    # -- scheduling -----------------------------------------------------------------
+    def schedule(self) -> None:
+        """Enforce walltimes and registration, then apply the policy's decisions."""
+        with self._lock:
+            now = self.now()
+            for job in self._jobs.values():
+                if job.state != "running" or job.kill_reason:
+                    continue
+                if now - job.start > job.spec.walltime:  # type: ignore[operator]
+                    job.kill_reason = f"killed: ran past its walltime of {job.spec.walltime:g} s"
+                    self._kill(job)
+                elif job.malleable and not job.ready and now - job.start > self.register_timeout:  # type: ignore[operator]
+                    job.kill_reason = (f"killed: never sent APGAS-Ready within "
+                                       f"{self.register_timeout:g} s")
+                    self._kill(job)
+            queue = [j.view() for j in self._jobs.values() if j.state == "queued"]
+            held = collections.Counter(self._owner.values())
+            running = [j.view(held[j.id]) for j in self._jobs.values()
+                       if j.state == "running" and not j.kill_reason]
+            free = [n for n, j in self._owner.items() if j is None]
+            decisions = self.policy.decide(now, queue, running, len(free), len(self._owner))
+            for d in decisions:
+                job = self._jobs[d.job]
+                if isinstance(d, Start) and job.state == "queued":
+                    free = self._start(job, free[:d.nodes], free[d.nodes:]) if d.nodes <= len(free) else free
+                elif isinstance(d, Grow) and job.state == "running" and d.nodes <= len(free):
+                    hosts, free = free[:d.nodes], free[d.nodes:]
+                    for n in hosts:
+                        self._owner[n] = job.id  # reserved: nobody else gets them meanwhile
+                    job.busy = True
+                    self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts)
+                elif isinstance(d, Shrink) and job.state == "running":
+                    job.busy, job.shrinking = True, d.nodes
+                    self._spawn(self._shrink, f"scheduler-shrink-{job.id}", job, d.nodes)
+
+    def _start(self, job: Job, nodes: list[str], rest: list[str]) -> list[str]:
+        env = {"APGAS_HOSTS": ",".join(nodes), "APGAS_JOB_ID": str(job.id)}
+        if self._local:
+            env["APGAS_LOCAL_HOSTS"] = ",".join(self._owner)
+        if job.malleable:
+            host, port = self.address
+            listen = (host, _free_port(host))
+            env.update(APGAS_COMMUNICATOR="socket", APGAS_SCHEDULER=f"{host}:{port}",
+                       APGAS_MALLEABLE_LISTEN=f"{listen[0]}:{listen[1]}")
+            job.listen = listen
+        env.update(dict(job.spec.env))
+        cwd = job.spec.cwd or os.getcwd()
+        out = self.output_dir / f"job-{job.id}.out"
+        err = self.output_dir / f"job-{job.id}.err"
+        try:
+            argv = self.launcher.command(nodes[0], job.spec.command, env)
+            with open(out, "wb") as o, open(err, "wb") as e:
+                job.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=o,
+                                            stderr=e, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        except OSError as e:
+            self._end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
+            return nodes + rest
+        job.state, job.start, job.nodes = "running", self.now(), list(nodes)
+        for n in nodes:
+            self._owner[n] = job.id
+        self._event("start", job=job.id, nodes=list(nodes))
+        log.info("job %d (%s) started on %s", job.id, job.spec.name, ",".join(nodes))
+        self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
+        return rest
+
+    def _watch(self, job: Job) -> None:
+        assert job.proc is not None
+        code = job.proc.wait()
+        with self._lock:
+            if job.kill_reason:
+                state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
+                self._end(job, state, job.kill_reason)
+            elif code == 0:
+                self._end(job, "done", "")
+            else:
+                self._end(job, "failed", f"exit code {code}; see {self.output_dir}/job-{job.id}.err")
+        self._wake.set()
+
+    def _end(self, job: Job, state: str, reason: str) -> None:
+        job.state, job.reason, job.end = state, reason, self.now()
+        for n, owner in self._owner.items():
+            if owner == job.id:
+                self._owner[n] = None
+        job.nodes = []
+        self._event("end", job=job.id, state=state, reason=reason)
+        log.info("job %d (%s) %s%s", job.id, job.spec.name, state, f": {reason}" if reason else "")
+        self._wake.set()
+
+    def _kill(self, job: Job) -> None:
+        if job.proc is None or job.proc.poll() is not None:
+            return
+        try:
+            os.killpg(job.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+
+        def hard_kill(proc: subprocess.Popen = job.proc) -> None:
+            try:
+                proc.wait(KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._spawn(hard_kill, f"scheduler-kill-{job.id}")
+
+    # -- orders to malleable jobs ---------------------------------------------------
+    def _order(self, job: Job, line: str) -> list[str]:
+        assert job.listen is not None
+        with socket.create_connection(job.listen, timeout=ORDER_TIMEOUT) as conn:
+            conn.sendall(line.encode() + b"\n")
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+        return reply.decode(errors="replace").splitlines()
+
+    def _grow(self, job: Job, hosts: list[str]) -> None:
+        started = time.monotonic()
+        try:
+            reply = self._order(job, f"grow {len(hosts)} {' '.join(hosts)}")
+            ok = not reply or not reply[0].startswith("error")  # ElasticJobScheduler's jobs say nothing
+            problem = "" if ok else reply[0]
+        except OSError as e:
+            ok, problem = False, f"{type(e).__name__}: {e}"
+        with self._lock:
+            job.busy = False
+            if ok and job.state == "running":
+                job.nodes += hosts
+                job.grows += 1
+                job.last_resize = self.now()
+                self._event("grow", job=job.id, nodes=hosts, duration=time.monotonic() - started)
+                log.info("job %d grew by %s", job.id, ",".join(hosts))
+            else:
+                for n in hosts:
+                    if self._owner.get(n) == job.id and n not in job.nodes:
+                        self._owner[n] = None
+                if job.state == "running":
+                    job.last_resize = self.now()  # do not retry at once
+                    self._event("grow_failed", job=job.id, nodes=hosts, reason=problem)
+                    log.warning("grow of job %d failed: %s", job.id, problem)
+        self._wake.set()
+
+    def _shrink(self, job: Job, n: int) -> None:
+        started = time.monotonic()
+        try:
+            reply = self._order(job, f"shrink {n}")
+        except OSError as e:
+            reply = [f"error {type(e).__name__}: {e}"]
+        with self._lock:
+            job.busy, job.shrinking = False, 0
+            if reply and reply[0].startswith("error"):
+                if job.state == "running":
+                    job.last_resize = self.now()
+                    self._event("shrink_failed", job=job.id, reason=reply[0])
+                    log.warning("shrink of job %d failed: %s", job.id, reply[0])
+            else:
+                released = [h for h in reply if h in job.nodes]
+                strangers = [h for h in reply if h not in job.nodes]
+                if strangers:
+                    log.warning("job %d released hosts it did not hold: %s", job.id, strangers)
+                self._release(job, released)
+                job.shrinks += 1
+                job.last_resize = self.now()
+                self._event("shrink", job=job.id, nodes=released, duration=time.monotonic() - started)
+        self._wake.set()
+
+    def _release(self, job: Job, hosts: list[str]) -> None:
+        for h in hosts:
+            job.nodes.remove(h)
+            if self._owner.get(h) == job.id:
+                self._owner[h] = None
+
+    # -- the port: client requests and job messages ---------------------------------
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            self._spawn(self._serve, "scheduler-conn", conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10.0)
+            data = b""
+            try:
+                while b"\n" not in data and len(data) <= MAX_LINE:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                return
+            line = data.split(b"\n", 1)[0].decode(errors="replace").strip()
+            if line.startswith("{"):
+                reply = self._request(line)
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    pass
+            elif line:
+                self._message(line)
+
+    def _request(self, line: str) -> dict[str, Any]:
+        try:
+            request = json.loads(line)
+            op = request.get("op") if isinstance(request, dict) else None
+            if op == "submit":
+                return {"ok": True, "id": self.submit(parse_job(request.get("job"),
+                                                                request.get("file", "job")))}
+            if op == "status":
+                return {"ok": True, **self.status()}
+            if op == "cancel":
+                return {"ok": True, "state": self.cancel(request.get("id"))}
+            if op == "add-nodes":
+                names = request.get("nodes")
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise ValueError(f"add-nodes needs a list of names, got {names!r}")
+                return {"ok": True, "nodes": self.add_nodes(names)}
+            if op == "shutdown":
+                self.shutdown()
+                return {"ok": True}
+            raise ValueError(f"unknown request {op!r}; expected submit, status, cancel, "
+                             "add-nodes or shutdown")
+        except (ValueError, JobFileError) as e:
+            return {"ok": False, "error": str(e)}
+
+    def _message(self, line: str) -> None:
+        """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md)."""
+        message, _, rest = line.partition(":")
+        job = self._find_job(rest)
+        if job is None:
+            log.warning("message %r from no job of ours ignored", line)
+            return
+        with self._lock:
+            if message == "APGAS-Ready":
+                job.ready = True
+                self._event("ready", job=job.id)
+            elif message == "APGAS-NotMalleable":
+                job.ready = False
+                self._event("rigid", job=job.id)
+            elif message.startswith("Evolving;Request;"):
+                self._evolving_request(job, message)
+            elif message.startswith("Evolving;Release;"):
+                host = message.split(";", 2)[2]
+                if host in job.nodes and len(job.nodes) > 1:
+                    self._release(job, [host])
+                    self._event("shrink", job=job.id, nodes=[host], duration=0.0, requested=True)
+            else:
+                log.debug("job %d: %s", job.id, message)
+        self._wake.set()
+
+    def _evolving_request(self, job: Job, message: str) -> None:
+        try:
+            n = int(message.split(";")[2])
+        except ValueError:
+            log.warning("job %d: bad request %r", job.id, message)
+            return
+        free = [h for h, o in self._owner.items() if o is None]
+        k = min(n, len(free), job.spec.max_nodes - len(job.nodes))
+        self._event("request", job=job.id, nodes=n, granted=max(k, 0))
+        if k > 0 and job.ready and not job.busy and job.state == "running":
+            hosts = free[:k]
+            for h in hosts:
+                self._owner[h] = job.id
+            job.busy = True
+            self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts)
+
+    def _find_job(self, rest: str) -> Job | None:
+        ip, _, job_id = rest.rpartition(":")
+        if job_id.isdigit() and int(job_id) in self._jobs:
+            return self._jobs[int(job_id)]
+        matches = [j for j in self._jobs.values()  # a foreign job without an id: by its address
+                   if j.state == "running" and j.listen and j.listen[0] == (ip or job_id)]
+        return matches[0] if len(matches) == 1 else None
+
+
+def _free_port(host: str) -> int:
+    with socket.create_server((host, 0)) as s:
+        return s.getsockname()[1]

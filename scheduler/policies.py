@@ -1,0 +1,277 @@
+"""Scheduling policies: pure functions from a snapshot of the cluster to a
+list of decisions, so that the live scheduler and a simulator share them.
+
+A policy sees the waiting jobs (``queue``, in submission order), the running
+jobs (``running``, ``nodes`` = current allotment), the idle nodes (``free``)
+and the size of the cluster (``total``). It returns ``Start``/``Grow``/
+``Shrink`` decisions that the engine applies in list order. Starts only use
+``free``: nodes released by a ``Shrink`` come back later, and the engine then
+calls ``decide`` again.
+
+Nodes that are neither free nor held by a running job (``total - free -
+sum(running.nodes)``) are taken to be on their way back (a shrink or an end
+in progress): EASY counts them as free *now* when it computes the head's
+reservation, and minAgree counts them towards the head before it shrinks
+anyone, so that calls made while a shrink is in flight do not shrink again.
+
+The four algorithms follow the ElasticJobScheduler of the malleable-APGAS
+study (Posner et al.): FCFS, Backfilling and EASY-Backfilling with a moldable
+extension, and the malleable minAgree algorithm.
+"""
+
+from __future__ import annotations
+
+import abc
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+from ._model import Decision, Grow, JobView, Shrink, Start
+
+__all__ = [
+    "Policy", "FCFS", "Backfilling", "EasyBackfilling", "MinAgree",
+    "POLICIES", "get_policy", "easy", "moldable_size", "min_agree_size",
+]
+
+# How many nodes a job starts with when ``avail`` nodes may be used, or None
+# if it cannot start on them.
+Sizer = Callable[[JobView, int], int | None]
+
+
+def moldable_size(job: JobView, avail: int) -> int | None:
+    """The moldable extension: a flexible job takes as many nodes as it may,
+    a rigid job exactly its size; neither starts below its minimum."""
+    if avail < job.min_nodes:
+        return None
+    return min(job.max_nodes, avail) if job.flexible else job.min_nodes
+
+
+def min_agree_size(job: JobView, avail: int) -> int | None:
+    """minAgree starts malleable jobs small (they grow later when nodes are
+    idle); moldable jobs cannot grow later, so they still take what they may."""
+    if job.malleable:
+        return job.min_nodes if avail >= job.min_nodes else None
+    return moldable_size(job, avail)
+
+
+def _waiting(queue: Iterable[JobView], total: int) -> list[JobView]:
+    """Jobs that may ever start, in submission order (then id); a job larger
+    than the cluster is skipped rather than allowed to block the queue."""
+    return sorted((j for j in queue if j.min_nodes <= total), key=lambda j: (j.submit, j.id))
+
+
+def _estimated_end(now: float, job: JobView) -> float:
+    """When a running job should end by its user's estimate; an overdue job
+    is expected to end now (it cannot end in the past)."""
+    start = now if job.start is None else job.start
+    return max(now, start + job.walltime)
+
+
+def _in_transit(free: int, running: Sequence[JobView], total: int) -> int:
+    return max(0, total - free - sum(j.nodes for j in running))
+
+
+def _reservation(now: float, need: int, avail: int,
+                 ends: Iterable[tuple[float, int]]) -> tuple[float, int]:
+    """(shadow time, extra nodes) for a head that needs ``need`` nodes.
+
+    ``avail`` nodes are free now and each (end, nodes) pair frees ``nodes``
+    at ``end``. All jobs ending at the shadow time count towards the extra
+    nodes. Returns (inf, 0) if the head can never get enough nodes.
+    """
+    if avail >= need:
+        return now, avail - need
+    for end, group in itertools.groupby(sorted(ends), key=lambda e: e[0]):
+        avail += sum(n for _, n in group)
+        if avail >= need:
+            return end, avail - need
+    return math.inf, 0
+
+
+def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
+         free: int, total: int, size: Sizer) -> tuple[list[Start], JobView | None, int]:
+    """EASY backfilling with a start-size rule ``size``.
+
+    Returns the starts, the head left waiting (None if every job started) and
+    the free nodes left. A backfilled job must fit now and either end by the
+    head's shadow time or use only the extra nodes; a flexible job gets the
+    most nodes that keeps that promise.
+    """
+    transit = _in_transit(free, running, total)
+    ends = [(_estimated_end(now, j), j.nodes) for j in running]
+    starts: list[Start] = []
+    jobs = iter(_waiting(queue, total))
+    head = None
+    for job in jobs:
+        n = size(job, free)
+        if n is None:
+            head = job
+            break
+        starts.append(Start(job.id, n))
+        free -= n
+        ends.append((now + job.walltime, n))
+    if head is None:
+        return starts, None, free
+    shadow, extra = _reservation(now, head.min_nodes, free + transit, ends)
+    for job in jobs:
+        if now + job.walltime <= shadow:
+            n = size(job, free)
+        else:
+            n = size(job, min(free, extra))
+            if n is not None:
+                extra -= n
+        if n is not None:
+            starts.append(Start(job.id, n))
+            free -= n
+    return starts, head, free
+
+
+class Policy(abc.ABC):
+    """A scheduling algorithm. ``resize_interval`` is the least time in
+    seconds between two resizes of one job, so that a job is not kept busy
+    redistributing work instead of computing."""
+
+    name: str = ""
+
+    def __init__(self, resize_interval: float = 10.0) -> None:
+        if resize_interval < 0:
+            raise ValueError(f"resize_interval must be >= 0, not {resize_interval}")
+        self.resize_interval = resize_interval
+
+    @abc.abstractmethod
+    def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int) -> list[Decision]:
+        """Decisions for this moment, to be applied in list order."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(resize_interval={self.resize_interval})"
+
+
+class FCFS(Policy):
+    """Start jobs from the head of the queue while the head fits; never
+    overtake, so no job waits for a later one."""
+
+    name = "fcfs"
+
+    def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int) -> list[Decision]:
+        out: list[Decision] = []
+        for job in _waiting(queue, total):
+            n = moldable_size(job, free)
+            if n is None:
+                break
+            out.append(Start(job.id, n))
+            free -= n
+        return out
+
+
+class Backfilling(Policy):
+    """Start every job that fits now, in queue order, without a reservation:
+    good utilisation, but large jobs may starve."""
+
+    name = "backfill"
+
+    def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int) -> list[Decision]:
+        out: list[Decision] = []
+        for job in _waiting(queue, total):
+            n = moldable_size(job, free)
+            if n is not None:
+                out.append(Start(job.id, n))
+                free -= n
+        return out
+
+
+class EasyBackfilling(Policy):
+    """Backfill only jobs that do not delay the head of the queue beyond its
+    reservation (computed from the users' walltime estimates)."""
+
+    name = "easy"
+
+    def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int) -> list[Decision]:
+        starts, _, _ = easy(now, queue, running, free, total, moldable_size)
+        return list(starts)
+
+
+class MinAgree(Policy):
+    """The malleable algorithm (minAgree), in three steps.
+
+    1. Start waiting jobs with EASY backfilling; malleable and evolving jobs
+       start at their minimum, moldable jobs still take as many as they may.
+    2. If a head is left waiting, shrink running malleable jobs to make room
+       for its minimum: one node at a time from the job holding the most
+       (ties: lower id), counting nodes already on their way back. Shrinks are
+       issued only if the target can be reached, so that no job loses nodes
+       for nothing; the head starts in a later call, once the nodes are back.
+    3. Only when no job is left waiting, give the idle nodes to running
+       malleable jobs below their maximum, one at a time to the job holding
+       the fewest (ties: lower id). With a waiting head the idle nodes are
+       kept, since they are being collected for it.
+
+    Only jobs that are ``resizable`` and not resized within
+    ``resize_interval`` seconds are shrunk or grown; a job started in this
+    call is not running yet, so it is not grown in the same call. Shrinks
+    and grows come as one decision per job, in id order, after the starts.
+    """
+
+    name = "malleable"
+
+    def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int) -> list[Decision]:
+        starts, head, left = easy(now, queue, running, free, total, min_agree_size)
+        out: list[Decision] = list(starts)
+        if head is not None:
+            avail = left + _in_transit(free, running, total)
+            out += self._shrinks(now, running, head.min_nodes - avail)
+        else:
+            out += self._grows(now, running, left)
+        return out
+
+    def _may_resize(self, now: float, job: JobView) -> bool:
+        return (job.malleable and job.resizable
+                and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
+
+    def _shrinks(self, now: float, running: Sequence[JobView], need: int) -> list[Decision]:
+        if need <= 0:
+            return []
+        donors = [j for j in running if self._may_resize(now, j) and j.nodes > j.min_nodes]
+        if sum(j.nodes - j.min_nodes for j in donors) < need:
+            return []
+        heap = [(-j.nodes, j.id, j.min_nodes) for j in donors]
+        heapq.heapify(heap)
+        taken: dict[int, int] = {}
+        for _ in range(need):
+            neg, jid, low = heapq.heappop(heap)
+            taken[jid] = taken.get(jid, 0) + 1
+            if -neg - 1 > low:
+                heapq.heappush(heap, (neg + 1, jid, low))
+        return [Shrink(jid, k) for jid, k in sorted(taken.items())]
+
+    def _grows(self, now: float, running: Sequence[JobView], idle: int) -> list[Decision]:
+        heap = [(j.nodes, j.id, j.max_nodes) for j in running
+                if self._may_resize(now, j) and j.nodes < j.max_nodes]
+        heapq.heapify(heap)
+        given: dict[int, int] = {}
+        while idle > 0 and heap:
+            nodes, jid, high = heapq.heappop(heap)
+            given[jid] = given.get(jid, 0) + 1
+            idle -= 1
+            if nodes + 1 < high:
+                heapq.heappush(heap, (nodes + 1, jid, high))
+        return [Grow(jid, k) for jid, k in sorted(given.items())]
+
+
+POLICIES: dict[str, type[Policy]] = {
+    p.name: p for p in (FCFS, Backfilling, EasyBackfilling, MinAgree)
+}
+
+
+def get_policy(name: str, **options: float) -> Policy:
+    """The policy called ``name``, built with ``options``."""
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+    return cls(**options)

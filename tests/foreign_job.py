@@ -1,0 +1,49 @@
+"""A malleable job that speaks the socket protocol with plain sockets, without apgas.
+
+It announces itself with ``APGAS-Ready``, takes grow and shrink orders for
+``FOREIGN_SECONDS`` seconds (answering a shrink with the hosts it gives back,
+a grow with nothing, as ElasticJobScheduler's jobs do), writes what it held
+after each order to ``FOREIGN_LOG`` as JSON lines, and exits 0.
+"""
+
+import json
+import os
+import socket
+import time
+
+
+def address(value):
+    host, _, port = value.rpartition(":")
+    return host, int(port)
+
+
+def tell(line):
+    with socket.create_connection(address(os.environ["APGAS_SCHEDULER"]), timeout=10) as conn:
+        conn.sendall(line.encode() + b"\n")
+
+
+hosts = os.environ["APGAS_HOSTS"].split(",")
+server = socket.create_server(address(os.environ["APGAS_MALLEABLE_LISTEN"]))
+server.settimeout(0.1)
+me = f"127.0.0.1:{os.environ['APGAS_JOB_ID']}"
+with open(os.environ["FOREIGN_LOG"], "a") as log:
+    log.write(json.dumps({"order": "start", "hosts": hosts}) + "\n")
+    tell(f"APGAS-Ready:{me}")
+    deadline = time.monotonic() + float(os.environ.get("FOREIGN_SECONDS", "5"))
+    while time.monotonic() < deadline:
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            continue
+        with conn:
+            line = conn.makefile().readline().split()
+            if line[0] == "grow":
+                hosts += line[2:]
+            elif line[0] == "shrink":
+                n = int(line[1])
+                gone, hosts = hosts[-n:], hosts[:-n]
+                conn.sendall("".join(h + "\n" for h in gone).encode())
+            log.write(json.dumps({"order": " ".join(line), "hosts": hosts}) + "\n")
+            log.flush()
+            tell(f"{line[0]}TimeAPGAS;{line[1]};1000:{me}")
+    tell(f"APGAS-NotMalleable:{me}")
