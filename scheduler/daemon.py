@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -272,8 +273,11 @@ class Scheduler:
         cwd = job.spec.cwd or os.getcwd()
         out = self.output_dir / f"job-{job.id}.out"
         err = self.output_dir / f"job-{job.id}.err"
+        command = list(job.spec.command)
+        if command[0] in ("python", "python3"):  # the scheduler's own Python, with apgas
+            command[0] = sys.executable
         try:
-            argv = self.launcher.command(nodes[0], job.spec.command, env)
+            argv = self.launcher.command(nodes[0], command, env)
             with open(out, "wb") as o, open(err, "wb") as e:
                 job.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=o,
                                             stderr=e, stdin=subprocess.DEVNULL,

@@ -60,9 +60,10 @@ def load_job_file(path: str | Path) -> JobSpec:
     except tomllib.TOMLDecodeError as e:
         raise JobFileError(f"{where}: not valid TOML: {e}") from None
     spec = parse_job(data, where)
-    if not spec.cwd:
-        spec = dataclasses.replace(spec, cwd=str(Path(path).resolve().parent))
-    return spec
+    cwd = Path(path).resolve().parent / spec.cwd  # relative to the job file
+    if not cwd.is_dir():
+        raise JobFileError(f"{where}: key 'cwd': no such directory {str(cwd)!r}")
+    return dataclasses.replace(spec, cwd=str(cwd.resolve()))
 
 
 def parse_job(data: Mapping[str, Any], where: str = "job") -> JobSpec:

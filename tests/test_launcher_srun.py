@@ -109,3 +109,36 @@ def test_srun_outside_an_allocation_says_so(monkeypatch):
     with pytest.raises(ApgasError, match=r"place 1 could not be started on host 'node2' by the "
                                          r"srun launcher: .*inside a Slurm allocation"):
         apgas.run(lambda: None, launcher="srun", hosts="localhost,node2")
+
+
+SCHEDULER_IN_ALLOCATION = """
+import json, os, sys, time
+sys.path.insert(0, "tests")
+from scheduler.daemon import Scheduler
+from scheduler.jobs import JobSpec
+from scheduler.policies import get_policy
+import launcher
+nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+sched = Scheduler(nodes, get_policy("easy"), interval=0.2, output_dir=sys.argv[1],
+                  launcher=launcher.detect_launcher(os.environ, mpi=False)).start()
+spec = JobSpec("survey", (sys.executable, "tests/launch_prog.py"), "rigid", 2, 2, 60, (), os.getcwd())
+ids = [sched.submit(spec), sched.submit(spec)]
+while not all(j["state"] in ("done", "failed") for j in sched.status()["jobs"]):
+    time.sleep(0.1)
+print("STATUS " + json.dumps(sched.status()), flush=True)
+sched.shutdown()
+"""
+
+
+def test_the_scheduler_runs_jobs_on_the_nodes_of_an_allocation(slurm_cluster, tmp_path):
+    proc = salloc(slurm_cluster, sys.executable, "-c", SCHEDULER_IN_ALLOCATION, str(tmp_path))
+    out, err = proc.communicate(timeout=90)
+    status = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("STATUS ")]
+    assert proc.returncode == 0 and status, (out, err)
+    jobs = status[0]["jobs"]
+    assert [j["state"] for j in jobs] == ["done", "done"], jobs
+    for j in jobs:  # each job's two places ran as srun steps on the two nodes it was given
+        result = json.loads((tmp_path / f"job-{j['id']}.out").read_text().split("RESULT ", 1)[1])
+        hosts = [p["host"] for p in result["start"]]
+        assert [p["node"] for p in result["start"]] == hosts
+        assert len(set(hosts)) == 2 and set(hosts) <= {"node1", "node2", "node3"}
