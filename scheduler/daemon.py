@@ -58,6 +58,7 @@ class Job:
     ready: bool = False
     busy: bool = False  # an order is in flight
     shrinking: int = 0  # nodes a shrink in flight will give back
+    requested: int = 0  # nodes an evolving job asked for and has not yet been given
     last_resize: float | None = None
     kill_reason: str = ""
     grows: int = 0
@@ -243,7 +244,7 @@ class Scheduler:
             held = collections.Counter(self._owner.values())
             running = [j.view(held[j.id]) for j in self._jobs.values()
                        if j.state == "running" and not j.kill_reason]
-            free = [n for n, j in self._owner.items() if j is None]
+            free = self._grant_requests([n for n, j in self._owner.items() if j is None])
             decisions = self.policy.decide(now, queue, running, len(free), len(self._owner))
             for d in decisions:
                 job = self._jobs[d.job]
@@ -355,10 +356,11 @@ class Scheduler:
         with self._lock:
             job.busy = False
             if ok and job.state == "running":
-                job.nodes += hosts
+                kept = [h for h in hosts if self._owner.get(h) == job.id]  # minus early releases
+                job.nodes += kept
                 job.grows += 1
                 job.last_resize = self.now()
-                self._event("grow", job=job.id, nodes=hosts, duration=time.monotonic() - started)
+                self._event("grow", job=job.id, nodes=kept, duration=time.monotonic() - started)
                 log.info("job %d grew by %s", job.id, ",".join(hosts))
             else:
                 for n in hosts:
@@ -473,9 +475,17 @@ class Scheduler:
                 self._evolving_request(job, message)
             elif message.startswith("Evolving;Release;"):
                 host = message.split(";", 2)[2]
-                if host in job.nodes and len(job.nodes) > 1:
-                    self._release(job, [host])
-                    self._event("shrink", job=job.id, nodes=[host], duration=0.0, requested=True)
+                # may arrive before the grow's reply is handled: held or reserved both count
+                if self._owner.get(host) == job.id:
+                    if host in job.nodes:
+                        job.nodes.remove(host)
+                        self._event("shrink", job=job.id, nodes=[host], duration=0.0,
+                                    requested=True)
+                    else:
+                        self._event("release", job=job.id, nodes=[host])  # before it was logged
+                    self._owner[host] = None
+                else:
+                    log.warning("job %d released %r, which it does not hold", job.id, host)
             else:
                 log.debug("job %d: %s", job.id, message)
         self._wake.set()
@@ -483,18 +493,29 @@ class Scheduler:
     def _evolving_request(self, job: Job, message: str) -> None:
         try:
             n = int(message.split(";")[2])
+            if n < 1:
+                raise ValueError
         except ValueError:
-            log.warning("job %d: bad request %r", job.id, message)
+            log.warning("job %d: bad request %r ignored", job.id, message)
             return
-        free = [h for h, o in self._owner.items() if o is None]
-        k = min(n, len(free), job.spec.max_nodes - len(job.nodes))
-        self._event("request", job=job.id, nodes=n, granted=max(k, 0))
-        if k > 0 and job.ready and not job.busy and job.state == "running":
-            hosts = free[:k]
-            for h in hosts:
-                self._owner[h] = job.id
-            job.busy = True
-            self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts)
+        job.requested = n  # granted by the next scheduling pass, once the job is ready
+        self._event("request", job=job.id, nodes=n)
+
+    def _grant_requests(self, free: list[str]) -> list[str]:
+        """Grow evolving jobs that asked, as far as idle nodes and their maximum allow."""
+        for job in self._jobs.values():
+            if job.requested and job.state == "running" and job.ready and not job.busy:
+                held = sum(owner == job.id for owner in self._owner.values())
+                k = min(job.requested, len(free), job.spec.max_nodes - held)
+                if k <= 0:
+                    continue
+                hosts, free = free[:k], free[k:]
+                job.requested = 0
+                for h in hosts:
+                    self._owner[h] = job.id
+                job.busy = True
+                self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts)
+        return free
 
     def _find_job(self, rest: str) -> Job | None:
         ip, _, job_id = rest.rpartition(":")

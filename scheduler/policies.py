@@ -40,11 +40,14 @@ Sizer = Callable[[JobView, int], int | None]
 
 
 def moldable_size(job: JobView, avail: int) -> int | None:
-    """The moldable extension: a flexible job takes as many nodes as it may,
-    a rigid job exactly its size; neither starts below its minimum."""
+    """The moldable extension: a moldable or malleable job takes as many nodes
+    as it may, a rigid job exactly its size, an evolving job its minimum (it
+    asks for more itself when it needs them); none starts below its minimum."""
     if avail < job.min_nodes:
         return None
-    return min(job.max_nodes, avail) if job.flexible else job.min_nodes
+    if job.cls in ("rigid", "evolving"):
+        return job.min_nodes
+    return min(job.max_nodes, avail)
 
 
 def min_agree_size(job: JobView, avail: int) -> int | None:

@@ -1,6 +1,8 @@
 """A malleable job that speaks the socket protocol with plain sockets, without apgas.
 
-It announces itself with ``APGAS-Ready``, takes grow and shrink orders for
+It announces itself with ``APGAS-Ready`` (as an evolving job it then asks for
+``FOREIGN_REQUEST`` nodes, and with ``FOREIGN_RELEASE`` gives the last one
+back after a grow), takes grow and shrink orders for
 ``FOREIGN_SECONDS`` seconds (answering a shrink with the hosts it gives back,
 a grow with nothing, as ElasticJobScheduler's jobs do), writes what it held
 after each order to ``FOREIGN_LOG`` as JSON lines, and exits 0.
@@ -29,6 +31,8 @@ me = f"127.0.0.1:{os.environ['APGAS_JOB_ID']}"
 with open(os.environ["FOREIGN_LOG"], "a") as log:
     log.write(json.dumps({"order": "start", "hosts": hosts}) + "\n")
     tell(f"APGAS-Ready:{me}")
+    if os.environ.get("FOREIGN_REQUEST"):  # an evolving job asks for more nodes
+        tell(f"Evolving;Request;{os.environ['FOREIGN_REQUEST']}:{me}")
     deadline = time.monotonic() + float(os.environ.get("FOREIGN_SECONDS", "5"))
     while time.monotonic() < deadline:
         try:
@@ -39,6 +43,8 @@ with open(os.environ["FOREIGN_LOG"], "a") as log:
             line = conn.makefile().readline().split()
             if line[0] == "grow":
                 hosts += line[2:]
+                if os.environ.get("FOREIGN_RELEASE"):  # ... and gives one back itself
+                    tell(f"Evolving;Release;{hosts.pop()}:{me}")
             elif line[0] == "shrink":
                 n = int(line[1])
                 gone, hosts = hosts[-n:], hosts[:-n]

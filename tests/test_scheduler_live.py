@@ -169,3 +169,36 @@ def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
     with pytest.raises(SchedulerError, match="unknown request 'fly'"):
         request(sched.address, "fly")
     assert cli("shutdown", "--to", to).returncode == 0
+
+
+def test_evolving_job_request_is_granted_and_a_release_returns_the_node(make_scheduler, tmp_path):
+    sched = make_scheduler(nodes=4, policy="easy")  # easy never grows on its own
+    log = tmp_path / "evolving.jsonl"
+    jid = sched.submit(job("evolving", [PY, str(ROOT / "tests" / "foreign_job.py")], "evolving",
+                           1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="2", FOREIGN_REQUEST="5",
+                           FOREIGN_RELEASE="1"))
+    jobs = wait_ended(sched, [jid], timeout=30)
+    assert jobs[jid]["state"] == "done", jobs
+    held = [json.loads(line) for line in log.read_text().splitlines()]
+    assert held[1]["order"] == "grow 2 node1 node2"  # asked for 5, the maximum is 3
+    assert held[1]["hosts"] == ["node0", "node1"]  # node2 given back at once
+    events = read_events(tmp_path / "events.jsonl")
+    assert [(e["job"], e["nodes"]) for e in events if e["event"] == "request"] == [(jid, 5)]
+    assert any(e["event"] in ("shrink", "release") and e["nodes"] == ["node2"] for e in events)
+    assert compute_metrics(events)["max_overlap_violations"] == 0
+
+
+def test_garbage_on_the_port_is_refused_and_the_scheduler_goes_on(make_scheduler):
+    import socket
+    sched = make_scheduler(nodes=1, policy="fcfs")
+    with socket.create_connection(sched.address) as conn:
+        conn.sendall(b'{"op": "submit", "job"\n')
+        reply = json.loads(conn.makefile().readline())
+    assert not reply["ok"] and "Expecting" in reply["error"]
+    with socket.create_connection(sched.address) as conn:
+        conn.sendall(b'{"op": "submit", "job": 7}\n')
+        reply = json.loads(conn.makefile().readline())
+    assert reply == {"ok": False, "error": "job: a job is a table of keys, got int"}
+    with socket.create_connection(sched.address) as conn:
+        conn.sendall(b"APGAS-Ready:10.0.0.1:99\n")  # a message from no job of ours: logged
+    assert request(sched.address, "status")["jobs"] == []

@@ -68,7 +68,7 @@ def test_moldable_extension_takes_min_of_max_and_free(policy):
     queue = [waiting(1, 2, 8, "moldable"), waiting(2, 1, 2, "malleable")]
     assert decide(policy, queue, free=5, total=8) == [Start(1, 5)]
     assert decide(policy, queue, free=9, total=9) == [Start(1, 8), Start(2, 1)]
-    assert decide(policy, [waiting(1, 1, 2, "evolving")], free=9, total=9) == [Start(1, 2)]
+    assert decide(policy, [waiting(1, 1, 2, "evolving")], free=9, total=9) == [Start(1, 1)]  # it asks itself
 
 
 @pytest.mark.parametrize("policy", [FCFS(), Backfilling(), EasyBackfilling()])
