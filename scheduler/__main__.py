@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import launcher as launchers
@@ -22,7 +23,7 @@ from apgas.errors import ConfigError
 
 from .client import SchedulerError, request
 from .jobs import JobFileError, load_job_file
-from .policies import POLICIES, get_policy
+from .policies import get_policy, policy_names
 
 log = logging.getLogger("scheduler")
 
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="node names, e.g. 'node[0-7]' or 'a,b'; default: the Slurm allocation")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8081, help="port (0: any free port)")
-    serve.add_argument("--policy", choices=sorted(POLICIES), default="easy")
+    serve.add_argument("--policy", choices=policy_names(), default="easy")
     serve.add_argument("--log", default=None, help="JSON-lines event log to append to")
     serve.add_argument("--interval", type=float, default=5.0, help="seconds between scheduling passes")
     serve.add_argument("--resize-interval", type=float, default=10.0,
@@ -73,6 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("id", type=int)
         elif name == "add-nodes":
             p.add_argument("names", type=_nodes)
+    from . import compare as cmp
+    simulate = sub.add_parser("simulate", help="simulate one policy on a trace or a generated workload")
+    cmp.add_workload_arguments(simulate)
+    simulate.add_argument("--policy", required=True, help="one of: " + ", ".join(cmp.all_policy_names()))
+    simulate.add_argument("--json", default=None, help="write the metrics here")
+    compare = sub.add_parser("compare", help="simulate several policies on one workload")
+    cmp.add_workload_arguments(compare)
+    compare.add_argument("--policies", required=True, help="comma-separated policy names")
+    compare.add_argument("--json", default=None)
+    compare.add_argument("--plot", default=None, help="PNG: turnaround, slowdown, utilization over time")
     report = sub.add_parser("report", help="metrics and a Gantt chart from an event log")
     report.add_argument("events")
     report.add_argument("--gantt", default=None, help="write a Gantt chart PNG here")
@@ -86,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "serve":
             return _serve(ns)
+        if ns.command in ("simulate", "compare"):
+            try:
+                return _simulate(ns)
+            except (OSError, ValueError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
         if ns.command == "report":
             try:
                 return _report(ns)
@@ -159,6 +176,29 @@ def _status_table(status: dict[str, Any]) -> str:
         lines.append(f"{j['id']:>4} {j['name'][:20]:<20} {j['class']:<10} {j['state']:<10} "
                      f"{','.join(j['nodes'])[:24]:<24} {j['reason']}")
     return "\n".join(lines)
+
+
+def _simulate(ns: argparse.Namespace) -> int:
+    from . import compare as cmp
+
+    names = [ns.policy] if ns.command == "simulate" else [p for p in ns.policies.split(",") if p]
+    known = cmp.all_policy_names()
+    unknown = [p for p in names if p not in known]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(known)}")
+    jobs = cmp.build_workload(ns)
+    runs = cmp.compare(jobs, names, ns)
+    print(f"{len(jobs)} job(s) on {ns.nodes} node(s)")
+    print(cmp.table(runs))
+    if ns.json:
+        if ns.command == "simulate":
+            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.json).write_text(json.dumps(runs[0]["metrics"], indent=2) + "\n")
+        else:
+            cmp.write_json(ns.json, runs, ns)
+    if getattr(ns, "plot", None):
+        cmp.plot(ns.plot, runs, ns.nodes, title=ns.trace or ns.generate)
+    return 0
 
 
 def _report(ns: argparse.Namespace) -> int:

@@ -17,11 +17,18 @@ class JobView:
     """A job as a policy sees it.
 
     ``min_nodes``/``max_nodes`` are equal for rigid jobs. ``walltime`` is the
-    user's estimate of the run time in seconds at ``max_nodes`` (policies use it
-    for reservations). For a running job, ``nodes`` is its current allotment,
-    ``start`` its start time and ``last_resize`` the time of its last grow or
-    shrink (``None`` if never); ``resizable`` is True once a malleable or
-    evolving job has registered and no order to it is in flight.
+    user's estimate of the run time in seconds at its preferred size
+    (``preferred``, 0 meaning ``max_nodes``); policies use it for reservations.
+    For a running job, ``nodes`` is its current allotment, ``start`` its start
+    time and ``last_resize`` the time of its last grow or shrink (``None`` if
+    never); ``resizable`` is True once a malleable or evolving job has
+    registered and no order to it is in flight.
+
+    The job's model, for policies that use one (MEBF, DMR): ``rho`` is its
+    scalability (0 linear, larger sub-linear; see :meth:`runtime_on`), and
+    ``expected_end`` the engine's estimate of when a running job ends at its
+    current size (``None``: start + walltime, as the live scheduler knows no
+    better).
     """
 
     id: int
@@ -34,6 +41,26 @@ class JobView:
     start: float | None = None
     last_resize: float | None = None
     resizable: bool = False
+    preferred: int = 0
+    rho: float = 0.0
+    expected_end: float | None = None
+
+    @property
+    def pref(self) -> int:
+        """The size the walltime estimate is for."""
+        return self.preferred or self.max_nodes
+
+    def runtime_on(self, k: int) -> float:
+        """Estimated run time on ``k`` nodes: ``walltime * (pref / k) ** (1 - rho)``,
+        i.e. speed-up ``k ** (1 - rho)`` (our reading of the MEBF study's rho model)."""
+        return self.walltime * (self.pref / k) ** (1.0 - self.rho)
+
+    def end_estimate(self, now: float) -> float:
+        """When a running job should end; an overdue job is expected to end now."""
+        if self.expected_end is not None:
+            return max(now, self.expected_end)
+        start = now if self.start is None else self.start
+        return max(now, start + self.walltime)
 
     @property
     def malleable(self) -> bool:

@@ -25,13 +25,15 @@ import abc
 import heapq
 import itertools
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from ._model import Decision, Grow, JobView, Shrink, Start
 
 __all__ = [
     "Policy", "FCFS", "Backfilling", "EasyBackfilling", "MinAgree",
-    "POLICIES", "get_policy", "easy", "moldable_size", "min_agree_size",
+    "POLICIES", "get_policy", "policy_names", "easy", "moldable_size", "min_agree_size",
 ]
 
 # How many nodes a job starts with when ``avail`` nodes may be used, or None
@@ -58,17 +60,20 @@ def min_agree_size(job: JobView, avail: int) -> int | None:
     return moldable_size(job, avail)
 
 
+_ORDER = operator.attrgetter("submit", "id")
+
+
 def _waiting(queue: Iterable[JobView], total: int) -> list[JobView]:
     """Jobs that may ever start, in submission order (then id); a job larger
     than the cluster is skipped rather than allowed to block the queue."""
-    return sorted((j for j in queue if j.min_nodes <= total), key=lambda j: (j.submit, j.id))
+    waiting = [j for j in queue if j.min_nodes <= total]
+    waiting.sort(key=_ORDER)  # engines pass it in order already: one cheap pass
+    return waiting
 
 
 def _estimated_end(now: float, job: JobView) -> float:
-    """When a running job should end by its user's estimate; an overdue job
-    is expected to end now (it cannot end in the past)."""
-    start = now if job.start is None else job.start
-    return max(now, start + job.walltime)
+    """When a running job should end by its estimate (see ``JobView.end_estimate``)."""
+    return job.end_estimate(now)
 
 
 def _in_transit(free: int, running: Sequence[JobView], total: int) -> int:
@@ -118,6 +123,8 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
         return starts, None, free
     shadow, extra = _reservation(now, head.min_nodes, free + transit, ends)
     for job in jobs:
+        if free == 0:
+            break
         if now + job.walltime <= shadow:
             n = size(job, free)
         else:
@@ -178,11 +185,15 @@ class Backfilling(Policy):
     def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
                free: int, total: int) -> list[Decision]:
         out: list[Decision] = []
+        if free == 0:
+            return out  # nothing can start, and it never resizes
         for job in _waiting(queue, total):
             n = moldable_size(job, free)
             if n is not None:
                 out.append(Start(job.id, n))
                 free -= n
+                if free == 0:
+                    break
         return out
 
 
@@ -194,6 +205,8 @@ class EasyBackfilling(Policy):
 
     def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
                free: int, total: int) -> list[Decision]:
+        if free == 0:
+            return []  # nothing can start, and it never resizes
         starts, _, _ = easy(now, queue, running, free, total, moldable_size)
         return list(starts)
 
@@ -271,10 +284,23 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def get_policy(name: str, **options: float) -> Policy:
+def _registry() -> dict[str, Callable[..., Policy]]:
+    """The four live policies, then those from the later studies (MEBF, DMR)."""
+    from .dmr import DMR_POLICIES
+    from .mebf import MEBF_POLICIES
+
+    return {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES}
+
+
+def policy_names() -> list[str]:
+    return list(_registry())
+
+
+def get_policy(name: str, **options: Any) -> Policy:
     """The policy called ``name``, built with ``options``."""
+    registry = _registry()
     try:
-        cls = POLICIES[name]
+        factory = registry[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
-    return cls(**options)
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(registry))}") from None
+    return factory(**options)

@@ -202,3 +202,28 @@ def test_garbage_on_the_port_is_refused_and_the_scheduler_goes_on(make_scheduler
     with socket.create_connection(sched.address) as conn:
         conn.sendall(b"APGAS-Ready:10.0.0.1:99\n")  # a message from no job of ours: logged
     assert request(sched.address, "status")["jobs"] == []
+
+
+def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_scheduler, tmp_path):
+    """Same policy object, same batch: the simulator, fed the run times measured live,
+    starts the same jobs on as many nodes in the same order."""
+    from scheduler.simulator import Simulator
+    from scheduler.workload import SimJob
+
+    sched = make_scheduler(nodes=3, policy="easy")
+    batch = [("a", 2, 2, 1.2), ("b", 3, 3, 0.4), ("c", 1, 1, 2.0), ("d", 1, 1, 0.3),
+             ("e", 1, 2, 0.6), ("f", 2, 2, 0.3)]
+    ids = [sched.submit(job(name, [PY, "-c", f"import time; time.sleep({d})"],
+                            "rigid" if lo == hi else "moldable", lo, hi, walltime=3 * d + 1))
+           for name, lo, hi, d in batch]
+    wait_ended(sched, ids, timeout=60)
+    events = read_events(tmp_path / "events.jsonl")
+    live = [(e["job"], len(e["nodes"])) for e in events if e["event"] == "start"]
+    span = {e["job"]: e["t"] for e in events if e["event"] == "start"}
+    ran = {e["job"]: e["t"] - span[e["job"]] for e in events if e["event"] == "end"}
+    submit = {e["job"]: e["t"] for e in events if e["event"] == "submit"}
+    # a sleep does not speed up with more nodes: rho = 1 makes the model say so
+    jobs = [SimJob(i, submit[i], "rigid" if lo == hi else "moldable", lo, hi, hi, ran[i], 3 * d + 1,
+                   rho=1.0) for i, (_, lo, hi, d) in zip(ids, batch)]
+    simulated = Simulator(3, get_policy("easy")).run(jobs)
+    assert [(d.job, d.nodes) for _, d in simulated.decisions] == live

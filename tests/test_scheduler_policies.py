@@ -245,7 +245,7 @@ def test_get_policy_by_name_with_options():
 
 
 def test_get_policy_unknown_name_lists_known_ones():
-    with pytest.raises(ValueError, match=r"'nope'.*backfill, easy, fcfs, malleable"):
+    with pytest.raises(ValueError, match=r"'nope'.*backfill, dmr, easy, fcfs, malleable, mebf, "):
         get_policy("nope")
 
 

@@ -1,0 +1,321 @@
+"""A discrete-event simulator that runs the live scheduler's policies.
+
+Jobs arrive, start, are resized and end as events on a simulated clock (no
+sleeping). Every batch of events at one instant is followed by one call of
+the policy's ``decide`` with the same views the live scheduler builds, and
+its decisions are applied the same way: a start takes free nodes at once; a
+grow takes them at once and the job stalls for the reconfiguration cost; a
+shrink stalls the job too and its nodes come back when the reconfiguration
+is over (until then they are "in transit", as in the live scheduler).
+
+A job's run time on k nodes comes from its model: ``rho`` (run time at the
+requested size times ``(pref / k) ** (1 - rho)``) or Amdahl's law with the
+job's serial fraction. A malleable job's progress is kept as the fraction of
+its work left, so a resize changes the speed of the rest. Policies see only
+the user's estimate, scaled the same way, never the real run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import logging
+import math
+from typing import Any, Sequence
+
+from ._model import Grow, JobView, Start
+from .policies import Policy
+
+__all__ = ["Reconfig", "Simulator", "SimResult", "runtime_on"]
+
+log = logging.getLogger("scheduler.simulator")
+
+TAU = 10.0  # bounded slowdown threshold, seconds
+MAX_PASSES_PER_INSTANT = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Reconfig:
+    """Cost in seconds of going from ``old`` to ``new`` nodes:
+    ``alpha * dN + beta / N + b * dN`` (data redistribution, a per-size term
+    and the cost of starting or stopping processes), as in the MEBF study."""
+
+    alpha: float = 0.0
+    beta: float = 0.0
+    b: float = 0.0
+
+    def cost(self, old: int, new: int) -> float:
+        if old == new:
+            return 0.0
+        change = abs(new - old)
+        return self.alpha * change + self.beta / new + self.b * change
+
+
+def runtime_on(job: Any, k: int, seconds: float, model: str = "rho") -> float:
+    """``seconds`` (a time at the job's requested size) scaled to ``k`` nodes."""
+    pref = job.preferred or job.max_nodes
+    if model == "amdahl":
+        s = job.serial or 0.0
+        return seconds * (s + (1 - s) / k) / (s + (1 - s) / pref)
+    return seconds * (pref / k) ** (1.0 - job.rho)
+
+
+@dataclasses.dataclass
+class _State:
+    job: Any
+    view: JobView
+    nodes: int = 0
+    names: list[int] = dataclasses.field(default_factory=list)
+    left: float = 1.0  # fraction of the work still to do, as of `anchor`
+    anchor: float = 0.0  # progress resumes here (after a reconfiguration)
+    start: float | None = None
+    end: float | None = None
+    version: int = 0
+    last_resize: float | None = None
+    reconfigs: int = 0
+    reconfig_seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class SimResult:
+    metrics: dict[str, Any]
+    jobs: dict[int, dict[str, Any]]
+    decisions: list[tuple[float, Any]]
+    events: list[dict[str, Any]]
+    timeline: list[tuple[float, int]]  # (time, busy nodes) steps
+
+
+class Simulator:
+    """Simulate ``nodes`` nodes under ``policy``; ``run(jobs)`` returns the result."""
+
+    def __init__(self, nodes: int, policy: Policy, *, reconfig: Reconfig = Reconfig(),
+                 model: str = "rho", interval: float | None = None,
+                 record_events: bool = False) -> None:
+        if nodes < 1:
+            raise ValueError(f"the cluster needs at least one node, got {nodes}")
+        if model not in ("rho", "amdahl"):
+            raise ValueError(f"model must be 'rho' or 'amdahl', got {model!r}")
+        self.total = nodes
+        self.policy = policy
+        self.reconfig = reconfig
+        self.model = model
+        self.interval = interval
+        self.record = record_events
+
+    def run(self, jobs: Sequence[Any]) -> SimResult:
+        self._heap: list[tuple[float, int, str, int, int]] = []
+        self._seq = itertools.count()
+        self._states: dict[int, _State] = {}
+        self._queue: dict[int, _State] = {}  # insertion order = submission order
+        self._running: dict[int, _State] = {}
+        self._free = list(range(self.total))  # a heap of free node indices
+        self._free_count = self.total
+        self._busy = 0  # nodes held by jobs, in transit included
+        self._busy_area = 0.0
+        self._clock = 0.0
+        self.events: list[dict[str, Any]] = []
+        self.decisions: list[tuple[float, Any]] = []
+        self.timeline: list[tuple[float, int]] = []
+        rejected = 0
+        if self.record:
+            self._event(0.0, "pool", nodes=[f"n{i}" for i in range(self.total)])
+        for job in sorted(jobs, key=lambda j: (j.submit, j.id)):
+            if job.min_nodes > self.total:
+                rejected += 1
+                log.warning("job %s needs %d nodes, the cluster has %d: left out",
+                            job.id, job.min_nodes, self.total)
+                continue
+            self._push(job.submit, "submit", job.id)
+        if self.interval:
+            first = self._heap[0][0] if self._heap else 0.0
+            self._push(first + self.interval, "tick", -1)
+        first_submit = self._heap[0][0] if self._heap else 0.0
+        job_by_id = {j.id: j for j in jobs}
+        while self._heap:
+            now = self._heap[0][0]
+            self._advance(now)
+            while self._heap and self._heap[0][0] == now:
+                _, _, kind, jid, version = heapq.heappop(self._heap)
+                self._handle(now, kind, jid, version, job_by_id)
+            if not self._queue and not self._running and all(k == "tick" for _, _, k, _, _ in self._heap):
+                self._note(now)
+                break
+            self._decide(now)
+            self._note(now)
+        return self._result(first_submit, rejected)
+
+    # -- events ------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, jid: int, version: int = 0) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, jid, version))
+
+    def _event(self, t: float, kind: str, **fields: Any) -> None:
+        self.events.append({"t": t, "event": kind, **fields})
+
+    def _note(self, now: float) -> None:
+        """The busy-node step function, for plots of utilization over time."""
+        if not self.timeline or self.timeline[-1][1] != self._busy:
+            self.timeline.append((now, self._busy))
+
+    def _advance(self, now: float) -> None:
+        self._busy_area += self._busy * (now - self._clock)
+        self._clock = now
+
+    def _handle(self, now: float, kind: str, jid: int, version: int, jobs: dict[int, Any]) -> None:
+        if kind == "tick":
+            if self._queue or self._running or len(self._heap) > 0:
+                self._push(now + self.interval, "tick", -1)  # type: ignore[operator]
+            return
+        if kind == "submit":
+            job = jobs[jid]
+            view = JobView(job.id, job.cls, job.min_nodes, job.max_nodes, job.estimate, job.submit,
+                           preferred=job.preferred, rho=job.rho)
+            state = _State(job, view)
+            self._states[jid] = state
+            self._queue[jid] = state
+            if self.record:
+                self._event(now, "submit", job=jid, name=job.name or str(jid), **{"class": job.cls})
+            return
+        state = self._states[jid]
+        if state.end is not None:
+            return  # its nodes all came back when it ended
+        if kind == "end":
+            if version != state.version:
+                return  # an end that a resize moved
+            self._release(state, len(state.names))
+            state.nodes, state.end = 0, now
+            del self._running[jid]
+            if self.record:
+                self._event(now, "end", job=jid, state="done", reason="")
+        elif kind == "reconfigured":
+            self._refresh(state, now)
+        elif kind.startswith("release:"):
+            freed = self._release(state, int(kind.split(":")[1]))
+            if self.record:
+                self._event(now, "shrink", job=jid, nodes=[f"n{i}" for i in freed],
+                            duration=self.reconfig.cost(state.nodes + len(freed), state.nodes))
+            self._refresh(state, now)
+
+    def _release(self, state: _State, count: int) -> list[int]:
+        """Give back the job's ``count`` most recently taken nodes."""
+        cut = len(state.names) - count
+        freed, state.names = state.names[cut:], state.names[:cut]
+        for i in freed:
+            heapq.heappush(self._free, i)
+        self._free_count += count
+        self._busy -= count
+        return freed
+
+    def _take(self, count: int) -> list[int]:
+        taken = [heapq.heappop(self._free) for _ in range(count)]
+        self._free_count -= count
+        self._busy += count
+        return taken
+
+    # -- the policy ----------------------------------------------------------------------
+    def _decide(self, now: float) -> None:
+        for _ in range(MAX_PASSES_PER_INSTANT):
+            queue = [s.view for s in self._queue.values()]
+            running = [s.view for s in self._running.values()]
+            decisions = self.policy.decide(now, queue, running, self._free_count, self.total)
+            if not decisions:
+                return
+            applied = False
+            for d in decisions:
+                self.decisions.append((now, d))
+                applied |= self._apply(now, d)
+            if not applied or not any(isinstance(d, Start) for d in decisions):
+                return  # resizes complete later; a new pass then
+        log.warning("policy %s kept deciding at t=%.1f; moving on", self.policy.name, now)
+
+    def _apply(self, now: float, d: Any) -> bool:
+        state = self._states.get(d.job)
+        if state is None:
+            return False
+        if isinstance(d, Start):
+            if d.job not in self._queue or not (state.job.min_nodes <= d.nodes <= self._free_count):
+                log.warning("ignored %s at t=%.1f: not possible", d, now)
+                return False
+            del self._queue[d.job]
+            self._running[d.job] = state
+            state.names = self._take(d.nodes)
+            state.nodes, state.start, state.anchor = d.nodes, now, now
+            self._schedule_end(state, now)
+            if self.record:
+                self._event(now, "start", job=d.job, nodes=[f"n{i}" for i in state.names])
+            return True
+        if d.job not in self._running or now < state.anchor:
+            log.warning("ignored %s at t=%.1f: job not running or still reconfiguring", d, now)
+            return False
+        old = state.nodes
+        new = old + d.nodes if isinstance(d, Grow) else old - d.nodes
+        if isinstance(d, Grow) and d.nodes > self._free_count or not (
+                state.job.min_nodes <= new <= state.job.max_nodes) or d.nodes < 1:
+            log.warning("ignored %s at t=%.1f: outside the job's range or the free nodes", d, now)
+            return False
+        self._settle(state, now)
+        cost = self.reconfig.cost(old, new)
+        state.nodes, state.anchor, state.last_resize = new, now + cost, now
+        state.reconfigs += 1
+        state.reconfig_seconds += cost
+        if isinstance(d, Grow):
+            added = self._take(d.nodes)
+            state.names += added
+            if self.record:
+                self._event(now, "grow", job=d.job, nodes=[f"n{i}" for i in added], duration=cost)
+            self._push(now + cost, "reconfigured", d.job)
+        else:
+            self._push(now + cost, f"release:{d.nodes}", d.job)
+        self._schedule_end(state, now)
+        return True
+
+    def _settle(self, state: _State, now: float) -> None:
+        """Bring the work left up to ``now`` at the current size."""
+        if now > state.anchor:
+            state.left -= (now - state.anchor) / runtime_on(state.job, state.nodes,
+                                                            state.job.runtime, self.model)
+            state.left = max(state.left, 0.0)
+            state.anchor = now
+
+    def _schedule_end(self, state: _State, now: float) -> None:
+        state.version += 1
+        real = runtime_on(state.job, state.nodes, state.job.runtime, self.model)
+        self._push(state.anchor + state.left * real, "end", state.job.id, state.version)
+        self._refresh(state, now)
+
+    def _refresh(self, state: _State, now: float) -> None:
+        """The view policies see: the estimate scaled to the current size, no real run time."""
+        estimate = runtime_on(state.job, state.nodes, state.job.estimate, self.model)
+        state.view = dataclasses.replace(
+            state.view, nodes=state.nodes, start=state.start, last_resize=state.last_resize,
+            resizable=now >= state.anchor and state.job.cls in ("malleable", "evolving"),
+            expected_end=state.anchor + state.left * estimate)
+
+    # -- results ---------------------------------------------------------------------------
+    def _result(self, first_submit: float, rejected: int) -> SimResult:
+        done = [s for s in self._states.values() if s.end is not None]
+        records = {s.job.id: {"submit": s.job.submit, "start": s.start, "end": s.end,
+                              "reconfigs": s.reconfigs} for s in self._states.values()}
+        if not done:
+            metrics: dict[str, Any] = {"jobs": 0, "rejected": rejected}
+            return SimResult(metrics, records, self.decisions, self.events, self.timeline)
+        last_end = max(s.end for s in done)  # type: ignore[type-var]
+        makespan = last_end - first_submit
+        waits = [s.start - s.job.submit for s in done]  # type: ignore[operator]
+        turns = [s.end - s.job.submit for s in done]  # type: ignore[operator]
+        runs = [s.end - s.start for s in done]  # type: ignore[operator]
+        metrics = {
+            "jobs": len(done), "rejected": rejected, "nodes": self.total,
+            "policy": self.policy.name, "makespan": makespan,
+            "utilization": self._busy_area / (self.total * makespan) if makespan > 0 else None,
+            "mean_wait": _mean(waits), "mean_turnaround": _mean(turns),
+            "mean_slowdown": _mean([t / r if r > 0 else 1.0 for t, r in zip(turns, runs)]),
+            "mean_bounded_slowdown": _mean([max(1.0, t / max(r, TAU)) for t, r in zip(turns, runs)]),
+            "reconfigurations": sum(s.reconfigs for s in done),
+            "reconfiguration_seconds": sum(s.reconfig_seconds for s in done),
+        }
+        return SimResult(metrics, records, self.decisions, self.events, self.timeline)
+
+
+def _mean(values: list[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
