@@ -1,0 +1,59 @@
+"""Simulator speed: 5,000 jobs on 500 nodes under every policy (target: under 10 s each).
+
+    python -m benchmarks.simspeed [--jobs 5000] [--nodes 500] [--share 0.5] [--json FILE]
+
+The workload is ``scheduler.workload.kit_like`` (seeded), half of its jobs
+malleable (min = pref/2, max = 5 pref, rho in 0.0-0.3) with a
+reconfiguration cost; the evolving policies get ``uniform_evolving`` jobs of
+the same count. Prints a table of wall seconds per policy with the main
+metrics, and writes JSON. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from benchmarks._common import machine_info
+from scheduler import workload as wl
+from scheduler.evolving import evolving_policies
+from scheduler.policies import get_policy, policy_names
+from scheduler.simulator import Reconfig, Simulator
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.simspeed", description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", type=int, default=5000)
+    p.add_argument("--nodes", type=int, default=500)
+    p.add_argument("--share", type=float, default=0.5)
+    p.add_argument("--json", type=Path, default=Path("bench-results/simspeed.json"))
+    ns = p.parse_args(argv)
+    jobs = wl.make_malleable(wl.kit_like(1, ns.jobs, ns.nodes), ns.share, 1, total_nodes=ns.nodes,
+                             rho=(0.0, 0.3))
+    evolving = wl.uniform_evolving(1, ns.jobs, ns.nodes, spread=ns.jobs * 60.0)
+    rows = []
+    print(f"{'policy':<16}{'seconds':>9}{'makespan h':>12}{'utilization':>13}{'turnaround h':>14}{'resizes':>9}")
+    for name in policy_names() + list(evolving_policies()):
+        started = time.perf_counter()
+        if name in evolving_policies():
+            metrics = evolving_policies()[name](evolving, ns.nodes).metrics(evolving, ns.nodes)
+        else:
+            sim = Simulator(ns.nodes, get_policy(name, resize_interval=300),
+                            reconfig=Reconfig(alpha=1.0, beta=10.0, b=0.5))
+            metrics = sim.run(jobs).metrics
+        seconds = time.perf_counter() - started
+        rows.append({"policy": name, "seconds": seconds, "metrics": metrics})
+        print(f"{name:<16}{seconds:>9.2f}{metrics['makespan'] / 3600:>12.1f}"
+              f"{metrics['utilization']:>13.3f}{metrics['mean_turnaround'] / 3600:>14.2f}"
+              f"{metrics.get('reconfigurations', 0):>9}")
+    ns.json.parent.mkdir(parents=True, exist_ok=True)
+    ns.json.write_text(json.dumps({"machine": machine_info(), "jobs": ns.jobs, "nodes": ns.nodes,
+                                   "share": ns.share, "runs": rows}, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
