@@ -1,9 +1,12 @@
-"""``python -m scheduler``: serve, submit, status, cancel, add-nodes, shutdown, report.
+"""``python -m scheduler``: serve, submit, status, cancel, add-nodes, shutdown, report,
+simulate, compare.
 
     python -m scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
     python -m scheduler submit --to 127.0.0.1:8081 job.toml
     python -m scheduler status --to 127.0.0.1:8081 [--json]
     python -m scheduler report events.jsonl [--gantt gantt.png] [--json]
+    python -m scheduler simulate --trace FILE.swf --nodes N --policy NAME [--malleable-share F] [--json OUT]
+    python -m scheduler compare --generate kit --nodes 512 --policies easy,mebf [--plot cmp.png]
 """
 
 from __future__ import annotations

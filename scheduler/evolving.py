@@ -45,6 +45,9 @@ __all__ = [
 ]
 
 TAU = 10.0
+COMPACT_BUDGET = 2000
+"""Search steps per profile step before compacting gives up and keeps the base fit: the
+right-to-left search may back off by tiny amounts many times (seen with unbounded limits)."""
 """Bounded slowdown threshold in seconds (short jobs count as this long)."""
 
 Piece = tuple[float, float, int, int]  # (from, to, job, nodes)
@@ -307,8 +310,9 @@ def _compact(steps: Sequence[Step], tl: _Timeline, cap: int, limit: float | None
     before step ``j + 1`` (held with step ``j``'s nodes): beyond the limit,
     step ``j + 1`` retries ending by ``te + (l - 1) * d[j] + d[j+1]``; without
     room, ending by the first peak of that gap plus ``d[j+1]``. Returns the
-    compute starts, or None if none is found (then the base fit's stands, "in
-    the worst case, no compacting occurs").
+    compute starts, or None if none is found within ``COMPACT_BUDGET`` search
+    steps per profile step (then the base fit's stands, "in the worst case, no
+    compacting occurs").
     """
     last = len(steps) - 1
     lowest = [submit]  # earliest possible start of each step
@@ -316,7 +320,7 @@ def _compact(steps: Sequence[Step], tl: _Timeline, cap: int, limit: float | None
         lowest.append(lowest[-1] + d)
     starts = [0.0] * len(steps)
     j, te = last, completion
-    while True:
+    for _ in range(COMPACT_BUDGET * len(steps)):  # backtracking can crawl: keep the base fit then
         d, n = steps[j]
         while True:  # latest placement of step j ending by te
             if te - d < lowest[j]:
@@ -341,6 +345,7 @@ def _compact(steps: Sequence[Step], tl: _Timeline, cap: int, limit: float | None
         if j == 0:
             return starts
         j, te = j - 1, te - d
+    return None
 
 
 def _place(schedule: Schedule, tl: _Timeline, job_id: int, steps: Sequence[Step],

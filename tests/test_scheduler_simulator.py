@@ -110,3 +110,35 @@ def test_bad_arguments():
         Simulator(2, get_policy("fcfs"), model="magic")
     result = Simulator(2, get_policy("fcfs")).run([rigid(1, 0, 3, 5), rigid(2, 0, 1, 5)])
     assert result.metrics["rejected"] == 1 and result.metrics["jobs"] == 1
+
+
+def run_cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "scheduler", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_simulate_and_compare_from_the_command_line(tmp_path):
+    out = tmp_path / "m.json"
+    done = run_cli("simulate", "--trace", "tests/data/sample_200.swf", "--nodes", "64",
+                   "--policy", "easy", "--malleable-share", "0.5", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    import json
+    metrics = json.loads(out.read_text())
+    for key in ("makespan", "utilization", "mean_wait", "mean_turnaround", "mean_slowdown",
+                "mean_bounded_slowdown", "reconfigurations"):
+        assert key in metrics
+    assert 0 < metrics["utilization"] <= 1 and metrics["jobs"] == 200
+    plot = tmp_path / "cmp.png"
+    done = run_cli("compare", "--generate", "evolving", "--nodes", "75", "--policies",
+                   "evolving,evolving-rigid", "--plot", str(plot), "--json", str(tmp_path / "c.json"))
+    assert done.returncode == 0, done.stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_command_line_errors_name_the_problem():
+    bad = run_cli("simulate", "--trace", "tests/data/bad_line.swf", "--nodes", "4", "--policy", "easy")
+    assert bad.returncode == 2 and "bad_line.swf:6: expected 18 fields, found 17" in bad.stderr
+    unknown = run_cli("simulate", "--generate", "kit", "--nodes", "4", "--policy", "foo")
+    assert unknown.returncode == 2 and "unknown policy 'foo'; known: fcfs" in unknown.stderr
