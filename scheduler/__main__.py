@@ -116,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     except SchedulerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as e:
+        if e.name != "matplotlib":
+            raise
+        print("error: plots need matplotlib; install it with: pip install 'apgas[bench]'", file=sys.stderr)
+        return 2
 
 
 def _serve(ns: argparse.Namespace) -> int:
