@@ -16,6 +16,7 @@ from ._place import Place
 from ._refs import GlobalRef, PlaceLocal
 from ._run import run
 from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
+from .evolving import GrowRefused, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 
@@ -24,6 +25,7 @@ __all__ = [
     "async_", "async_at", "uncounted_async_at", "immediate_async_at", "at",
     "GlobalRef", "PlaceLocal",
     "MalleableHandler", "define_malleable_handler", "disable_malleable_handler",
+    "request_grow", "release_places", "check_status", "GrowRequest", "GrowRefused",
     "ApgasError", "ConfigError", "DeadPlaceError", "MultipleException", "NotRunningError", "RemoteError",
 ]
 
@@ -95,3 +97,30 @@ def define_malleable_handler(handler: MalleableHandler) -> MalleableCommunicator
 def disable_malleable_handler() -> None:
     """Make the program rigid again, for good; waits for an order in progress."""
     _orders().disable()
+
+
+def request_grow(n: int) -> GrowRequest:
+    """Ask the scheduler for ``n`` more places (place 0, evolving job); returns at once.
+
+    The places come later with ordinary grow orders, through the handler; the
+    returned :class:`GrowRequest` tells when they are all there or why not."""
+    return _orders().request_grow(n)
+
+
+def release_places(places: list[Place] | list[int]) -> list[str]:
+    """Give ``places`` back to the scheduler (place 0, evolving job).
+
+    They are drained and stopped as for a shrink order: the handler's
+    ``pre_shrink(n, chosen)`` moves their work away, then ``post_shrink``
+    runs. Returns their hosts, which go back to the scheduler's pool."""
+    return _orders().release(places)
+
+
+def check_status(min: int, max: int, preferred: int | None = None, factor: int = 1) -> int:
+    """Ask the scheduler what to do now, DMR-style, and do it; return the place count.
+
+    The scheduler answers expand, shrink (within ``min``..``max``, towards
+    ``preferred``, by powers of ``factor`` when it is above 1) or nothing;
+    the resize runs through the handler before this returns. A call within
+    ``APGAS_CHECK_INHIBIT`` seconds of the last one that asked is a no-op."""
+    return _orders().check_status(min, max, preferred, factor)

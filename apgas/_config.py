@@ -38,6 +38,7 @@ class Config:
     hostfile: str = ""
     ssh: str = "ssh"  # the ssh command, with options
     srun: str = "srun"  # the srun command, with options
+    check_inhibit: float = 10.0  # s: check_status calls this soon after the last one are no-ops
 
 
 def _parse_int(name: str, value: Any, minimum: int) -> int:
@@ -57,6 +58,16 @@ def _parse_float(name: str, value: Any) -> float:
         raise ConfigError(f"{name} must be a positive number, got {value!r}") from None
     if not number > 0:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
+    return number
+
+
+def _parse_seconds(name: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}") from None
+    if not number >= 0:
+        raise ConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
     return number
 
 
@@ -108,6 +119,9 @@ def load_config(overrides: Mapping[str, Any] | None = None,
     found = pick("join_timeout")
     if found is not None:
         values["join_timeout"] = _parse_float(*found)
+    found = pick("check_inhibit")
+    if found is not None:
+        values["check_inhibit"] = _parse_seconds(*found)
     found = pick("log_level")
     if found is not None:
         level = str(found[1]).upper()

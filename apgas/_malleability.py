@@ -1,24 +1,33 @@
-"""Place 0's side of malleability: the handler's lifecycle and the orders.
+"""Place 0's side of malleability: the handler's lifecycle, the orders, and
+the evolving program's own requests.
 
-Orders run one at a time under ``_order_lock``; disabling the handler takes
-the same lock, so it waits for an order in progress. Every phase is timed,
-logged and reported to the scheduler (``growTimeAPGAS;<n>;<ns>`` and the like).
+Orders run one at a time under ``_order_lock``; disabling the handler and
+releasing places take the same lock, so they wait for an order in progress.
+Every phase is timed, logged and reported to the scheduler
+(``growTimeAPGAS;<n>;<ns>`` and the like). Outstanding grow requests and the
+outcome of each order live under ``_changed``, which ``check_status`` waits on.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import inspect
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 
 from ._place import Place
 from ._runtime import Runtime
-from .errors import ApgasError
+from .errors import ApgasError, DeadPlaceError
+from .evolving import REFUSED, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler, OrderError, communicator_class
 
 __all__ = ["Orders"]
+
+ANSWER_WAIT = 15.0  # s for the scheduler's answer to a check (the communicator gives up at 10)
+ORDER_WAIT = 30.0  # s beyond the join timeout for the order that carries out a check's answer
 
 log = logging.getLogger("apgas.malleability")
 
@@ -35,6 +44,10 @@ class Orders:
         self._state = RIGID
         self._handler: MalleableHandler | None = None
         self.communicator: MalleableCommunicator | None = None
+        self._changed = threading.Condition()
+        self._requests: list[GrowRequest] = []  # outstanding, oldest first
+        self._failures = 0  # orders that failed, for check_status to notice
+        self._last_check: float | None = None
 
     # -- lifecycle --------------------------------------------------------------
     def listen(self) -> MalleableCommunicator:
@@ -65,6 +78,7 @@ class Orders:
             if self._state != MALLEABLE:
                 raise ApgasError(f"no malleable handler to disable: the program is {self._state}")
             self._state = DISABLED
+        self._refuse_all("the program disabled its malleable handler")
         assert self.communicator is not None
         self.communicator.report("APGAS-NotMalleable")
 
@@ -72,6 +86,7 @@ class Orders:
         """End of the program: wait for an order in progress, then stop listening."""
         with self._order_lock:
             was, self._state = self._state, CLOSED
+        self._refuse_all("the program ended")
         if self.communicator is not None:
             if was == MALLEABLE:
                 self.communicator.report("APGAS-NotMalleable")
@@ -82,6 +97,20 @@ class Orders:
         return self._state, self._rt.sorted_places()
 
     def grow(self, n: int, hosts: list[str]) -> list[Place]:
+        try:
+            return self._grow(n, hosts)
+        except OrderError:
+            self._failed()  # wakes a check_status waiting for this order
+            raise
+
+    def shrink(self, n: int, released: Callable[[list[str]], None]) -> list[str]:
+        try:
+            return self._shrink(n, released)
+        except OrderError:
+            self._failed()
+            raise
+
+    def _grow(self, n: int, hosts: list[str]) -> list[Place]:
         if len(hosts) != n:
             raise OrderError(f"grow {n} needs {n} host name(s), got {len(hosts)}: {hosts}")
         if len(set(hosts)) != len(hosts):
@@ -97,12 +126,15 @@ class Orders:
             except ApgasError as e:
                 raise OrderError(f"no place was added: {e}") from e
             t2 = time.monotonic_ns()
-            self._call("post_grow", handler.post_grow, n, continued, added)
+            try:
+                self._call("post_grow", handler.post_grow, n, continued, added)
+            finally:
+                self._granted(added)
             end = time.monotonic_ns()
         self._report_phases("Grow", "Start", n, start, t1, t2, end)
         return added
 
-    def shrink(self, n: int, released: Callable[[list[str]], None]) -> list[str]:
+    def _shrink(self, n: int, released: Callable[[list[str]], None]) -> list[str]:
         with self._order_lock:
             handler = self._ready_handler()
             live = self._rt.sorted_places()
@@ -120,10 +152,192 @@ class Orders:
             hosts = self._rt.remove_places([p.id for p in chosen])
             t2 = time.monotonic_ns()
             released(hosts)
-            self._call("post_shrink", handler.post_shrink, n, list(chosen))
+            try:
+                self._call("post_shrink", handler.post_shrink, n, list(chosen))
+            finally:
+                self._notify()
             end = time.monotonic_ns()
         self._report_phases("Shrink", "Stop", n, start, t1, t2, end)
         return hosts
+
+    def refused(self, n: int, reason: str) -> None:
+        """The scheduler will not grant ``n`` of the outstanding places: refuse
+        the newest requests until ``n`` is covered."""
+        with self._changed:
+            left = n
+            for request in reversed(list(self._requests)):
+                if left <= 0:
+                    break
+                left -= request.outstanding
+                request._settle(REFUSED, reason)
+                self._requests.remove(request)
+            if left == n:
+                log.warning("the scheduler refused %d place(s), but no request is outstanding", n)
+
+    # -- the evolving program's side (apgas.request_grow, release_places, check_status) --
+    def request_grow(self, n: int) -> GrowRequest:
+        _check_count("request_grow", n)
+        communicator = self._evolving("request_grow")
+        request = GrowRequest(n)
+        with self._changed:
+            self._requests.append(request)
+        try:
+            answer = communicator.ask(f"Evolving;Request;{n}")
+        except ApgasError as e:
+            self._refuse(request, str(e))
+            raise
+        answer.add_done_callback(lambda f: self._request_answered(request, f))
+        return request
+
+    def release(self, places: Sequence[Place | int]) -> list[str]:
+        ids = self._release_ids(places)
+        communicator = self._evolving("release_places")
+        with self._order_lock:
+            try:
+                handler = self._ready_handler()
+            except OrderError as e:
+                raise ApgasError(f"release_places: {e}") from None
+            try:
+                inspect.signature(handler.pre_shrink).bind(len(ids), [])
+            except TypeError:
+                raise ApgasError(f"release_places needs a handler whose pre_shrink takes the chosen "
+                                 f"places: def pre_shrink(self, n, chosen=None); "
+                                 f"{type(handler).__name__}.pre_shrink does not") from None
+            self._release_ids(ids)  # again, under the lock: a shrink may have run meanwhile
+            chosen = [self._rt.places[i] for i in ids]
+            n = len(chosen)
+            start = time.monotonic_ns()
+            returned = self._call("pre_shrink", handler.pre_shrink, n, list(chosen))
+            if returned is not None and sorted(getattr(p, "id", p) for p in returned) != sorted(ids):
+                raise ApgasError(f"pre_shrink({n}, chosen) must move the work off the chosen places "
+                                 f"{ids} and return them, returned {returned!r}; nothing was removed")
+            t1 = time.monotonic_ns()
+            hosts = self._rt.remove_places(ids)
+            t2 = time.monotonic_ns()
+            for host in hosts:
+                communicator.report(f"Evolving;Release;{host}")
+            try:
+                self._call("post_shrink", handler.post_shrink, n, chosen)
+            finally:
+                self._notify()
+            end = time.monotonic_ns()
+        self._report_phases("Shrink", "Stop", n, start, t1, t2, end)
+        return hosts
+
+    def check_status(self, low: int, high: int, preferred: int | None, factor: int) -> int:
+        _check_sizes(low, high, preferred, factor)
+        communicator = self._evolving("check_status")
+        count = len(self._rt.places)
+        now = time.monotonic()
+        inhibit = self._rt.config.check_inhibit
+        if self._last_check is not None and now - self._last_check < inhibit:
+            log.debug("check_status inhibited (%.2f s since the last, APGAS_CHECK_INHIBIT=%g)",
+                      now - self._last_check, inhibit)
+            return count
+        self._last_check = now
+        with self._changed:
+            failures = self._failures
+        line = f"Evolving;Check;{low};{high};{preferred or 0};{factor}"
+        try:
+            answer = communicator.ask(line).result(timeout=ANSWER_WAIT)
+        except concurrent.futures.TimeoutError:
+            raise ApgasError(f"the scheduler did not answer {line!r} within {ANSWER_WAIT} s; "
+                             f"the program keeps its {count} place(s)") from None
+        words = answer.split()
+        if not words or words == ["none"]:
+            return len(self._rt.places)
+        if words[0] == "error":
+            raise ApgasError(f"the scheduler refused check_status({low}, {high}): {answer[6:]}")
+        if len(words) != 2 or words[0] not in ("expand", "shrink") or not words[1].isdigit():
+            raise ApgasError(f"the scheduler answered {line!r} with {answer!r}; expected "
+                             "'expand <k>', 'shrink <k>', 'none' or 'error <reason>'")
+        goal = int(words[1])
+        deadline = self._rt.config.join_timeout + ORDER_WAIT
+        with self._changed:
+            arrived = self._changed.wait_for(
+                lambda: len(self._rt.places) == goal or self._failures > failures, deadline)
+            failed = self._failures > failures
+        if not arrived:
+            raise ApgasError(f"the scheduler answered {answer!r} but no order came within "
+                             f"{deadline:g} s; the program keeps its {len(self._rt.places)} place(s)")
+        if failed and len(self._rt.places) != goal:
+            log.warning("check_status: the order for %r failed; %d place(s) stay", answer,
+                        len(self._rt.places))
+        return len(self._rt.places)
+
+    def _evolving(self, call: str) -> MalleableCommunicator:
+        """The communicator, if the program may ask: a handler is registered and a
+        scheduler attached."""
+        if self._state != MALLEABLE or self.communicator is None:
+            raise ApgasError(f"{call}: the program is {self._state}; register a MalleableHandler "
+                             "first (apgas.define_malleable_handler), since the scheduler's answer "
+                             "is carried out through it")
+        if not self.communicator.attached:
+            raise ApgasError(f"{call}: no scheduler is attached (APGAS_SCHEDULER is not set); "
+                             "evolving calls need the program to run as a job of a scheduler")
+        return self.communicator
+
+    def _release_ids(self, places: Sequence[Place | int]) -> list[int]:
+        if isinstance(places, (Place, int)) or not isinstance(places, (list, tuple)) or not places:
+            raise ValueError(f"release_places needs a non-empty list of places, got {places!r}")
+        ids = [p.id if isinstance(p, Place) else p for p in places]
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ValueError(f"release_places needs places or place ids, got {places!r}")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"release_places names a place twice: {ids}")
+        if 0 in ids:
+            raise ValueError("release_places: place 0 runs main and always stays")
+        for i in ids:
+            if i not in self._rt.places:
+                raise DeadPlaceError(i, "it is not a live place of this program, so it cannot "
+                                        "be released")
+            if not self._rt.removable(i):
+                raise ValueError(f"release_places: place {i} is an mpiexec rank, which stays "
+                                 "until the job ends; only places started by a grow can leave")
+        return ids
+
+    def _request_answered(self, request: GrowRequest, answer: "concurrent.futures.Future[str]") -> None:
+        try:
+            text = answer.result()
+        except ApgasError as e:
+            self._refuse(request, str(e))
+            return
+        if text.startswith("error"):
+            self._refuse(request, text[6:].strip())
+        elif text and not text.startswith("ok"):
+            log.warning("unexpected answer %r to a grow request; taking it as queued", text)
+
+    def _refuse(self, request: GrowRequest, reason: str) -> None:
+        with self._changed:
+            request._settle(REFUSED, reason)
+            if request in self._requests:
+                self._requests.remove(request)
+        log.warning("request for %d place(s) refused: %s", request.n, reason)
+
+    def _refuse_all(self, reason: str) -> None:
+        with self._changed:
+            for request in self._requests:
+                request._settle(REFUSED, reason)
+            self._requests.clear()
+
+    def _granted(self, added: list[Place]) -> None:
+        """Count new places towards the outstanding requests, oldest first."""
+        with self._changed:
+            rest = list(added)
+            for request in list(self._requests):
+                rest = request._add(rest)
+                if request.done():
+                    self._requests.remove(request)
+            self._changed.notify_all()
+
+    def _failed(self) -> None:
+        with self._changed:
+            self._failures += 1
+            self._changed.notify_all()
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     # -- helpers ----------------------------------------------------------------------
     def _ready_handler(self) -> MalleableHandler:
@@ -162,3 +376,20 @@ class Orders:
         log.info("%s: %d place(s) in %.3f s", what, n, ns / 1e9)
         if self.communicator is not None:
             self.communicator.report(f"{what};{n};{ns}")
+
+
+def _check_count(call: str, n: object) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"{call} needs a positive number of places, got {n!r}")
+
+
+def _check_sizes(low: object, high: object, preferred: object, factor: object) -> None:
+    for name, value in (("min", low), ("max", high), ("factor", factor)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"check_status: {name} must be an integer >= 1, got {value!r}")
+    if low > high:  # type: ignore[operator]
+        raise ValueError(f"check_status: min {low} is above max {high}")
+    if preferred is not None and (not isinstance(preferred, int) or isinstance(preferred, bool)
+                                  or not low <= preferred <= high):  # type: ignore[operator]
+        raise ValueError(f"check_status: preferred must be None or between min {low} and "
+                         f"max {high}, got {preferred!r}")

@@ -10,6 +10,7 @@ protocol is documented in ``docs/protocol.md``.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import importlib.metadata
 import logging
 import os
@@ -36,8 +37,12 @@ class MalleableHandler(abc.ABC):
     one order at a time, and may use every APGAS construct."""
 
     @abc.abstractmethod
-    def pre_shrink(self, n: int) -> list[Place]:
-        """Choose ``n`` places to release (never place 0) and move their work away."""
+    def pre_shrink(self, n: int, chosen: list[Place] | None = None) -> list[Place]:
+        """Choose ``n`` places to release (never place 0), move their work away, return them.
+
+        ``chosen`` is given when the program released places itself
+        (``apgas.release_places``): move their work away and return them.
+        A handler without the ``chosen`` parameter serves scheduler orders only."""
 
     def post_shrink(self, n: int, removed: list[Place]) -> None:
         """Called once the removed places have stopped."""
@@ -56,8 +61,10 @@ class OrderError(ApgasError):
 class MalleableCommunicator(abc.ABC):
     """The seam to a batch scheduler: receives orders and reports back.
 
-    It calls ``orders.grow(n, hosts)``, ``orders.shrink(n, released)`` and
-    ``orders.status()``; those raise :class:`OrderError` for a refused order.
+    It calls ``orders.grow(n, hosts)``, ``orders.shrink(n, released)``,
+    ``orders.status()`` and ``orders.refused(n, reason)``; those raise
+    :class:`OrderError` for a refused order. Evolving programs also ask the
+    scheduler questions through :meth:`ask`.
     """
 
     def __init__(self, orders: "Orders", config: Config) -> None:
@@ -76,12 +83,23 @@ class MalleableCommunicator(abc.ABC):
     def stop(self) -> None:
         """Stop receiving orders."""
 
+    @property
+    def attached(self) -> bool:
+        """Whether a scheduler listens (evolving requests need one)."""
+        return False
+
+    def ask(self, message: str) -> "concurrent.futures.Future[str]":
+        """Send ``message`` after those reported before it; the future gets the
+        scheduler's one-line answer ("" when it answers nothing)."""
+        raise ApgasError(f"the {type(self).__name__} cannot ask the scheduler anything")
+
 
 class SocketMalleableCommunicator(MalleableCommunicator):
     """The line protocol of ElasticJobScheduler over TCP (see ``docs/protocol.md``)."""
 
     MAX_LINE = 4096
     READ_TIMEOUT = 10.0
+    ANSWER_TIMEOUT = 10.0  # for the scheduler's answer to an evolving request
 
     def __init__(self, orders: "Orders", config: Config) -> None:
         super().__init__(orders, config)
@@ -99,7 +117,8 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             self._ip = host
         self._job_id = os.environ.get("APGAS_JOB_ID", "")
         self._closed = False
-        self._outbox: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[str, concurrent.futures.Future[str] | None] | None] = \
+            queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_reports, name="apgas-reports", daemon=True)
 
     def start(self) -> None:
@@ -109,6 +128,8 @@ class SocketMalleableCommunicator(MalleableCommunicator):
 
     def stop(self) -> None:
         """Stop listening; give the last messages up to 3 s to reach the scheduler."""
+        if self._closed:
+            return
         self._closed = True
         try:
             self._server.shutdown(socket.SHUT_RDWR)
@@ -119,20 +140,57 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         if self._sender.is_alive():
             self._sender.join(3.0)
 
+    @property
+    def attached(self) -> bool:
+        return self._scheduler is not None
+
     def report(self, message: str) -> None:
         """Queue a message; a thread sends them in order, so a slow scheduler delays no order."""
-        line = f"{message}:{self._ip}" + (f":{self._job_id}" if self._job_id else "")
+        line = self._line(message)
         log.info("to scheduler: %s", line)
         if self._scheduler is not None:
-            self._outbox.put(line)
+            self._outbox.put((line, None))
+
+    def ask(self, message: str) -> "concurrent.futures.Future[str]":
+        if self._scheduler is None:
+            raise ApgasError("no scheduler is attached (APGAS_SCHEDULER is not set), so there is "
+                             "nobody to ask; run the program as an evolving job of a scheduler")
+        if self._closed:
+            raise ApgasError("the communicator is stopped: the program is ending")
+        line = self._line(message)
+        log.info("to scheduler, awaiting an answer: %s", line)
+        answer: concurrent.futures.Future[str] = concurrent.futures.Future()
+        self._outbox.put((line, answer))
+        return answer
+
+    def _line(self, message: str) -> str:
+        return f"{message}:{self._ip}" + (f":{self._job_id}" if self._job_id else "")
 
     def _send_reports(self) -> None:
-        while (line := self._outbox.get()) is not None:
+        while (item := self._outbox.get()) is not None:
+            line, answer = item
             try:
                 with socket.create_connection(self._scheduler, timeout=2.0) as conn:  # type: ignore[arg-type]
                     conn.sendall(line.encode() + b"\n")
+                    if answer is not None:
+                        conn.settimeout(self.ANSWER_TIMEOUT)
+                        answer.set_result(self._read_answer(conn))
             except OSError as e:
                 log.warning("could not tell the scheduler at %s %r: %s", self.config.scheduler, line, e)
+                if answer is not None:
+                    answer.set_exception(ApgasError(
+                        f"the scheduler at {self.config.scheduler} did not answer {line!r}: "
+                        f"{type(e).__name__}: {e}"))
+
+    def _read_answer(self, conn: socket.socket) -> str:
+        """One line, or "" if the scheduler closes without answering."""
+        data = b""
+        while b"\n" not in data and len(data) <= self.MAX_LINE:
+            chunk = conn.recv(self.MAX_LINE)
+            if not chunk:
+                break
+            data += chunk
+        return data.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip()
 
     # -- orders -----------------------------------------------------------------------
     def _accept(self) -> None:
@@ -197,15 +255,21 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     def _execute(self, line: str, released: Callable[[list[str]], None]) -> list[str]:
         words = line.split()
         if not words:
-            raise OrderError("empty order; expected grow, shrink or status")
+            raise OrderError("empty order; expected grow, shrink, status or refuse")
         verb, args = words[0], words[1:]
         if verb == "status":
             if args:
                 raise OrderError(f"status takes no arguments, got {args}")
             state, places = self.orders.status()
             return [f"status {state} {len(places)}"] + [f"place {p.id} {p.host}" for p in places]
+        if verb == "refuse":
+            if not args:
+                raise OrderError("refuse needs a count")
+            n = _positive(args[0])
+            self.orders.refused(n, " ".join(args[1:]) or "no reason given")
+            return [f"ok refuse {n}"]
         if verb not in ("grow", "shrink"):
-            raise OrderError(f"unknown order {verb!r}; expected grow, shrink or status")
+            raise OrderError(f"unknown order {verb!r}; expected grow, shrink, status or refuse")
         if not args:
             raise OrderError(f"{verb} needs a count")
         n = _positive(args[0])

@@ -120,10 +120,11 @@ class _GLBHandler(apgas.MalleableHandler):
         self.gid = gid
         self.prototype = prototype
 
-    def pre_shrink(self, n: int) -> list[apgas.Place]:
+    def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
         places = apgas.places()
-        leaving = places[-n:]
-        staying = [p.id for p in places[:-n]]
+        leaving = list(chosen) if chosen is not None else places[-n:]
+        gone = {p.id for p in leaving}
+        staying = [p.id for p in places if p.id not in gone]
         for p in staying:
             w.immediate_at(p, w.set_members, self.gid, staying)
         for p in leaving:

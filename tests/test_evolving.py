@@ -1,0 +1,419 @@
+"""Evolving programs against a scripted scheduler on a raw socket: request_grow,
+release_places, check_status, and every refusal and misuse."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+import apgas
+from apgas import ApgasError, DeadPlaceError, GrowRefused
+from orders import order
+
+pytestmark = pytest.mark.timeout(90)
+
+Script = Callable[[str, "FakeScheduler"], str | None]
+
+
+class FakeScheduler:
+    """Listens like the scheduler; ``script(message, self)`` gives the answer line
+    (None: answer nothing) and may send the job orders with :meth:`later`."""
+
+    def __init__(self, script: Script, job: tuple[str, int]) -> None:
+        self.script = script
+        self.job = job
+        self.lines: list[str] = []
+        self.replies: list[list[str]] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = self.server.getsockname()
+        self._threads: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\n" not in data and (chunk := conn.recv(4096)):
+                    data += chunk
+                line = data.decode().strip()
+                self.lines.append(line)
+                answer = self.script(line.split(":")[0], self)
+                if answer is not None:
+                    conn.sendall(answer.encode() + b"\n")
+
+    def later(self, *orders: str) -> None:
+        """Send the job these orders one by one, from a thread (as the scheduler does)."""
+        def send():
+            for line in orders:
+                self.replies.append(order(self.job, line))
+        thread = threading.Thread(target=send, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(30)
+
+    def close(self) -> None:
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self.server.close()
+
+    def messages(self, prefix: str = "Evolving") -> list[str]:
+        return [line.split(":")[0] for line in self.lines if line.startswith(prefix)]
+
+
+@pytest.fixture
+def scheduler(monkeypatch, malleable_address):
+    """Start a FakeScheduler with a script and point the job at it."""
+    made: list[FakeScheduler] = []
+
+    def make(script: Script) -> FakeScheduler:
+        fake = FakeScheduler(script, malleable_address)
+        monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % fake.address)
+        made.append(fake)
+        return fake
+
+    yield make
+    for fake in made:
+        fake.close()
+
+
+class Handler(apgas.MalleableHandler):
+    """Releases the newest places or the chosen ones; records the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def pre_shrink(self, n, chosen=None):
+        self.calls.append(("pre_shrink", n, None if chosen is None else [p.id for p in chosen]))
+        return chosen if chosen is not None else apgas.places()[-n:]
+
+    def post_shrink(self, n, removed):
+        self.calls.append(("post_shrink", n, [p.id for p in removed]))
+
+    def post_grow(self, n, continued, added):
+        self.calls.append(("post_grow", n, [p.id for p in added]))
+
+
+class OrdersOnly(apgas.MalleableHandler):
+    def pre_shrink(self, n):
+        return apgas.places()[-n:]
+
+
+def wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def ready(fake: FakeScheduler) -> None:
+    """The scheduler has seen APGAS-Ready: orders are welcome."""
+    wait_for(lambda: any(line.startswith("APGAS-Ready") for line in fake.lines))
+
+
+# -- request_grow ------------------------------------------------------------------------
+
+def test_request_grow_is_granted_by_later_grow_orders(scheduler):
+    def script(message, fake):
+        if message.startswith("Evolving;Request;2"):
+            fake.later("grow 1 nodeA", "grow 1 nodeB")  # node by node, as evolving EASY does
+            return "ok 2"
+        return None
+
+    fake = scheduler(script)
+
+    def main():
+        handler = Handler()
+        apgas.define_malleable_handler(handler)
+        request = apgas.request_grow(2)
+        added = request.result(timeout=30)
+        assert request.state == "granted" and request.done()
+        assert [p.host for p in added] == ["nodeA", "nodeB"]
+        assert [p.id for p in apgas.places()] == [0, 1, 2]
+        assert apgas.at(added[1], lambda: apgas.here().id) == 2
+        return handler.calls
+
+    calls = apgas.run(main, places=1)
+    assert calls == [("post_grow", 1, [1]), ("post_grow", 1, [2])]
+    assert fake.messages() == ["Evolving;Request;2"]
+    fake.join()
+    assert fake.replies == [["ok grow 1 places 1"], ["ok grow 1 places 2"]]
+
+
+def test_a_refused_request_is_observed_and_the_program_goes_on(scheduler):
+    scheduler(lambda m, f: "error job 1 asks for 9 more node(s) but holds 1 and may have at most 4"
+              if m.startswith("Evolving;Request") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(9)
+        with pytest.raises(GrowRefused, match="may have at most 4") as caught:
+            request.result(timeout=20)
+        assert request.state == "refused" and caught.value.added == []
+        assert "at most 4" in request.reason
+        return apgas.at(apgas.place(1), lambda: "still here")
+
+    assert apgas.run(main, places=2) == "still here"
+
+
+def test_a_refuse_order_ends_a_partly_granted_request(scheduler):
+    def script(message, fake):
+        if message.startswith("Evolving;Request;3"):
+            fake.later("grow 1 nodeA", "refuse 2 the job reached its maximum of 2 nodes")
+            return "ok 3"
+        return None
+
+    fake = scheduler(script)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(3)
+        assert request.wait(30)
+        with pytest.raises(GrowRefused, match="maximum of 2 nodes") as caught:
+            request.result()
+        return [p.host for p in caught.value.added], len(apgas.places())
+
+    assert apgas.run(main, places=1) == (["nodeA"], 2)
+    fake.join()
+    assert fake.replies[1] == ["ok refuse 2"]
+
+
+def test_a_request_pending_at_the_end_is_refused_and_waits_nobody(scheduler):
+    scheduler(lambda m, f: "ok 1" if m.startswith("Evolving;Request") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(1)
+        with pytest.raises(TimeoutError, match="still pending"):
+            request.result(timeout=0.3)
+        apgas.disable_malleable_handler()
+        return request.state, request.reason
+
+    assert apgas.run(main, places=1) == ("refused", "the program disabled its malleable handler")
+
+
+# -- release_places ----------------------------------------------------------------------
+
+def test_release_places_drains_through_the_handler_and_returns_the_hosts(scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_HOSTS", "n0,n1,n2,n3")
+    fake = scheduler(lambda m, f: None)
+
+    def main():
+        handler = Handler()
+        apgas.define_malleable_handler(handler)
+        hosts = apgas.release_places([apgas.place(2), 3])
+        assert [p.id for p in apgas.places()] == [0, 1]
+        with pytest.raises(DeadPlaceError):
+            apgas.async_at(2, print)
+        return hosts, handler.calls
+
+    hosts, calls = apgas.run(main)
+    assert hosts == ["n2", "n3"]
+    assert calls == [("pre_shrink", 2, [2, 3]), ("post_shrink", 2, [2, 3])]
+    wait_for(lambda: len(fake.messages()) == 2)
+    assert fake.messages() == ["Evolving;Release;n2", "Evolving;Release;n3"]
+
+
+def test_bad_releases_are_refused_and_change_nothing(scheduler):
+    fake = scheduler(lambda m, f: None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        with pytest.raises(ValueError, match="place 0 runs main"):
+            apgas.release_places([apgas.place(0)])
+        with pytest.raises(DeadPlaceError, match="place 7 .*not a live place"):
+            apgas.release_places([7])
+        with pytest.raises(ValueError, match="names a place twice"):
+            apgas.release_places([1, 1])
+        with pytest.raises(ValueError, match="non-empty list"):
+            apgas.release_places(apgas.place(1))
+        apgas.release_places([1])
+        with pytest.raises(DeadPlaceError, match="place 1 "):  # gone now
+            apgas.release_places([1])
+        return [p.id for p in apgas.places()]
+
+    assert apgas.run(main, places=3) == [0, 2]
+    wait_for(lambda: len(fake.messages()) == 1)
+
+
+def test_release_with_a_handler_that_cannot_take_the_chosen_places(scheduler):
+    scheduler(lambda m, f: None)
+
+    def main():
+        apgas.define_malleable_handler(OrdersOnly())
+        with pytest.raises(ApgasError, match=r"pre_shrink\(self, n, chosen=None\)"):
+            apgas.release_places([1])
+        return len(apgas.places())
+
+    assert apgas.run(main, places=2) == 2
+
+
+# -- check_status ------------------------------------------------------------------------
+
+def test_check_status_expands_and_shrinks_through_the_handler(scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+    answers = iter(["expand 3", "shrink 1", "none"])
+
+    def script(message, fake):
+        if not message.startswith("Evolving;Check"):
+            return None
+        answer = next(answers)
+        if answer == "expand 3":
+            fake.later("grow 2 nodeA nodeB")
+        elif answer == "shrink 1":
+            fake.later("shrink 2")
+        return answer
+
+    fake = scheduler(script)
+
+    def main():
+        handler = Handler()
+        apgas.define_malleable_handler(handler)
+        sizes = [apgas.check_status(1, 4, preferred=2, factor=1),
+                 apgas.check_status(1, 4), apgas.check_status(1, 4)]
+        return sizes, handler.calls
+
+    sizes, calls = apgas.run(main, places=1)
+    assert sizes == [3, 1, 1]
+    assert calls == [("post_grow", 2, [1, 2]), ("pre_shrink", 2, None), ("post_shrink", 2, [1, 2])]
+    assert fake.messages() == ["Evolving;Check;1;4;2;1", "Evolving;Check;1;4;0;1",
+                               "Evolving;Check;1;4;0;1"]
+
+
+def test_check_status_inhibition_period(scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0.5")
+    fake = scheduler(lambda m, f: "none" if m.startswith("Evolving;Check") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        for _ in range(5):
+            assert apgas.check_status(1, 2) == 1  # the first asks; the others are no-ops
+        time.sleep(0.6)
+        return apgas.check_status(1, 2)
+
+    assert apgas.run(main, places=1) == 1
+    assert fake.messages() == ["Evolving;Check;1;2;0;1"] * 2
+
+
+def test_check_status_refusals_and_bad_answers(scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+    answers = iter(["error policy easy does not grant evolving requests", "resize 9", "expand x"])
+    scheduler(lambda m, f: next(answers) if m.startswith("Evolving;Check") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        with pytest.raises(ApgasError, match="refused check_status.*policy easy"):
+            apgas.check_status(1, 2)
+        for _ in range(2):
+            with pytest.raises(ApgasError, match="expected 'expand <k>'"):
+                apgas.check_status(1, 2)
+        return len(apgas.places())
+
+    assert apgas.run(main, places=2) == 2
+
+
+@pytest.mark.parametrize("args, match", [
+    ((0, 2), "min must be an integer >= 1, got 0"),
+    ((3, 2), "min 3 is above max 2"),
+    ((1, 2, 5), "preferred must be None or between min 1 and max 2, got 5"),
+    ((1, 2, None, 0), "factor must be an integer >= 1, got 0"),
+    ((1.5, 2), "min must be an integer"),
+])
+def test_check_status_bad_arguments(scheduler, args, match):
+    scheduler(lambda m, f: "none")
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        with pytest.raises(ValueError, match=match):
+            apgas.check_status(*args)
+        with pytest.raises(ValueError, match="positive number of places, got 0"):
+            apgas.request_grow(0)
+
+    apgas.run(main, places=1)
+
+
+# -- no scheduler, no handler, a scheduler that vanishes ------------------------------------
+
+def test_evolving_calls_need_a_handler_and_a_scheduler(monkeypatch, malleable_address):
+    monkeypatch.delenv("APGAS_SCHEDULER", raising=False)
+
+    def main():
+        for call in (lambda: apgas.request_grow(1), lambda: apgas.release_places([1]),
+                     lambda: apgas.check_status(1, 2)):
+            with pytest.raises(ApgasError, match="register a MalleableHandler first"):
+                call()
+        apgas.define_malleable_handler(Handler())
+        for call in (lambda: apgas.request_grow(1), lambda: apgas.release_places([1]),
+                     lambda: apgas.check_status(1, 2)):
+            with pytest.raises(ApgasError, match="no scheduler is attached"):
+                call()
+        with pytest.raises(ApgasError, match="steered from place 0"):
+            apgas.at(apgas.place(1), apgas.request_grow, 1)
+        return len(apgas.places())
+
+    assert apgas.run(main, places=2) == 2
+
+
+def test_a_scheduler_that_vanishes(scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+    fake = scheduler(lambda m, f: None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        ready(fake)
+        fake.close()
+        request = apgas.request_grow(1)
+        with pytest.raises(GrowRefused, match="did not answer"):
+            request.result(timeout=20)
+        with pytest.raises(ApgasError, match="did not answer 'Evolving;Check"):
+            apgas.check_status(1, 3)
+        return apgas.at(apgas.place(1), lambda: apgas.here().id)
+
+    assert apgas.run(main, places=2) == 1
+
+
+def test_an_answer_whose_order_never_comes(scheduler, monkeypatch):
+    monkeypatch.setattr("apgas._malleability.ORDER_WAIT", 0.5)
+    monkeypatch.setenv("APGAS_JOIN_TIMEOUT", "0.5")
+    scheduler(lambda m, f: "expand 4" if m.startswith("Evolving;Check") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        with pytest.raises(ApgasError, match="no order came within 1 s; the program keeps its 2"):
+            apgas.check_status(1, 4)
+        return len(apgas.places())
+
+    assert apgas.run(main, places=2) == 2
+
+
+def test_a_failed_order_ends_the_wait_of_check_status(scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+
+    def script(message, fake):
+        if message.startswith("Evolving;Check"):
+            fake.later("grow 1 no-such-host.invalid")
+            return "expand 2"
+        return None
+
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "localhost")  # the launcher refuses unknown hosts
+    fake = scheduler(script)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        return apgas.check_status(1, 2)
+
+    assert apgas.run(main, places=1) == 1
+    fake.join()
+    assert fake.replies[0][0].startswith("error no place was added")
