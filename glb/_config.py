@@ -19,6 +19,14 @@ class GLBConfig:
     ``lifeline``: ``hypercube`` or ``binary``, the graph of lifelines over the
     positions of the live places; ``malleable``: register GLB's own
     MalleableHandler while computing, so the computation takes grow and shrink orders.
+
+    ``evolving``: also steer the place count itself (needs a scheduler, see
+    ``apgas.request_grow``). Every ``evolving_interval`` seconds place 0 samples
+    the load of each place (the share of its workers that hold work); when the
+    mean stays at or above ``evolving_high`` for ``evolving_window`` samples in a
+    row it asks for one more place, when it stays at or below ``evolving_low`` it
+    releases the least loaded place. After a refused request it waits
+    ``evolving_backoff`` seconds before it asks again.
     """
 
     n: int = 511
@@ -27,11 +35,27 @@ class GLBConfig:
     lifeline: str = "hypercube"
     malleable: bool = False
     seed: int = 0
+    evolving: bool = False
+    evolving_high: float = 0.9
+    evolving_low: float = 0.5
+    evolving_interval: float = 0.5
+    evolving_window: int = 4
+    evolving_backoff: float = 10.0
 
     def __post_init__(self) -> None:
         for name, low in (("n", 1), ("w", 0), ("workers", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"GLBConfig.{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.evolving_window, int) or self.evolving_window < 1:
+            raise ValueError(f"GLBConfig.evolving_window must be an integer >= 1, "
+                             f"got {self.evolving_window!r}")
+        if not 0 <= self.evolving_low < self.evolving_high <= 1:
+            raise ValueError(f"GLBConfig needs 0 <= evolving_low < evolving_high <= 1, got "
+                             f"{self.evolving_low!r} and {self.evolving_high!r}")
+        for name in ("evolving_interval", "evolving_backoff"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"GLBConfig.{name} must be a positive number of seconds, "
+                                 f"got {getattr(self, name)!r}")
         if self.lifeline not in LIFELINES:
             raise ValueError(f"GLBConfig.lifeline must be one of {LIFELINES}, got {self.lifeline!r}")

@@ -13,6 +13,7 @@ from apgas._runtime import current
 
 from . import _worker as w
 from ._config import GLBConfig
+from ._evolving import Evolver
 from ._stats import GLBStats
 
 __all__ = ["GLB", "Bag", "Result"]
@@ -58,6 +59,7 @@ class GLB:
         self._stats = GLBStats()
         self._moved = GLBStats()
         self.seconds = 0.0
+        self.evolver: Evolver | None = None  # the last computation's, in evolving mode
 
     def compute_dynamic(self, bag: Bag, result: R) -> R:
         """All work starts at place 0 in ``bag``; ``result`` is the neutral result."""
@@ -89,14 +91,27 @@ class GLB:
             for p in members:
                 apgas.async_at(p, w.init_place, gid, self.config, prototype, members)
         self._moved = GLBStats()
-        handler = _GLBHandler(self, gid, prototype) if self.config.malleable else None
+        resizable = self.config.malleable or self.config.evolving
+        handler = _GLBHandler(self, gid, prototype) if resizable else None
+        evolver = Evolver(gid, self.config) if self.config.evolving else None
+        self.evolver = evolver
         if handler is not None:
-            apgas.define_malleable_handler(handler)
+            communicator = apgas.define_malleable_handler(handler)
+            if evolver is not None and not communicator.attached:
+                apgas.disable_malleable_handler()
+                for p in members:
+                    apgas.at(p, w.collect, gid)  # forget the computation's state
+                raise apgas.ApgasError("GLBConfig(evolving=True) needs a scheduler to ask for "
+                                       "places: APGAS_SCHEDULER is not set")
         try:
+            if evolver is not None:
+                evolver.start()
             with apgas.finish():
                 for place, fn, args in starts(gid, members):
                     apgas.async_at(place, fn, *args)
         finally:
+            if evolver is not None:
+                evolver.stop()  # before the handler goes: a release may be under way
             if handler is not None:
                 apgas.disable_malleable_handler()  # waits for an order in progress
         self.seconds = time.monotonic() - start

@@ -308,6 +308,16 @@ def absorb(gid: int, result: Any) -> None:
         st.result.fold(result)
 
 
+def load(gid: int) -> float:
+    """Immediate: the share of this place's workers that hold work now."""
+    st = _states.get(gid)
+    if st is None:
+        return 0.0
+    with st.lock:
+        working = st.active - (1 if st.stealing else 0)
+    return max(0.0, min(1.0, working / st.config.workers))
+
+
 def collect_stats(st: PlaceState) -> PlaceStats:
     stats = copy.copy(st.stats)
     stats.idle_s = max(0.0, st.config.workers * (time.monotonic() - st.started) - stats.busy_s)

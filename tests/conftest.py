@@ -14,6 +14,7 @@ import pytest
 
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
+from fake_scheduler import FakeScheduler, Script
 from orders import free_address
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,3 +97,19 @@ def malleable_address(monkeypatch):
     address = free_address()
     monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
     return address
+
+
+@pytest.fixture
+def fake_scheduler(monkeypatch, malleable_address):
+    """Make a FakeScheduler from a script and point the next job at it (APGAS_SCHEDULER)."""
+    made: list[FakeScheduler] = []
+
+    def make(script: Script) -> FakeScheduler:
+        fake = FakeScheduler(script, malleable_address)
+        monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % fake.address)
+        made.append(fake)
+        return fake
+
+    yield make
+    for fake in made:
+        fake.close()

@@ -80,3 +80,40 @@ def tree_nodes(roots) -> int:
     while not bag.is_empty():
         bag.process(10_000)
     return bag.count
+
+
+class ChainBag:
+    """A chain of ``length`` nodes that cannot be split: one place works, the rest idle."""
+
+    def __init__(self, length: int, spin: int = 0) -> None:
+        self.left = length
+        self.count = 0
+        self.spin = spin
+
+    def process(self, n: int) -> int:
+        done = min(n, self.left)
+        for i in range(done * self.spin):
+            mix(i)
+        self.left -= done
+        self.count += done
+        return done
+
+    def is_empty(self) -> bool:
+        return self.left == 0
+
+    def is_splittable(self) -> bool:
+        return False
+
+    def split(self, take_all: bool) -> "ChainBag | None":
+        if not take_all:
+            return None
+        loot = ChainBag(self.left, self.spin)
+        self.left = 0
+        return loot
+
+    def merge(self, other: "ChainBag") -> None:
+        self.left += other.left
+
+    def submit(self, result: Count) -> None:
+        result.value += self.count
+        self.count = 0

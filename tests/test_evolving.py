@@ -3,90 +3,15 @@ release_places, check_status, and every refusal and misuse."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
-from typing import Callable
 
 import pytest
 
 import apgas
 from apgas import ApgasError, DeadPlaceError, GrowRefused
-from orders import order
+from fake_scheduler import FakeScheduler
 
 pytestmark = pytest.mark.timeout(90)
-
-Script = Callable[[str, "FakeScheduler"], str | None]
-
-
-class FakeScheduler:
-    """Listens like the scheduler; ``script(message, self)`` gives the answer line
-    (None: answer nothing) and may send the job orders with :meth:`later`."""
-
-    def __init__(self, script: Script, job: tuple[str, int]) -> None:
-        self.script = script
-        self.job = job
-        self.lines: list[str] = []
-        self.replies: list[list[str]] = []
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.address = self.server.getsockname()
-        self._threads: list[threading.Thread] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\n" not in data and (chunk := conn.recv(4096)):
-                    data += chunk
-                line = data.decode().strip()
-                self.lines.append(line)
-                answer = self.script(line.split(":")[0], self)
-                if answer is not None:
-                    conn.sendall(answer.encode() + b"\n")
-
-    def later(self, *orders: str) -> None:
-        """Send the job these orders one by one, from a thread (as the scheduler does)."""
-        def send():
-            for line in orders:
-                self.replies.append(order(self.job, line))
-        thread = threading.Thread(target=send, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
-    def join(self) -> None:
-        for thread in self._threads:
-            thread.join(30)
-
-    def close(self) -> None:
-        try:
-            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
-        except OSError:
-            pass
-        self.server.close()
-
-    def messages(self, prefix: str = "Evolving") -> list[str]:
-        return [line.split(":")[0] for line in self.lines if line.startswith(prefix)]
-
-
-@pytest.fixture
-def scheduler(monkeypatch, malleable_address):
-    """Start a FakeScheduler with a script and point the job at it."""
-    made: list[FakeScheduler] = []
-
-    def make(script: Script) -> FakeScheduler:
-        fake = FakeScheduler(script, malleable_address)
-        monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % fake.address)
-        made.append(fake)
-        return fake
-
-    yield make
-    for fake in made:
-        fake.close()
 
 
 class Handler(apgas.MalleableHandler):
@@ -125,14 +50,14 @@ def ready(fake: FakeScheduler) -> None:
 
 # -- request_grow ------------------------------------------------------------------------
 
-def test_request_grow_is_granted_by_later_grow_orders(scheduler):
+def test_request_grow_is_granted_by_later_grow_orders(fake_scheduler):
     def script(message, fake):
         if message.startswith("Evolving;Request;2"):
             fake.later("grow 1 nodeA", "grow 1 nodeB")  # node by node, as evolving EASY does
             return "ok 2"
         return None
 
-    fake = scheduler(script)
+    fake = fake_scheduler(script)
 
     def main():
         handler = Handler()
@@ -152,8 +77,8 @@ def test_request_grow_is_granted_by_later_grow_orders(scheduler):
     assert fake.replies == [["ok grow 1 places 1"], ["ok grow 1 places 2"]]
 
 
-def test_a_refused_request_is_observed_and_the_program_goes_on(scheduler):
-    scheduler(lambda m, f: "error job 1 asks for 9 more node(s) but holds 1 and may have at most 4"
+def test_a_refused_request_is_observed_and_the_program_goes_on(fake_scheduler):
+    fake_scheduler(lambda m, f: "error job 1 asks for 9 more node(s) but holds 1 and may have at most 4"
               if m.startswith("Evolving;Request") else None)
 
     def main():
@@ -168,14 +93,14 @@ def test_a_refused_request_is_observed_and_the_program_goes_on(scheduler):
     assert apgas.run(main, places=2) == "still here"
 
 
-def test_a_refuse_order_ends_a_partly_granted_request(scheduler):
+def test_a_refuse_order_ends_a_partly_granted_request(fake_scheduler):
     def script(message, fake):
         if message.startswith("Evolving;Request;3"):
             fake.later("grow 1 nodeA", "refuse 2 the job reached its maximum of 2 nodes")
             return "ok 3"
         return None
 
-    fake = scheduler(script)
+    fake = fake_scheduler(script)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -190,8 +115,8 @@ def test_a_refuse_order_ends_a_partly_granted_request(scheduler):
     assert fake.replies[1] == ["ok refuse 2"]
 
 
-def test_a_request_pending_at_the_end_is_refused_and_waits_nobody(scheduler):
-    scheduler(lambda m, f: "ok 1" if m.startswith("Evolving;Request") else None)
+def test_a_request_pending_at_the_end_is_refused_and_waits_nobody(fake_scheduler):
+    fake_scheduler(lambda m, f: "ok 1" if m.startswith("Evolving;Request") else None)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -206,9 +131,9 @@ def test_a_request_pending_at_the_end_is_refused_and_waits_nobody(scheduler):
 
 # -- release_places ----------------------------------------------------------------------
 
-def test_release_places_drains_through_the_handler_and_returns_the_hosts(scheduler, monkeypatch):
+def test_release_places_drains_through_the_handler_and_returns_the_hosts(fake_scheduler, monkeypatch):
     monkeypatch.setenv("APGAS_HOSTS", "n0,n1,n2,n3")
-    fake = scheduler(lambda m, f: None)
+    fake = fake_scheduler(lambda m, f: None)
 
     def main():
         handler = Handler()
@@ -226,8 +151,8 @@ def test_release_places_drains_through_the_handler_and_returns_the_hosts(schedul
     assert fake.messages() == ["Evolving;Release;n2", "Evolving;Release;n3"]
 
 
-def test_bad_releases_are_refused_and_change_nothing(scheduler):
-    fake = scheduler(lambda m, f: None)
+def test_bad_releases_are_refused_and_change_nothing(fake_scheduler):
+    fake = fake_scheduler(lambda m, f: None)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -248,8 +173,8 @@ def test_bad_releases_are_refused_and_change_nothing(scheduler):
     wait_for(lambda: len(fake.messages()) == 1)
 
 
-def test_release_with_a_handler_that_cannot_take_the_chosen_places(scheduler):
-    scheduler(lambda m, f: None)
+def test_release_with_a_handler_that_cannot_take_the_chosen_places(fake_scheduler):
+    fake_scheduler(lambda m, f: None)
 
     def main():
         apgas.define_malleable_handler(OrdersOnly())
@@ -262,7 +187,7 @@ def test_release_with_a_handler_that_cannot_take_the_chosen_places(scheduler):
 
 # -- check_status ------------------------------------------------------------------------
 
-def test_check_status_expands_and_shrinks_through_the_handler(scheduler, monkeypatch):
+def test_check_status_expands_and_shrinks_through_the_handler(fake_scheduler, monkeypatch):
     monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
     answers = iter(["expand 3", "shrink 1", "none"])
 
@@ -276,7 +201,7 @@ def test_check_status_expands_and_shrinks_through_the_handler(scheduler, monkeyp
             fake.later("shrink 2")
         return answer
 
-    fake = scheduler(script)
+    fake = fake_scheduler(script)
 
     def main():
         handler = Handler()
@@ -292,9 +217,9 @@ def test_check_status_expands_and_shrinks_through_the_handler(scheduler, monkeyp
                                "Evolving;Check;1;4;0;1"]
 
 
-def test_check_status_inhibition_period(scheduler, monkeypatch):
+def test_check_status_inhibition_period(fake_scheduler, monkeypatch):
     monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0.5")
-    fake = scheduler(lambda m, f: "none" if m.startswith("Evolving;Check") else None)
+    fake = fake_scheduler(lambda m, f: "none" if m.startswith("Evolving;Check") else None)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -307,10 +232,10 @@ def test_check_status_inhibition_period(scheduler, monkeypatch):
     assert fake.messages() == ["Evolving;Check;1;2;0;1"] * 2
 
 
-def test_check_status_refusals_and_bad_answers(scheduler, monkeypatch):
+def test_check_status_refusals_and_bad_answers(fake_scheduler, monkeypatch):
     monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
     answers = iter(["error policy easy does not grant evolving requests", "resize 9", "expand x"])
-    scheduler(lambda m, f: next(answers) if m.startswith("Evolving;Check") else None)
+    fake_scheduler(lambda m, f: next(answers) if m.startswith("Evolving;Check") else None)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -331,8 +256,8 @@ def test_check_status_refusals_and_bad_answers(scheduler, monkeypatch):
     ((1, 2, None, 0), "factor must be an integer >= 1, got 0"),
     ((1.5, 2), "min must be an integer"),
 ])
-def test_check_status_bad_arguments(scheduler, args, match):
-    scheduler(lambda m, f: "none")
+def test_check_status_bad_arguments(fake_scheduler, args, match):
+    fake_scheduler(lambda m, f: "none")
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -366,9 +291,9 @@ def test_evolving_calls_need_a_handler_and_a_scheduler(monkeypatch, malleable_ad
     assert apgas.run(main, places=2) == 2
 
 
-def test_a_scheduler_that_vanishes(scheduler, monkeypatch):
+def test_a_scheduler_that_vanishes(fake_scheduler, monkeypatch):
     monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
-    fake = scheduler(lambda m, f: None)
+    fake = fake_scheduler(lambda m, f: None)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -384,10 +309,10 @@ def test_a_scheduler_that_vanishes(scheduler, monkeypatch):
     assert apgas.run(main, places=2) == 1
 
 
-def test_an_answer_whose_order_never_comes(scheduler, monkeypatch):
+def test_an_answer_whose_order_never_comes(fake_scheduler, monkeypatch):
     monkeypatch.setattr("apgas._malleability.ORDER_WAIT", 0.5)
     monkeypatch.setenv("APGAS_JOIN_TIMEOUT", "0.5")
-    scheduler(lambda m, f: "expand 4" if m.startswith("Evolving;Check") else None)
+    fake_scheduler(lambda m, f: "expand 4" if m.startswith("Evolving;Check") else None)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -398,7 +323,7 @@ def test_an_answer_whose_order_never_comes(scheduler, monkeypatch):
     assert apgas.run(main, places=2) == 2
 
 
-def test_a_failed_order_ends_the_wait_of_check_status(scheduler, monkeypatch):
+def test_a_failed_order_ends_the_wait_of_check_status(fake_scheduler, monkeypatch):
     monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
 
     def script(message, fake):
@@ -408,7 +333,7 @@ def test_a_failed_order_ends_the_wait_of_check_status(scheduler, monkeypatch):
         return None
 
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "localhost")  # the launcher refuses unknown hosts
-    fake = scheduler(script)
+    fake = fake_scheduler(script)
 
     def main():
         apgas.define_malleable_handler(Handler())
