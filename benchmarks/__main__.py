@@ -1,7 +1,7 @@
 """Run one GLB benchmark application.
 
     python -m benchmarks {uts,nqueens,bc,pi} [app options] --places P --workers W
-                         [--sequential] [--static] [--malleable] [--json FILE]
+                         [--sequential] [--static] [--malleable | --evolving] [--json FILE]
 
 Prints the result, whether it is correct against a known reference, the time of
 the computation alone and the throughput; ``--json`` writes one record.
@@ -44,8 +44,12 @@ def build_parser(apps: dict[str, App]) -> argparse.ArgumentParser:
         p.add_argument("--workers", type=int, default=1, help="GLB workers per place; default 1")
         p.add_argument("--sequential", action="store_true", help="run the kernel alone on one core")
         p.add_argument("--static", action="store_true", help="static initial distribution")
-        p.add_argument("--malleable", action="store_true",
-                       help="take grow/shrink orders while computing (socket communicator)")
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--malleable", action="store_true",
+                          help="take grow/shrink orders while computing (socket communicator)")
+        mode.add_argument("--evolving", action="store_true",
+                          help="also ask the scheduler for places when busy and release idle "
+                               "ones (needs APGAS_SCHEDULER: run it as an evolving job)")
         p.add_argument("--n", type=int, default=None, help="GLB units per process() call")
         p.add_argument("--w", type=int, default=3, help="GLB random steal attempts")
         p.add_argument("--lifeline", default="hypercube", choices=("hypercube", "binary"))
@@ -69,7 +73,7 @@ def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
                 apgas.async_at(p, lambda r=ref: _report_warm_up(r, app.name))
         warm = dict([first, *loads])
         config = GLBConfig(n=ns.n or app.default_n, w=ns.w, workers=ns.workers, lifeline=ns.lifeline,
-                           malleable=ns.malleable)
+                           malleable=ns.malleable, evolving=ns.evolving)
         glb = GLB(config)
         if ns.malleable:
             log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "benchmark": app.name, "params": params, "places": places, "workers": workers,
         "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
-        "malleable": bool(ns.malleable), "result": value, "correct": correct,
+        "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "result": value, "correct": correct,
         "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
         "units": units, "unit_name": app.unit_name,
         "throughput": units / seconds if seconds > 0 else None,
