@@ -29,6 +29,15 @@ class JobView:
     ``expected_end`` the engine's estimate of when a running job ends at its
     current size (``None``: start + walltime, as the live scheduler knows no
     better).
+
+    Evolving jobs' asks, for the policies that grant them (``grants_requests``):
+    ``requested`` is how many more nodes a running job asked for and has not
+    yet been given, ``requested_since`` when the oldest of those requests
+    came. ``priority`` marks a queued job that a resize was made for (DMR's
+    check_status shrank a job so that it could start): requests wait for it.
+    ``asks``: the job asks for its resizes itself (a live evolving program,
+    with ``Evolving;Check``), so DMR, which takes silent jobs to ask at every
+    pass, leaves it to its own calls.
     """
 
     id: int
@@ -44,6 +53,10 @@ class JobView:
     preferred: int = 0
     rho: float = 0.0
     expected_end: float | None = None
+    requested: int = 0
+    requested_since: float | None = None
+    priority: bool = False
+    asks: bool = False
 
     @property
     def pref(self) -> int:

@@ -32,7 +32,11 @@ def evolving_names() -> dict[str, Any]:
 
 
 def all_policy_names() -> list[str]:
-    return policy_names() + list(evolving_names())
+    """Every name ``simulate`` and ``compare`` know. "evolving" is both the live
+    evolving EASY and the list scheduler of profiles; the simulator's jobs never
+    ask, so the live one would be plain EASY there, and the name means the
+    list scheduler."""
+    return list(dict.fromkeys(policy_names() + list(evolving_names())))
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,8 +5,13 @@ command-line client (``submit``, ``status``, ``cancel``, ``add-nodes``,
 ``shutdown``), answered by one JSON line; anything else is a job's message in
 the APGAS socket protocol (``APGAS-Ready:<ip>:<job id>`` and the timing
 reports). Orders to malleable jobs go the other way, one connection each
-(``grow n h1..hn``, ``shrink n``), from a thread per order so that a slow job
-holds up nobody.
+(``grow n h1..hn``, ``shrink n``, ``refuse n reason``), from a thread per
+order so that a slow job holds up nobody.
+
+Evolving programs ask on the same port (``Evolving;Request;<n>``,
+``Evolving;Check;<min>;<max>;<preferred>;<factor>``) and get a one-line
+answer on the same connection; only policies with ``grants_requests``
+(``evolving``, ``dmr``) grant them. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +36,7 @@ import launcher as launchers
 
 from ._model import Grow, JobView, Shrink, Start
 from .jobs import JobFileError, JobSpec, parse_job
-from .policies import Policy
+from .policies import GATE, Policy
 
 __all__ = ["Scheduler", "Job"]
 
@@ -39,6 +45,9 @@ log = logging.getLogger("scheduler")
 MAX_LINE = 1 << 20
 ORDER_TIMEOUT = 120.0
 KILL_GRACE = 3.0
+READY_WAIT = 2.0
+"""How long an evolving job's ask waits for its ``APGAS-Ready``: the two come on
+separate connections, served by separate threads, so the ask may overtake it."""
 
 
 @dataclasses.dataclass
@@ -59,6 +68,8 @@ class Job:
     busy: bool = False  # an order is in flight
     shrinking: int = 0  # nodes a shrink in flight will give back
     requested: int = 0  # nodes an evolving job asked for and has not yet been given
+    requested_since: float | None = None  # when the oldest of those requests came
+    disabled: bool = False  # sent APGAS-NotMalleable
     last_resize: float | None = None
     kill_reason: str = ""
     grows: int = 0
@@ -68,19 +79,27 @@ class Job:
     def malleable(self) -> bool:
         return self.spec.cls in ("malleable", "evolving")
 
-    def view(self, held: int = 0) -> JobView:
+    def view(self, held: int = 0, priority: bool = False) -> JobView:
         """``held``: the nodes it owns, grow reservations included; a shrink in
         flight already counts as done, so that no pass shrinks twice for one need."""
         return JobView(self.id, self.spec.cls, self.spec.min_nodes, self.spec.max_nodes,  # type: ignore[arg-type]
                        self.spec.walltime, self.submit, held - self.shrinking, self.start,
-                       self.last_resize, self.malleable and self.ready and not self.busy)
+                       self.last_resize, self.malleable and self.ready and not self.busy,
+                       requested=self.requested, requested_since=self.requested_since,
+                       priority=priority, asks=self.spec.cls == "evolving")
+
+    def take_requested(self, k: int) -> None:
+        """``k`` of the outstanding requested nodes are given or refused."""
+        self.requested -= k
+        if self.requested <= 0:
+            self.requested, self.requested_since = 0, None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.spec.name, "class": self.spec.cls, "state": self.state,
                 "nodes": list(self.nodes), "submit": self.submit, "start": self.start,
                 "end": self.end, "reason": self.reason, "min_nodes": self.spec.min_nodes,
                 "max_nodes": self.spec.max_nodes, "ready": self.ready, "grows": self.grows,
-                "shrinks": self.shrinks}
+                "shrinks": self.shrinks, "requested": self.requested}
 
 
 class Scheduler:
@@ -100,6 +119,8 @@ class Scheduler:
         self.launcher = launchers.get_launcher(launcher)
         self._local = launcher == "local"
         self._lock = threading.RLock()
+        self._ready_cv = threading.Condition(self._lock)  # an APGAS-Ready came
+        self._priority: int | None = None  # a queued job a check's shrink was made for
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._owner: dict[str, int | None] = {n: None for n in nodes}
@@ -240,25 +261,70 @@ class Scheduler:
                     job.kill_reason = (f"killed: never sent APGAS-Ready within "
                                        f"{self.register_timeout:g} s")
                     self._kill(job)
-            queue = [j.view() for j in self._jobs.values() if j.state == "queued"]
-            held = collections.Counter(self._owner.values())
-            running = [j.view(held[j.id]) for j in self._jobs.values()
-                       if j.state == "running" and not j.kill_reason]
-            free = self._grant_requests([n for n, j in self._owner.items() if j is None])
+            if self._priority is not None and self._jobs[self._priority].state != "queued":
+                self._priority = None  # started (or gone): requests need not wait for it
+            self._refuse_excess()
+            queue, running, free = self._snapshot()
             decisions = self.policy.decide(now, queue, running, len(free), len(self._owner))
             for d in decisions:
                 job = self._jobs[d.job]
                 if isinstance(d, Start) and job.state == "queued":
                     free = self._start(job, free[:d.nodes], free[d.nodes:]) if d.nodes <= len(free) else free
-                elif isinstance(d, Grow) and job.state == "running" and d.nodes <= len(free):
+                elif (isinstance(d, Grow) and job.state == "running" and not job.busy
+                      and d.nodes <= len(free)):
                     hosts, free = free[:d.nodes], free[d.nodes:]
-                    for n in hosts:
-                        self._owner[n] = job.id  # reserved: nobody else gets them meanwhile
-                    job.busy = True
-                    self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts)
-                elif isinstance(d, Shrink) and job.state == "running":
-                    job.busy, job.shrinking = True, d.nodes
-                    self._spawn(self._shrink, f"scheduler-shrink-{job.id}", job, d.nodes)
+                    self._send_grow(job, hosts)
+                elif isinstance(d, Shrink) and job.state == "running" and not job.busy:
+                    self._send_shrink(job, d.nodes)
+
+    def _snapshot(self) -> tuple[list[JobView], list[JobView], list[str]]:
+        """What the policy sees: the queue, the running jobs and the idle nodes."""
+        queue = [j.view(priority=j.id == self._priority) for j in self._jobs.values()
+                 if j.state == "queued"]
+        held = collections.Counter(self._owner.values())
+        running = [j.view(held[j.id]) for j in self._jobs.values()
+                   if j.state == "running" and not j.kill_reason]
+        return queue, running, [n for n, j in self._owner.items() if j is None]
+
+    def _held(self, job: Job) -> int:
+        """The nodes a job owns (grow reservations included), less a shrink in flight."""
+        return sum(owner == job.id for owner in self._owner.values()) - job.shrinking
+
+    def _send_grow(self, job: Job, hosts: list[str]) -> None:
+        """Reserve ``hosts`` for ``job`` and send it the grow order from a thread.
+        The job counts every grow towards its outstanding requests, so we do too."""
+        for n in hosts:
+            self._owner[n] = job.id  # reserved: nobody else gets them meanwhile
+        job.busy = True
+        counted = min(job.requested, len(hosts))
+        job.take_requested(counted)
+        self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts, counted)
+
+    def _send_shrink(self, job: Job, n: int) -> None:
+        job.busy, job.shrinking = True, n
+        self._spawn(self._shrink, f"scheduler-shrink-{job.id}", job, n)
+
+    def _refuse_excess(self) -> None:
+        """Refuse the outstanding requests a job can no longer get: it holds
+        so many nodes now (a shrink failed, say) that they would pass its maximum."""
+        for job in self._jobs.values():
+            if job.state != "running" or not job.requested or job.busy:
+                continue
+            held = self._held(job)
+            excess = min(job.requested, held + job.requested - job.spec.max_nodes)
+            if excess > 0:
+                job.take_requested(excess)
+                job.busy = True
+                reason = (f"job {job.id} holds {held} node(s) and may have at most "
+                          f"{job.spec.max_nodes}")
+                self._spawn(self._refuse, f"scheduler-refuse-{job.id}", job, excess, reason)
+
+    def _drop_requests(self, job: Job, reason: str) -> None:
+        """Forget a job's outstanding requests: it takes no more orders."""
+        if job.requested:
+            self._event("request_dropped", job=job.id, nodes=job.requested, reason=reason)
+            log.info("job %d: %d requested node(s) dropped: %s", job.id, job.requested, reason)
+            job.take_requested(job.requested)
 
     def _start(self, job: Job, nodes: list[str], rest: list[str]) -> list[str]:
         env = {"APGAS_HOSTS": ",".join(nodes), "APGAS_JOB_ID": str(job.id)}
@@ -309,6 +375,7 @@ class Scheduler:
 
     def _end(self, job: Job, state: str, reason: str) -> None:
         job.state, job.reason, job.end = state, reason, self.now()
+        self._drop_requests(job, f"the job ended ({state})")
         for n, owner in self._owner.items():
             if owner == job.id:
                 self._owner[n] = None
@@ -345,8 +412,11 @@ class Scheduler:
                 reply += chunk
         return reply.decode(errors="replace").splitlines()
 
-    def _grow(self, job: Job, hosts: list[str]) -> None:
+    def _grow(self, job: Job, hosts: list[str], counted: int = 0) -> None:
+        """The grow order; ``counted`` of its nodes were outstanding requests,
+        refused (with an order) if the grow fails."""
         started = time.monotonic()
+        refuse = 0
         try:
             reply = self._order(job, f"grow {len(hosts)} {' '.join(hosts)}")
             ok = not reply or not reply[0].startswith("error")  # ElasticJobScheduler's jobs say nothing
@@ -370,6 +440,28 @@ class Scheduler:
                     job.last_resize = self.now()  # do not retry at once
                     self._event("grow_failed", job=job.id, nodes=hosts, reason=problem)
                     log.warning("grow of job %d failed: %s", job.id, problem)
+                    if counted and job.ready:
+                        refuse, job.busy = counted, True
+        if refuse:
+            self._refuse(job, refuse, f"the grow order for {','.join(hosts)} failed: {problem}")
+        self._wake.set()
+
+    def _refuse(self, job: Job, k: int, reason: str) -> None:
+        """Tell ``job`` that ``k`` of its outstanding requested nodes will not come
+        (the caller marked it busy and took them off ``job.requested``)."""
+        reason = " | ".join(reason.splitlines())
+        try:
+            reply = self._order(job, f"refuse {k} {reason}")
+            answer = reply[0] if reply else ""
+        except OSError as e:
+            answer = f"error {type(e).__name__}: {e}"
+        with self._lock:
+            job.busy = False
+            self._event("refuse", job=job.id, nodes=k, reason=reason, reply=answer)
+        if answer != f"ok refuse {k}":
+            log.warning("job %d did not take the refusal of %d node(s): %r", job.id, k, answer)
+        else:
+            log.info("job %d: %d requested node(s) refused: %s", job.id, k, reason)
         self._wake.set()
 
     def _shrink(self, job: Job, n: int) -> None:
@@ -381,6 +473,7 @@ class Scheduler:
         with self._lock:
             job.busy, job.shrinking = False, 0
             if reply and reply[0].startswith("error"):
+                self._priority = None  # the nodes it was waiting for do not come
                 if job.state == "running":
                     job.last_resize = self.now()
                     self._event("shrink_failed", job=job.id, reason=reply[0])
@@ -431,7 +524,12 @@ class Scheduler:
                 except OSError:
                     pass
             elif line:
-                self._message(line)
+                answer = self._message(line)
+                if answer is not None:
+                    try:
+                        conn.sendall(answer.encode() + b"\n")
+                    except OSError:
+                        pass  # Java's jobs close without reading the answer
 
     def _request(self, line: str) -> dict[str, Any]:
         try:
@@ -457,65 +555,144 @@ class Scheduler:
         except (ValueError, JobFileError) as e:
             return {"ok": False, "error": str(e)}
 
-    def _message(self, line: str) -> None:
-        """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md)."""
+    def _message(self, line: str) -> str | None:
+        """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md); the
+        answer to an evolving job's request or check, None for the others."""
         message, _, rest = line.partition(":")
+        asks = message.split(";")[:2] in (["Evolving", "Request"], ["Evolving", "Check"])
         job = self._find_job(rest)
         if job is None:
             log.warning("message %r from no job of ours ignored", line)
-            return
+            return f"error no job of ours matches {rest}" if asks else None
+        if asks:
+            return self._evolving_ask(job, message)
         with self._lock:
             if message == "APGAS-Ready":
-                job.ready = True
+                job.ready, job.disabled = True, False
                 self._event("ready", job=job.id)
+                self._ready_cv.notify_all()
             elif message == "APGAS-NotMalleable":
-                job.ready = False
+                job.ready, job.disabled = False, True
                 self._event("rigid", job=job.id)
-            elif message.startswith("Evolving;Request;"):
-                self._evolving_request(job, message)
+                self._drop_requests(job, "the job sent APGAS-NotMalleable")
+                self._ready_cv.notify_all()
             elif message.startswith("Evolving;Release;"):
-                host = message.split(";", 2)[2]
-                # may arrive before the grow's reply is handled: held or reserved both count
-                if self._owner.get(host) == job.id:
-                    if host in job.nodes:
-                        job.nodes.remove(host)
-                        self._event("shrink", job=job.id, nodes=[host], duration=0.0,
-                                    requested=True)
-                    else:
-                        self._event("release", job=job.id, nodes=[host])  # before it was logged
-                    self._owner[host] = None
-                else:
-                    log.warning("job %d released %r, which it does not hold", job.id, host)
+                self._evolving_release(job, message.split(";", 2)[2])
             else:
                 log.debug("job %d: %s", job.id, message)
         self._wake.set()
+        return None
 
-    def _evolving_request(self, job: Job, message: str) -> None:
+    def _evolving_release(self, job: Job, host: str) -> None:
+        """The job stopped its place on ``host`` itself: the node goes back to the pool."""
+        # may arrive before the grow's reply is handled: held or reserved both count
+        if self._owner.get(host) == job.id:
+            if host in job.nodes:
+                job.nodes.remove(host)
+                self._event("shrink", job=job.id, nodes=[host], duration=0.0, requested=True)
+            else:
+                self._event("release", job=job.id, nodes=[host])  # before it was logged
+            self._owner[host] = None
+        else:
+            self._event("release_ignored", job=job.id, host=host)
+            log.warning("job %d released %r, which it does not hold; ignored", job.id, host)
+
+    def _evolving_ask(self, job: Job, message: str) -> str:
+        """The one-line answer to ``Evolving;Request`` or ``Evolving;Check``."""
+        kind = "request" if message.startswith("Evolving;Request") else "check"
+        if not self.policy.grants_requests:
+            answer = "error " + GATE.format(name=self.policy.name)
+            with self._lock:
+                self._event(kind, job=job.id, message=message, answer=answer)
+            log.info("job %d: %s answered %r", job.id, message, answer)
+            return answer
+        with self._ready_cv:  # the job's APGAS-Ready may still be on its way
+            self._ready_cv.wait_for(lambda: job.ready or job.disabled or not job.malleable
+                                    or job.state != "running", READY_WAIT)
+            answer = (self._answer_request(job, message) if kind == "request"
+                      else self._answer_check(job, message))
+        log.info("job %d: %s answered %r", job.id, message, answer)
+        self._wake.set()
+        return answer
+
+    def _refusal(self, job: Job) -> str | None:
+        """Why ``job`` may not ask now, or None."""
+        if not job.malleable:
+            return f"job {job.id} is {job.spec.cls}; only evolving and malleable jobs may ask for places"
+        if job.state != "running":
+            return f"job {job.id} is {job.state}, not running"
+        if job.disabled:
+            return f"job {job.id} sent APGAS-NotMalleable; it takes no more orders"
+        if not job.ready:
+            return f"job {job.id} has not sent APGAS-Ready; it takes no orders yet"
+        return None
+
+    def _answer_request(self, job: Job, message: str) -> str:
+        """Queue ``n`` more nodes for ``job`` (granted by later passes), or refuse."""
+        parts = message.split(";", 2)
+        field = parts[2] if len(parts) == 3 else ""
+        n = int(field) if re.fullmatch(r"[0-9]+", field) else 0
+        problem = self._refusal(job)
+        if n < 1:
+            answer = f"error bad request {message!r}: the count must be a positive integer"
+        elif problem:
+            answer = f"error {problem}"
+        elif (held := self._held(job)) + job.requested + n > job.spec.max_nodes:
+            more = f", has asked for {job.requested} more already," if job.requested else ""
+            answer = (f"error job {job.id} asks for {n} more node(s) but holds {held}{more} "
+                      f"and may have at most {job.spec.max_nodes}")
+        else:
+            job.requested += n
+            if job.requested_since is None:
+                job.requested_since = self.now()
+            answer = f"ok {n}"
+        self._event("request", job=job.id, nodes=n, answer=answer)
+        return answer
+
+    def _answer_check(self, job: Job, message: str) -> str:
+        """DMR's check_status for ``job``: decide, reserve or mark the shrink, then
+        answer; the order follows from a thread."""
+        fields: dict[str, Any] = {}
         try:
-            n = int(message.split(";")[2])
-            if n < 1:
-                raise ValueError
-        except ValueError:
-            log.warning("job %d: bad request %r ignored", job.id, message)
-            return
-        job.requested = n  # granted by the next scheduling pass, once the job is ready
-        self._event("request", job=job.id, nodes=n)
+            low, high, preferred, factor = _check_fields(message)
+            fields = dict(min=low, max=high, preferred=preferred, factor=factor)
+            problem = self._refusal(job)
+            if problem:
+                answer = f"error {problem}"
+            elif job.busy or job.kill_reason:
+                answer = "none"  # an order is in flight (or the job is being killed)
+            else:
+                answer = self._decide_check(job, low, high, preferred, factor)
+        except ValueError as e:
+            answer = f"error bad check {message!r}: {e}"
+        self._event("check", job=job.id, **fields, answer=answer)
+        return answer
 
-    def _grant_requests(self, free: list[str]) -> list[str]:
-        """Grow evolving jobs that asked, as far as idle nodes and their maximum allow."""
-        for job in self._jobs.values():
-            if job.requested and job.state == "running" and job.ready and not job.busy:
-                held = sum(owner == job.id for owner in self._owner.values())
-                k = min(job.requested, len(free), job.spec.max_nodes - held)
-                if k <= 0:
-                    continue
-                hosts, free = free[:k], free[k:]
-                job.requested = 0
-                for h in hosts:
-                    self._owner[h] = job.id
-                job.busy = True
-                self._spawn(self._grow, f"scheduler-grow-{job.id}", job, hosts)
-        return free
+    def _decide_check(self, job: Job, low: int, high: int, preferred: int, factor: int) -> str:
+        """The policy's DMR answer for the job's own range within its limits; the
+        resize is set in motion before the answer leaves, so no pass undoes it."""
+        lo, hi = max(low, job.spec.min_nodes), min(high, job.spec.max_nodes)
+        if lo > hi:
+            raise ValueError(f"[{low}, {high}] does not meet the job's limits "
+                             f"[{job.spec.min_nodes}, {job.spec.max_nodes}]")
+        now = self.now()
+        queue, running, free = self._snapshot()
+        preferred = min(max(preferred, lo), hi) if preferred else 0
+        view = dataclasses.replace(next(v for v in running if v.id == job.id), min_nodes=lo,
+                                   max_nodes=hi, preferred=preferred)
+        d = self.policy.answer(now, view, queue, running, len(free), len(self._owner), factor)
+        job.last_resize = now
+        if isinstance(d, Grow) and d.nodes <= len(free):
+            self._send_grow(job, free[:d.nodes])
+            return f"expand {view.nodes + d.nodes}"
+        if isinstance(d, Shrink):
+            self._send_shrink(job, d.nodes)
+            waiting = sorted((j for j in queue if j.min_nodes <= len(self._owner)),
+                             key=lambda j: (j.submit, j.id))
+            if waiting:  # DMR: the job the shrink makes room for comes first
+                self._priority = waiting[0].id
+            return f"shrink {view.nodes - d.nodes}"
+        return "none"
 
     def _find_job(self, rest: str) -> Job | None:
         ip, _, job_id = rest.rpartition(":")
@@ -524,6 +701,28 @@ class Scheduler:
         matches = [j for j in self._jobs.values()  # a foreign job without an id: by its address
                    if j.state == "running" and j.listen and j.listen[0] == (ip or job_id)]
         return matches[0] if len(matches) == 1 else None
+
+
+def _check_fields(message: str) -> tuple[int, int, int, int]:
+    """min, max, preferred, factor of ``Evolving;Check;...``; ValueError says what is wrong."""
+    fields = message.split(";")[2:]
+    if len(fields) != 4:
+        raise ValueError(f"expected <min>;<max>;<preferred>;<factor>, got {len(fields)} field(s)")
+    values = []
+    for name, field in zip(("min", "max", "preferred", "factor"), fields):
+        if not re.fullmatch(r"[0-9]+", field):
+            raise ValueError(f"{name} {field!r} is not a whole number")
+        values.append(int(field))
+    low, high, preferred, factor = values
+    if low < 1:
+        raise ValueError(f"min must be at least 1, got {low}")
+    if high < low:
+        raise ValueError(f"max {high} is below min {low}")
+    if preferred and not low <= preferred <= high:
+        raise ValueError(f"preferred {preferred} is outside [{low}, {high}] (0: none)")
+    if factor < 1:
+        raise ValueError(f"factor must be at least 1, got {factor}")
+    return low, high, preferred, factor
 
 
 def _free_port(host: str) -> int:

@@ -3,8 +3,8 @@ a malleable job calls ``dmr_check_status(min, max, factor, preferred)`` at
 its reconfiguring points and the resource manager answers "expand", "shrink"
 or "no action", aiming at throughput rather than at the job's own speed.
 
-Jobs in the simulator (and in our live scheduler) do not call in, so every
-resizable malleable or evolving job that was not resized within
+Jobs in the simulator (and live malleable jobs) do not call in, so
+every resizable malleable or evolving job that was not resized within
 ``resize_interval`` seconds (the DMR "checking inhibitor") is taken to ask,
 each time :meth:`DMR.decide` runs, with its own ``min_nodes``, ``max_nodes``
 and ``preferred`` and the policy's ``factor``. The answers, in id order (the
@@ -46,6 +46,15 @@ Details the paper leaves open, and our choices:
   divisors of the current size by powers of ``factor``; a move towards a
   size stops at the last such size before it, except that a shrink for the
   head may pass it by one step to free enough nodes.
+* Outstanding requests of evolving jobs (live only; the simulator's jobs
+  never ask) are granted first, as evolving EASY does
+  (:func:`scheduler.policies.grant_requests`).
+
+A live evolving job (its view ``asks``) is left to call ``check_status``
+itself and gets :func:`dmr_answer`: the same rules for that one job, with
+the check's min, max, preferred size and factor, after the other jobs'
+requests and the queue's starts; the resize interval does not apply (the
+job's own inhibitor does).
 """
 
 from __future__ import annotations
@@ -53,15 +62,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ._model import Decision, Grow, JobView, Shrink
-from .policies import Policy, _in_transit, easy, moldable_size
+from .policies import Policy, _in_transit, easy, grant_requests, moldable_size, with_grants
 
-__all__ = ["DMR", "DMR_POLICIES"]
+__all__ = ["DMR", "DMR_POLICIES", "dmr_answer"]
 
 
 class DMR(Policy):
     """The DMR Slurm reconfiguration policy; see the module docstring."""
 
     name = "dmr"
+    grants_requests = True
 
     def __init__(self, factor: int = 1, resize_interval: float = 10.0) -> None:
         super().__init__(resize_interval)
@@ -74,96 +84,131 @@ class DMR(Policy):
 
     def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
                free: int, total: int) -> list[Decision]:
+        grants, free = grant_requests(queue, running, free, total)
+        running = with_grants(running, grants)
         starts, head, idle = easy(now, queue, running, free, total, moldable_size)
-        out: list[Decision] = list(starts)
-        askers: list[JobView] = []
-        for job in sorted(running, key=lambda j: j.id):
-            if not self._asks(now, job):
-                continue
-            if job.nodes < job.min_nodes:  # 1. request an action
-                if job.min_nodes - job.nodes <= idle:
-                    out.append(Grow(job.id, job.min_nodes - job.nodes))
-                    idle -= job.min_nodes - job.nodes
-            elif job.nodes > job.max_nodes:
-                out.append(Shrink(job.id, job.nodes - job.max_nodes))
-            else:
-                askers.append(job)
+        askers = [j for j in sorted(running, key=lambda j: j.id) if self._asks(now, j)]
+        return [*grants, *starts,
+                *_reconfigure(askers, head, idle, _in_transit(free, running, total), self.factor)]
 
-        if head is None:  # 2. and 3.: nothing waits, so grow up to the maximum
-            return out + self._grows(askers, idle, lambda j: j.max_nodes)
+    def answer(self, now: float, job: JobView, queue: Sequence[JobView],
+               running: Sequence[JobView], free: int, total: int,
+               factor: int = 1) -> Grow | Shrink | None:
+        return dmr_answer(now, job, queue, running, free, total, factor)
 
-        coming = idle + _in_transit(free, running, total)
-        shrunk: set[int] = set()
-        for job in askers:  # 2. preferred size, from above
-            if job.preferred and job.nodes > self._pref(job):
-                new = self._toward(job, self._pref(job))
-                if new < job.nodes:
-                    out.append(Shrink(job.id, job.nodes - new))
-                    shrunk.add(job.id)
-                    coming += job.nodes - new
-        need = head.min_nodes - coming
-        if need > 0:  # 3. shrink so that the head can start
-            plan = self._shrinks_for([j for j in askers if not j.preferred], need)
-            out += plan
-            need -= sum(d.nodes for d in plan)
-        if need > 0:  # the head cannot start: idle nodes go to the askers
-            rest = [j for j in askers if j.id not in shrunk]
-            out += self._grows(rest, idle,
-                               lambda j: self._pref(j) if j.preferred else j.max_nodes)
-        return out
-
-    # -- helpers -------------------------------------------------------------------------
     def _asks(self, now: float, job: JobView) -> bool:
-        return (job.malleable and job.resizable
+        """Whether the job is taken to call check_status now: it does not call
+        itself, and its checking inhibitor (``resize_interval``) has passed."""
+        return (job.malleable and job.resizable and not job.asks
                 and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
 
-    @staticmethod
-    def _pref(job: JobView) -> int:
-        return max(job.min_nodes, min(job.preferred or job.max_nodes, job.max_nodes))
 
-    def _toward(self, job: JobView, goal: int, room: int = 0) -> int:
-        """The size nearest ``goal`` the job may take without passing it:
-        within its limits, at most ``room`` nodes above its current size and
-        reachable by the factor; its current size if there is none."""
-        n, f = job.nodes, self.factor
-        goal = max(job.min_nodes, min(goal, job.max_nodes, n + room))
-        if f == 1 or goal == n:
-            return goal
-        size = n
-        if goal > n:
-            while size * f <= goal:
-                size *= f
+def dmr_answer(now: float, job: JobView, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int, factor: int = 1) -> Grow | Shrink | None:
+    """DMR's answer to one job's check_status: the rules of :meth:`DMR.decide`
+    for ``job`` alone (its view carries the check's min, max and preferred
+    size), after the other jobs' outstanding requests and the starts of the
+    queue have taken their idle nodes. None: no action, and for a job that is
+    not resizable (not ready, or an order is in flight)."""
+    if not job.resizable:
+        return None
+    others = [j for j in running if j.id != job.id]
+    grants, free = grant_requests(queue, others, free, total)
+    running = [*with_grants(others, grants), job]
+    _, head, idle = easy(now, queue, running, free, total, moldable_size)
+    plan = _reconfigure([job], head, idle, _in_transit(free, running, total), factor)
+    return next((d for d in plan if d.job == job.id and isinstance(d, (Grow, Shrink))), None)
+
+
+def _reconfigure(askers: Sequence[JobView], head: JobView | None, idle: int, transit: int,
+                 factor: int) -> list[Decision]:
+    """The three modes for the jobs that ask (in this order), given the head
+    EASY left waiting, the idle nodes after its starts and the nodes on their
+    way back."""
+    out: list[Decision] = []
+    inside: list[JobView] = []
+    for job in askers:
+        if job.nodes < job.min_nodes:  # 1. request an action
+            if job.min_nodes - job.nodes <= idle:
+                out.append(Grow(job.id, job.min_nodes - job.nodes))
+                idle -= job.min_nodes - job.nodes
+        elif job.nodes > job.max_nodes:
+            out.append(Shrink(job.id, job.nodes - job.max_nodes))
         else:
-            while size % f == 0 and size // f >= goal:
-                size //= f
-        return size
+            inside.append(job)
 
-    def _grows(self, jobs: Sequence[JobView], idle: int,
-               goal: Callable[[JobView], int]) -> list[Decision]:
-        out: list[Decision] = []
-        for job in jobs:
-            if idle <= 0:
-                break
-            new = self._toward(job, goal(job), room=idle)
-            if new > job.nodes:
-                out.append(Grow(job.id, new - job.nodes))
-                idle -= new - job.nodes
-        return out
+    if head is None:  # 2. and 3.: nothing waits, so grow up to the maximum
+        return out + _grows(inside, idle, lambda j: j.max_nodes, factor)
 
-    def _shrinks_for(self, jobs: Sequence[JobView], need: int) -> list[Decision]:
-        """Shrinks that free ``need`` nodes between them, or none."""
-        out: list[Decision] = []
-        for job in jobs:
-            if need <= 0:
-                break
-            new = self._toward(job, job.nodes - need)
-            f = self.factor
-            if job.nodes - new < need and f > 1 and new % f == 0 and new // f >= job.min_nodes:
-                new //= f  # one step past the goal, to free enough
+    coming = idle + transit
+    shrunk: set[int] = set()
+    for job in inside:  # 2. preferred size, from above
+        if job.preferred and job.nodes > _pref(job):
+            new = _toward(job, _pref(job), factor)
             if new < job.nodes:
                 out.append(Shrink(job.id, job.nodes - new))
-                need -= job.nodes - new
-        return out if need <= 0 else []
+                shrunk.add(job.id)
+                coming += job.nodes - new
+    need = head.min_nodes - coming
+    if need > 0:  # 3. shrink so that the head can start
+        plan = _shrinks_for([j for j in inside if not j.preferred], need, factor)
+        out += plan
+        need -= sum(d.nodes for d in plan)
+    if need > 0:  # the head cannot start: idle nodes go to the askers
+        rest = [j for j in inside if j.id not in shrunk]
+        out += _grows(rest, idle, lambda j: _pref(j) if j.preferred else j.max_nodes, factor)
+    return out
+
+
+def _pref(job: JobView) -> int:
+    return max(job.min_nodes, min(job.preferred or job.max_nodes, job.max_nodes))
+
+
+def _toward(job: JobView, goal: int, factor: int, room: int = 0) -> int:
+    """The size nearest ``goal`` the job may take without passing it:
+    within its limits, at most ``room`` nodes above its current size and
+    reachable by the factor; its current size if there is none."""
+    n, f = job.nodes, factor
+    goal = max(job.min_nodes, min(goal, job.max_nodes, n + room))
+    if f == 1 or goal == n:
+        return goal
+    size = n
+    if goal > n:
+        while size * f <= goal:
+            size *= f
+    else:
+        while size % f == 0 and size // f >= goal:
+            size //= f
+    return size
+
+
+def _grows(jobs: Sequence[JobView], idle: int, goal: Callable[[JobView], int],
+           factor: int) -> list[Decision]:
+    out: list[Decision] = []
+    for job in jobs:
+        if idle <= 0:
+            break
+        new = _toward(job, goal(job), factor, room=idle)
+        if new > job.nodes:
+            out.append(Grow(job.id, new - job.nodes))
+            idle -= new - job.nodes
+    return out
+
+
+def _shrinks_for(jobs: Sequence[JobView], need: int, factor: int) -> list[Decision]:
+    """Shrinks that free ``need`` nodes between them, or none."""
+    out: list[Decision] = []
+    for job in jobs:
+        if need <= 0:
+            break
+        new = _toward(job, job.nodes - need, factor)
+        f = factor
+        if job.nodes - new < need and f > 1 and new % f == 0 and new // f >= job.min_nodes:
+            new //= f  # one step past the goal, to free enough
+        if new < job.nodes:
+            out.append(Shrink(job.id, job.nodes - new))
+            need -= job.nodes - new
+    return out if need <= 0 else []
 
 
 DMR_POLICIES: dict[str, Callable[..., Policy]] = {"dmr": DMR}

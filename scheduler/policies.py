@@ -16,12 +16,15 @@ anyone, so that calls made while a shrink is in flight do not shrink again.
 
 The four algorithms follow the ElasticJobScheduler of the malleable-APGAS
 study (Posner et al.): FCFS, Backfilling and EASY-Backfilling with a moldable
-extension, and the malleable minAgree algorithm.
+extension, and the malleable minAgree algorithm. A fifth, evolving EASY
+(``evolving``), serves programs that ask for nodes themselves: it grants
+their requests first, then runs EASY (see :class:`EvolvingEasy`).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import heapq
 import itertools
 import math
@@ -32,9 +35,15 @@ from typing import Any
 from ._model import Decision, Grow, JobView, Shrink, Start
 
 __all__ = [
-    "Policy", "FCFS", "Backfilling", "EasyBackfilling", "MinAgree",
+    "Policy", "FCFS", "Backfilling", "EasyBackfilling", "MinAgree", "EvolvingEasy",
     "POLICIES", "get_policy", "policy_names", "easy", "moldable_size", "min_agree_size",
+    "grant_requests", "with_grants", "GATE",
 ]
+
+GATE = ("policy {name} does not grant evolving requests; run the scheduler with "
+        "--policy evolving or dmr")
+"""The refusal of ``Evolving;Request`` and ``Evolving;Check`` under a policy that
+does not grant them."""
 
 # How many nodes a job starts with when ``avail`` nodes may be used, or None
 # if it cannot start on them.
@@ -137,12 +146,53 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
     return starts, head, free
 
 
+def grant_requests(queue: Sequence[JobView], running: Sequence[JobView], free: int,
+                   total: int) -> tuple[list[Grow], int]:
+    """Idle nodes to the evolving jobs that asked for them, node by node.
+
+    Round robin over the resizable running jobs with outstanding requests,
+    oldest request first (then id), one node per job per round, never
+    beyond a job's maximum, so that one large request does not starve the
+    others. Nodes a ``priority`` queued job is owed (its minimum, less what
+    is on its way back) are kept for it. Returns one ``Grow`` per job, in
+    the order of their requests, and the free nodes left.
+    """
+    owed = sum(j.min_nodes for j in queue if j.priority)
+    spare = max(0, min(free, free + _in_transit(free, running, total) - owed))
+    askers = sorted((j for j in running if j.requested > 0 and j.resizable),
+                    key=lambda j: (j.requested_since or 0.0, j.id))
+    wants = {j.id: max(0, min(j.requested, j.max_nodes - j.nodes)) for j in askers}
+    given = dict.fromkeys(wants, 0)
+    while spare > 0 and any(wants.values()):
+        for jid, want in wants.items():
+            if spare > 0 and want > 0:
+                given[jid] += 1
+                wants[jid] -= 1
+                spare -= 1
+    grants = [Grow(jid, k) for jid, k in given.items() if k]
+    return grants, free - sum(g.nodes for g in grants)
+
+
+def with_grants(running: Sequence[JobView], grants: Sequence[Grow]) -> list[JobView]:
+    """The running jobs as they will be once ``grants`` are carried out: the
+    granted nodes count as theirs (not in transit) and they take no other resize."""
+    given = {g.job: g.nodes for g in grants}
+    return [dataclasses.replace(j, nodes=j.nodes + given[j.id], resizable=False, requested=0)
+            if j.id in given else j for j in running]
+
+
 class Policy(abc.ABC):
     """A scheduling algorithm. ``resize_interval`` is the least time in
     seconds between two resizes of one job, so that a job is not kept busy
-    redistributing work instead of computing."""
+    redistributing work instead of computing.
+
+    ``grants_requests``: whether the live scheduler grants evolving jobs'
+    ``Evolving;Request`` (through ``decide``, from the views' ``requested``)
+    and answers their ``Evolving;Check`` (through :meth:`answer`). The
+    others refuse both with :data:`GATE`."""
 
     name: str = ""
+    grants_requests: bool = False
 
     def __init__(self, resize_interval: float = 10.0) -> None:
         if resize_interval < 0:
@@ -153,6 +203,14 @@ class Policy(abc.ABC):
     def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
                free: int, total: int) -> list[Decision]:
         """Decisions for this moment, to be applied in list order."""
+
+    def answer(self, now: float, job: JobView, queue: Sequence[JobView],
+               running: Sequence[JobView], free: int, total: int,
+               factor: int = 1) -> Grow | Shrink | None:
+        """DMR's check_status for ``job`` (a running job's view carrying the
+        check's min, max and preferred size): resize it, or None. Only
+        policies that grant requests answer."""
+        raise NotImplementedError(GATE.format(name=self.name))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(resize_interval={self.resize_interval})"
@@ -279,13 +337,48 @@ class MinAgree(Policy):
         return [Grow(jid, k) for jid, k in sorted(given.items())]
 
 
+class EvolvingEasy(Policy):
+    """Evolving EASY: EASY backfilling for clusters with evolving programs.
+
+    1. Grant the outstanding grow requests of ready, idle evolving (or
+       malleable) jobs with the idle nodes, node by node round robin
+       (:func:`grant_requests`): a program that asked is already running
+       and waits for the nodes, while queued jobs have not started.
+    2. Run EASY with the moldable extension on the nodes left; evolving
+       jobs start at their minimum and ask for more themselves.
+
+    It never grows or shrinks a job on its own. A job's ``Evolving;Check``
+    is answered with the DMR rules (:func:`scheduler.dmr.dmr_answer`).
+    """
+
+    name = "evolving"
+    grants_requests = True
+
+    def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
+               free: int, total: int) -> list[Decision]:
+        if free == 0:
+            return []
+        grants, left = grant_requests(queue, running, free, total)
+        if left == 0:
+            return list(grants)
+        starts, _, _ = easy(now, queue, with_grants(running, grants), left, total, moldable_size)
+        return [*grants, *starts]
+
+    def answer(self, now: float, job: JobView, queue: Sequence[JobView],
+               running: Sequence[JobView], free: int, total: int,
+               factor: int = 1) -> Grow | Shrink | None:
+        from .dmr import dmr_answer
+
+        return dmr_answer(now, job, queue, running, free, total, factor)
+
+
 POLICIES: dict[str, type[Policy]] = {
-    p.name: p for p in (FCFS, Backfilling, EasyBackfilling, MinAgree)
+    p.name: p for p in (FCFS, Backfilling, EasyBackfilling, MinAgree, EvolvingEasy)
 }
 
 
 def _registry() -> dict[str, Callable[..., Policy]]:
-    """The four live policies, then those from the later studies (MEBF, DMR)."""
+    """The live policies, then those from the later studies (MEBF, DMR)."""
     from .dmr import DMR_POLICIES
     from .mebf import MEBF_POLICIES
 

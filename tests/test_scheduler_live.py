@@ -172,18 +172,19 @@ def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
 
 
 def test_evolving_job_request_is_granted_and_a_release_returns_the_node(make_scheduler, tmp_path):
-    sched = make_scheduler(nodes=4, policy="easy")  # easy never grows on its own
+    sched = make_scheduler(nodes=4, policy="evolving")  # grants requests, never grows on its own
     log = tmp_path / "evolving.jsonl"
     jid = sched.submit(job("evolving", [PY, str(ROOT / "tests" / "foreign_job.py")], "evolving",
-                           1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="2", FOREIGN_REQUEST="5",
+                           1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="2", FOREIGN_REQUEST="2",
                            FOREIGN_RELEASE="1"))
     jobs = wait_ended(sched, [jid], timeout=30)
     assert jobs[jid]["state"] == "done", jobs
     held = [json.loads(line) for line in log.read_text().splitlines()]
-    assert held[1]["order"] == "grow 2 node1 node2"  # asked for 5, the maximum is 3
+    assert held[1]["order"] == "grow 2 node1 node2"
     assert held[1]["hosts"] == ["node0", "node1"]  # node2 given back at once
     events = read_events(tmp_path / "events.jsonl")
-    assert [(e["job"], e["nodes"]) for e in events if e["event"] == "request"] == [(jid, 5)]
+    assert [(e["job"], e["nodes"], e["answer"]) for e in events if e["event"] == "request"] == [
+        (jid, 2, "ok 2")]
     assert any(e["event"] in ("shrink", "release") and e["nodes"] == ["node2"] for e in events)
     assert compute_metrics(events)["max_overlap_violations"] == 0
 

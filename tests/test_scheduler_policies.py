@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler._model import CLASSES, Grow, JobView, Shrink, Start
+from scheduler.dmr import DMR, dmr_answer
 from scheduler.policies import (
-    POLICIES, Backfilling, EasyBackfilling, FCFS, MinAgree, Policy, get_policy,
+    GATE, POLICIES, Backfilling, EasyBackfilling, EvolvingEasy, FCFS, MinAgree, Policy,
+    get_policy, grant_requests,
 )
 
 NOW = 100.0
@@ -234,10 +236,139 @@ def test_min_agree_does_not_grow_a_job_started_in_the_same_call():
         [Start(7, 2), Grow(1, 3)]
 
 
+# -- evolving EASY: requests first, node by node -----------------------------------------
+
+def asking(id: int, nodes: int, requested: int, since: float, max: int = 8,
+           resizable: bool = True) -> JobView:
+    """A running evolving job with ``requested`` nodes outstanding since ``since``."""
+    return JobView(id=id, cls="evolving", min_nodes=1, max_nodes=max, walltime=1000.0,
+                   submit=0.0, nodes=nodes, start=0.0, resizable=resizable,
+                   requested=requested, requested_since=since)
+
+
+def test_evolving_easy_grants_node_by_node_round_robin_oldest_request_first():
+    run = [asking(1, 1, 3, since=10.0), asking(2, 1, 2, since=5.0)]
+    # Round 1: job 2 (older request), then job 1; round 2: job 2 again; no node left.
+    assert decide(EvolvingEasy(), [], run, free=3) == [Grow(2, 2), Grow(1, 1)]
+    assert decide(EvolvingEasy(), [], run, free=9) == [Grow(2, 2), Grow(1, 3)]
+    assert decide(EvolvingEasy(), [], run, free=1) == [Grow(2, 1)]
+
+
+def test_evolving_easy_never_grants_beyond_the_maximum_nor_to_busy_or_unready_jobs():
+    run = [asking(1, 3, 4, since=1.0, max=4), asking(2, 1, 2, since=2.0, resizable=False)]
+    assert decide(EvolvingEasy(), [], run, free=6) == [Grow(1, 1)]
+
+
+def test_evolving_easy_runs_easy_with_the_nodes_left():
+    run = [asking(1, 1, 2, since=1.0)]
+    queue = [waiting(5, 2), waiting(6, 1)]
+    assert decide(EvolvingEasy(), queue, run, free=4) == [Grow(1, 2), Start(5, 2)]
+    # The head does not fit in what is left; the granted nodes are not on their way back,
+    # so a long job may not backfill before the head's reservation.
+    assert decide(EvolvingEasy(), [waiting(5, 3), waiting(6, 1, wall=5000.0)], run,
+                  free=3) == [Grow(1, 2), Start(6, 1)]
+    assert decide(EvolvingEasy(), [waiting(5, 2, wall=10.0)], [], free=3) == [Start(5, 2)]
+    assert decide(EvolvingEasy(), queue, run, free=0) == []
+
+
+def test_evolving_easy_keeps_the_nodes_owed_to_a_priority_job():
+    owed = JobView(id=5, cls="rigid", min_nodes=3, max_nodes=3, walltime=100.0, submit=5.0,
+                   priority=True)
+    run = [asking(1, 1, 2, since=1.0)]
+    assert decide(EvolvingEasy(), [owed], run, free=3, total=4) == [Start(5, 3)]
+    assert decide(EvolvingEasy(), [owed], run, free=4, total=5) == [Grow(1, 1), Start(5, 3)]
+    assert grant_requests([owed], run, 2, 4) == ([], 2)  # with the 1 on its way: all owed
+    assert grant_requests([owed], run, 2, 5) == ([Grow(1, 1)], 1)  # 2 on their way: 1 spare
+
+
+def test_only_evolving_and_dmr_grant_requests_and_answer_checks():
+    granting = {name for name in ("fcfs", "backfill", "easy", "malleable", "evolving", "dmr",
+                                  "mebf") if get_policy(name).grants_requests}
+    assert granting == {"evolving", "dmr"}
+    with pytest.raises(NotImplementedError, match="policy easy does not grant evolving requests; "
+                                                  "run the scheduler with --policy evolving or dmr"):
+        EasyBackfilling().answer(NOW, asking(1, 1, 0, 0.0), [], [], 1, 2)
+    assert GATE.format(name="fcfs").startswith("policy fcfs does not grant")
+    # The others ignore requests: EASY never grows anyone.
+    assert decide(EasyBackfilling(), [], [asking(1, 1, 2, since=1.0)], free=3) == []
+
+
+# -- DMR's check_status answer for one job ----------------------------------------------
+
+def check(nodes: int, min: int = 1, max: int = 8, preferred: int = 0, resizable: bool = True,
+          id: int = 1) -> JobView:
+    """The view of a job that calls check_status(min, max, preferred)."""
+    return JobView(id=id, cls="evolving", min_nodes=min, max_nodes=max, walltime=1000.0,
+                   submit=0.0, nodes=nodes, start=0.0, resizable=resizable, preferred=preferred)
+
+
+def answer(job: JobView, queue=(), others=(), free: int = 0, factor: int = 1,
+           total: int | None = None):
+    run = [job, *others]
+    if total is None:
+        total = free + sum(j.nodes for j in run)
+    return dmr_answer(NOW, job, list(queue), run, free, total, factor)
+
+
+def test_check_expands_on_idle_nodes_when_nothing_waits():
+    assert answer(check(2, max=6), free=3) == Grow(1, 3)
+    assert answer(check(2, max=4), free=3) == Grow(1, 2)  # up to its maximum
+    assert answer(check(4, max=4), free=3) is None
+    assert DMR().answer(NOW, check(2, max=6), [], [check(2, max=6)], 3, 5) == Grow(1, 3)
+    assert EvolvingEasy().answer(NOW, check(2, max=6), [], [check(2, max=6)], 3, 5) == Grow(1, 3)
+
+
+def test_check_shrinks_when_the_head_of_the_queue_could_then_start():
+    assert answer(check(4), [waiting(5, 3)], free=1) == Shrink(1, 2)
+    # 1 + 1 is not enough: the head cannot start anyway, so the idle node is the job's
+    assert answer(check(4, min=3), [waiting(5, 3)], free=1) == Grow(1, 1)
+    assert answer(check(4, min=3, max=4), [waiting(5, 3)], free=1) is None
+    assert answer(check(4), [waiting(5, 3)], free=1, total=7) is None  # 2 on their way back
+
+
+def test_check_gives_nothing_to_a_busy_job_nor_idle_nodes_a_queued_job_takes():
+    assert answer(check(2, resizable=False), free=3) is None
+    assert answer(check(2, resizable=False), [waiting(5, 3)], free=1) is None
+    assert answer(check(2), [waiting(5, 2)], free=3) == Grow(1, 1)  # EASY starts job 5 first
+
+
+def test_check_moves_towards_the_preferred_size():
+    head, rigid = [waiting(5, 9)], [running(2, 6, cls="rigid")]  # the head cannot start
+    assert answer(check(6, preferred=4), head, rigid, free=0) == Shrink(1, 2)
+    assert answer(check(2, preferred=4), head, rigid, free=3) == Grow(1, 2)
+    assert answer(check(4, preferred=4), head, rigid, free=3) is None
+    assert answer(check(4, preferred=4), free=3) == Grow(1, 3)  # nothing waits: up to max
+
+
+def test_check_with_a_factor_takes_multiples_and_divisors():
+    assert answer(check(2, max=16), free=10, factor=2) == Grow(1, 6)  # 2 -> 8
+    assert answer(check(2, max=16), free=10) == Grow(1, 10)
+    assert answer(check(8), [waiting(5, 3)], factor=2) == Shrink(1, 4)  # 8 -> 4
+
+
+def test_check_outside_its_range_requests_an_action():
+    assert answer(check(4, max=2), free=0) == Shrink(1, 2)
+    assert answer(check(2, min=4), free=3) == Grow(1, 2)
+    assert answer(check(2, min=6), free=3) is None
+
+
+def test_dmr_leaves_jobs_that_ask_themselves_to_their_checks():
+    silent = check(2, max=6)
+    asks = JobView(**{**silent.__dict__, "asks": True})
+    assert DMR(resize_interval=0.0).decide(NOW, [], [silent], 3, 5) == [Grow(1, 3)]
+    assert DMR(resize_interval=0.0).decide(NOW, [], [asks], 3, 5) == []
+    assert DMR().answer(NOW, asks, [], [asks], 3, 5) == Grow(1, 3)
+
+
+def test_check_comes_after_the_other_jobs_requests():
+    other = asking(2, 1, 2, since=1.0)
+    assert answer(check(2, max=6), others=[other], free=3) == Grow(1, 1)
+
+
 # -- registry -------------------------------------------------------------------------
 
 def test_get_policy_by_name_with_options():
-    assert set(POLICIES) == {"fcfs", "backfill", "easy", "malleable"}
+    assert set(POLICIES) == {"fcfs", "backfill", "easy", "malleable", "evolving"}
     for name, cls in POLICIES.items():
         policy = get_policy(name, resize_interval=3.0)
         assert type(policy) is cls and policy.name == name and policy.resize_interval == 3.0
@@ -245,7 +376,7 @@ def test_get_policy_by_name_with_options():
 
 
 def test_get_policy_unknown_name_lists_known_ones():
-    with pytest.raises(ValueError, match=r"'nope'.*backfill, dmr, easy, fcfs, malleable, mebf, "):
+    with pytest.raises(ValueError, match=r"'nope'.*backfill, dmr, easy, evolving, fcfs, malleable, mebf, "):
         get_policy("nope")
 
 
@@ -279,7 +410,8 @@ def situations(draw):
             id=next(ids), cls=cls, min_nodes=low, max_nodes=high,  # type: ignore[arg-type]
             walltime=draw(st.floats(1, 500)), submit=0.0, nodes=nodes,
             start=draw(st.floats(0, NOW)),
-            last_resize=draw(st.none() | st.floats(0, NOW)), resizable=draw(st.booleans())))
+            last_resize=draw(st.none() | st.floats(0, NOW)), resizable=draw(st.booleans()),
+            requested=draw(st.integers(0, 3)), requested_since=draw(st.floats(0, NOW))))
     in_transit = draw(st.integers(0, total - held))
     queue = []
     for _ in range(draw(st.integers(0, 8))):
@@ -314,8 +446,11 @@ def test_policy_invariants(situation, name, interval):
             assert left >= 0
         else:
             job = running_jobs[d.job]
-            assert name == "malleable" and job.malleable and job.resizable
-            assert job.last_resize is None or NOW - job.last_resize >= interval
+            assert name in ("malleable", "evolving") and job.malleable and job.resizable
+            if name == "evolving":  # it only grants requests, whenever they came
+                assert isinstance(d, Grow) and d.nodes <= job.requested
+            else:
+                assert job.last_resize is None or NOW - job.last_resize >= interval
             if isinstance(d, Shrink):
                 assert job.nodes - d.nodes >= job.min_nodes
             else:
