@@ -38,7 +38,7 @@ class GLBConfig:
     evolving: bool = False
     evolving_high: float = 0.9
     evolving_low: float = 0.5
-    evolving_interval: float = 0.5
+    evolving_interval: float = 0.25
     evolving_window: int = 4
     evolving_backoff: float = 10.0
 
