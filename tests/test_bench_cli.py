@@ -52,3 +52,12 @@ def test_bad_parameters_are_refused():
     assert proc.returncode == 2 and "--places and --workers must be >= 1" in proc.stderr
     proc = run("fft")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_evolving_without_a_scheduler_is_refused(monkeypatch):
+    monkeypatch.delenv("APGAS_SCHEDULER", raising=False)
+    proc = run("uts", "--depth", "8", "--evolving")
+    assert proc.returncode == 2
+    assert "--evolving asks a scheduler for places, but APGAS_SCHEDULER is not set" in proc.stderr
+    proc = run("uts", "--depth", "8", "--evolving", "--malleable")
+    assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
