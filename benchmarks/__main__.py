@@ -118,16 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         result = app.sequential(params)
         seconds = time.perf_counter() - start
-        places, workers = 1, 1
+        places, workers, final = 1, 1, 1
     else:
         record = run_glb(app, params, ns)
         result, seconds, warm = record["result_obj"], record["seconds"], record["warm_up_seconds"]
-        places, workers = record["places"], ns.workers
+        places, workers, final = record["places"], ns.workers, record["final_places"]
     value = app.value(result)
     units = app.units(result)
     correct = app.check(params, value)
     out = {
-        "benchmark": app.name, "params": params, "places": places, "workers": workers,
+        "benchmark": app.name, "params": params, "places": places, "final_places": final,
+        "workers": workers,
         "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
         "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "result": value, "correct": correct,
         "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"{app.name} {params}: result {value}  correct {correct}")
     print(f"time {seconds:.3f} s (computation), {out['total_seconds']:.3f} s (whole run); "
-          f"{out['throughput']:,.0f} {app.unit_name}/s on {places} place(s) x {workers} worker(s)")
+          f"{out['throughput']:,.0f} {app.unit_name}/s on {places} place(s)"
+          f"{f' (at the end {final})' if final != places else ''} x {workers} worker(s)")
     if ns.json:
         ns.json.parent.mkdir(parents=True, exist_ok=True)
         ns.json.write_text(json.dumps(out, indent=2, default=str))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scheduler.jobs import JobFileError, load_job_file, parse_job
@@ -67,3 +69,10 @@ def test_unreadable_and_broken_files(tmp_path):
                     'cwd = "no/such/dir"\n')
     with pytest.raises(JobFileError, match="key 'cwd': no such directory"):
         load_job_file(lost)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "examples" / "jobs").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_the_example_job_files_load(path):
+    spec = load_job_file(path)
+    assert spec.name == path.stem and Path(spec.cwd).resolve() == path.parent.parent.parent.resolve()
