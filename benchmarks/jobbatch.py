@@ -64,8 +64,7 @@ gaining cores. On this shared machine the same schedule can take 50% longer
 from one run to the next, more than the policy effects: use ``--seeds`` and
 ``--repeats`` before reading anything into a difference. Utilisation counts
 nodes held, as in the paper (a node reserved for a grow in flight counts as
-idle until the grow completes, since the event log records grows then). The
-figures are not those of a cluster.
+held from its reservation). The figures are not those of a cluster.
 """
 
 from __future__ import annotations

@@ -295,6 +295,7 @@ class Scheduler:
         The job counts every grow towards its outstanding requests, so we do too."""
         for n in hosts:
             self._owner[n] = job.id  # reserved: nobody else gets them meanwhile
+        self._event("reserve", job=job.id, nodes=list(hosts))  # held from now, for the metrics
         job.busy = True
         counted = min(job.requested, len(hosts))
         job.take_requested(counted)

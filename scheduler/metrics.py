@@ -7,6 +7,9 @@ Events (``t`` in seconds; a change of nodes takes effect at ``t``):
 * ``{"event": "submit", "job": id, "name": str, "class": cls}``
 * ``{"event": "start", "job": id, "nodes": [...]}``
 * ``{"event": "grow"|"shrink", "job": id, "nodes": [...], "duration": s}``
+* ``{"event": "reserve", "job": id, "nodes": [...]}``: nodes held for a grow in
+  flight (the live scheduler's; they count as the job's from then on), given
+  back by ``{"event": "grow_failed"|"release", "job": id, "nodes": [...]}``
 * ``{"event": "end", "job": id, "state": "done"|"failed"|"cancelled", "reason": str}``
 
 Other event kinds are ignored.
@@ -65,10 +68,10 @@ def node_intervals(events: Iterable[dict[str, Any]]) -> dict[str, list[Interval]
 
     for e in ordered:
         kind, t = e.get("event"), float(e["t"])
-        if kind in ("start", "grow"):
+        if kind in ("start", "grow", "reserve"):
             for node in e.get("nodes", ()):
                 held.setdefault((node, e["job"]), t)
-        elif kind == "shrink":
+        elif kind in ("shrink", "grow_failed", "release"):
             for node in e.get("nodes", ()):
                 release(node, e["job"], t)
         elif kind == "end":

@@ -146,3 +146,22 @@ def test_gantt_many_nodes_and_jobs_and_empty_log(tmp_path):
     assert (tmp_path / "many.png").read_bytes().startswith(PNG)
     gantt([], tmp_path / "empty.png")
     assert (tmp_path / "empty.png").read_bytes().startswith(PNG)
+
+
+def test_nodes_reserved_for_a_grow_count_from_the_reservation():
+    events = [
+        ev(0, "pool", nodes=["n1", "n2", "n3"]),
+        ev(0, "submit", job=1, name="m", **{"class": "malleable"}),
+        ev(0, "start", job=1, nodes=["n1"]),
+        ev(2, "reserve", job=1, nodes=["n2", "n3"]),
+        ev(3, "release", job=1, nodes=["n3"]),       # given back before the grow was logged
+        ev(4, "grow", job=1, nodes=["n2"], duration=2.0),
+        ev(5, "reserve", job=1, nodes=["n3"]),
+        ev(6, "grow_failed", job=1, nodes=["n3"], reason="error"),
+        ev(8, "end", job=1, state="done", reason=""),
+    ]
+    assert node_intervals(events) == {"n1": [(0.0, 8.0, 1)], "n2": [(2.0, 8.0, 1)],
+                                      "n3": [(2.0, 3.0, 1), (5.0, 6.0, 1)]}
+    m = compute_metrics(events)
+    assert m["utilization"] == pytest.approx((8 + 6 + 1 + 1) / 24)
+    assert (m["grows"], m["mean_grow_seconds"]) == (1, 2.0)
