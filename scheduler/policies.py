@@ -150,7 +150,8 @@ def grant_requests(queue: Sequence[JobView], running: Sequence[JobView], free: i
                    total: int) -> tuple[list[Grow], int]:
     """Idle nodes to the evolving jobs that asked for them, node by node.
 
-    Round robin over the resizable running jobs with outstanding requests,
+    Round robin over the resizable malleable or evolving running jobs with
+    outstanding requests (a rigid or moldable job cannot take places later),
     oldest request first (then id), one node per job per round, never
     beyond a job's maximum, so that one large request does not starve the
     others. Nodes a ``priority`` queued job is owed (its minimum, less what
@@ -159,7 +160,7 @@ def grant_requests(queue: Sequence[JobView], running: Sequence[JobView], free: i
     """
     owed = sum(j.min_nodes for j in queue if j.priority)
     spare = max(0, min(free, free + _in_transit(free, running, total) - owed))
-    askers = sorted((j for j in running if j.requested > 0 and j.resizable),
+    askers = sorted((j for j in running if j.requested > 0 and j.resizable and j.malleable),
                     key=lambda j: (j.requested_since or 0.0, j.id))
     wants = {j.id: max(0, min(j.requested, j.max_nodes - j.nodes)) for j in askers}
     given = dict.fromkeys(wants, 0)

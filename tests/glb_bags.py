@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 MASK = (1 << 64) - 1
 
 
@@ -31,7 +34,12 @@ class Count:
 
 
 class TreeBag:
-    """Counts the nodes of the tree below the nodes it holds."""
+    """Counts the nodes of the tree below the nodes it holds.
+
+    A node ``(seed, depth, gate)`` is *held*: it is processed (and its subtree
+    grows) only once the file ``gate`` exists, so a test decides when the
+    computation may end without sleeping for a guessed time.
+    """
 
     def __init__(self, nodes=(), spin: int = 0) -> None:
         self.nodes = list(nodes)
@@ -41,7 +49,16 @@ class TreeBag:
     def process(self, n: int) -> int:
         done = 0
         while done < n and self.nodes:
-            seed, depth = self.nodes.pop()
+            node = self.nodes.pop()
+            if len(node) == 3:
+                if not os.path.exists(node[2]):
+                    self.nodes.insert(0, node)  # the bottom: other nodes come first
+                    if len(self.nodes) == 1:
+                        time.sleep(0.002)
+                        return done
+                    continue
+                node = node[:2]
+            seed, depth = node
             for _ in range(self.spin):
                 mix(seed)
             self.nodes.extend(children(seed, depth))
@@ -75,8 +92,8 @@ class TreeBag:
 
 
 def tree_nodes(roots) -> int:
-    """Sequential reference count."""
-    bag = TreeBag(roots)
+    """Sequential reference count (held nodes counted as ordinary ones)."""
+    bag = TreeBag([root[:2] for root in roots])
     while not bag.is_empty():
         bag.process(10_000)
     return bag.count

@@ -193,18 +193,28 @@ def test_malleable_glb_is_exact_under_random_orders(seed, malleable_address):
 
 
 @pytest.mark.timeout(60)
-def test_shrink_to_place_zero_alone_and_grow_again(malleable_address):
+def test_shrink_to_place_zero_alone_and_grow_again(malleable_address, tmp_path):
     address = malleable_address
-    roots = [(s, 21) for s in (4, 5, 6, 10, 12, 13)]
+    gate = str(tmp_path / "orders-done")
+    # The held root opens, and its subtree of work appears, only after the last order:
+    # the computation cannot end before every order has been carried out.
+    roots = [(s, 21) for s in (4, 5, 6, 10, 12)] + [(13, 21, gate)]
     expected = tree_nodes(roots)
     replies: list[list[str]] = []
 
     def main():
         orders = ("shrink 2", "grow 2 a b", "shrink 1", "shrink 1", "grow 1 c")
         client = send_orders(address, orders, replies)
+
+        def open_gate():
+            client.join(30)
+            Path(gate).touch()
+
+        opener = threading.Thread(target=open_gate, daemon=True)
+        opener.start()
         glb = GLB(GLBConfig(n=32, workers=2, malleable=True))
         total = glb.compute_dynamic(TreeBag(roots, spin=20), Count())
-        client.join(30)
+        opener.join(30)
         return total.value, glb.stats()
 
     value, stats = apgas.run(main, places=3, threads=3)
