@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
@@ -18,6 +19,12 @@ from fake_scheduler import FakeScheduler, Script
 from orders import free_address
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# CI replays the same examples every run, so a red CI is reproducible; a developer's
+# run draws new ones and keeps hunting (a failure found that way is saved and replayed).
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def alive(pid: int) -> bool:
