@@ -45,6 +45,11 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     under_mpi = cfg.launcher == "mpi"
     if under_mpi and (_mpi.mpi_rank_from_env(os.environ) or (0, 0))[0] != 0:
         _mpi.serve_rank()  # ranks other than 0 serve as places, then exit
+    if under_mpi:
+        try:
+            _mpi.claim_ranks()
+        except OSError as e:
+            raise ApgasError(str(e)) from None
     setup_logging(0, cfg.log_level)
     hosts = list(cfg.hosts) or [_runtime.default_host()]
     others = [hosts[i % len(hosts)] for i in range(1, cfg.places)]

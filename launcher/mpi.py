@@ -16,7 +16,9 @@ from typing import Any, Mapping, NoReturn
 
 from ._base import Launcher, PlaceProcess
 
-__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "serve_rank"]
+__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "serve_rank", "claim_ranks"]
+
+_claimed = False  # the ranks serve one apgas.run: after it they have finalized and exited
 
 # variables that mpiexec (MPICH's hydra, Open MPI, PMIx, Slurm's PMI) sets in every rank
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -79,6 +81,19 @@ class MpiLauncher(Launcher):
                           f"place {place_id}; growth goes through APGAS_GROW_LAUNCHER "
                           "(local, ssh or srun)")
         return _Rank(place_id)
+
+
+def claim_ranks() -> None:
+    """At rank 0, before a run: the ranks are there only for the first ``apgas.run``.
+
+    The other ranks leave when it ends (``MPI_Finalize``), so a second run would
+    wait for them for ever; it fails at once instead, saying why."""
+    global _claimed
+    if _claimed:
+        raise OSError("under mpiexec the ranks serve the first apgas.run() only (they "
+                      "finalize and exit when it ends); run everything in one main(), or "
+                      "start the program without mpiexec")
+    _claimed = True
 
 
 def start_ranks(rt: Any, timeout: float) -> list[Any]:

@@ -32,5 +32,5 @@ class SshLauncher(Launcher):
         ssh = shlex.split(getattr(self.config, "ssh", "") or "ssh")
         variables = [f"{k}={v}" for k, v in (env or {}).items()]
         run = shlex.join(["env", *variables, *argv] if variables else list(argv))
-        remote = f"cd {shlex.quote(os.getcwd())} 2>/dev/null; exec {run}"
+        remote = f"cd {shlex.quote(os.getcwd())} && exec {run}"  # a missing directory says so
         return [*ssh, "-T", "-o", "BatchMode=yes", host, remote]

@@ -106,3 +106,26 @@ def test_killed_rank_0_ends_every_rank(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     assert not any(alive(p) for p in ranks)
+
+
+SECOND_RUN = """
+import apgas
+print("FIRST", apgas.run(lambda: len(apgas.places())), flush=True)
+try:
+    apgas.run(lambda: len(apgas.places()))
+except apgas.ApgasError as e:
+    print("REFUSED", e, flush=True)
+"""
+
+
+def test_a_second_run_under_mpiexec_is_refused_at_once():
+    proc = mpiexec(2, "-c", SECOND_RUN)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, (out, err)
+    assert "FIRST 2" in out, (out, err)
+    assert "REFUSED under mpiexec the ranks serve the first apgas.run() only" in out, (out, err)
