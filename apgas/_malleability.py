@@ -47,7 +47,8 @@ class Orders:
         self._changed = threading.Condition()
         self._requests: list[GrowRequest] = []  # outstanding, oldest first
         self._failures = 0  # orders that failed, for check_status to notice
-        self._last_check: float | None = None
+        self._last_check: float | None = None  # under _check_lock
+        self._check_lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------
     def listen(self) -> MalleableCommunicator:
@@ -228,23 +229,32 @@ class Orders:
         _check_sizes(low, high, preferred, factor)
         communicator = self._evolving("check_status")
         count = len(self._rt.places)
-        now = time.monotonic()
         inhibit = self._rt.config.check_inhibit
-        if self._last_check is not None and now - self._last_check < inhibit:
-            log.debug("check_status inhibited (%.2f s since the last, APGAS_CHECK_INHIBIT=%g)",
-                      now - self._last_check, inhibit)
-            return count
-        self._last_check = now
+        with self._check_lock:  # check and set at once: of concurrent calls, one asks
+            now = time.monotonic()
+            if self._last_check is not None and now - self._last_check < inhibit:
+                log.debug("check_status inhibited (%.2f s since the last, APGAS_CHECK_INHIBIT=%g)",
+                          now - self._last_check, inhibit)
+                return count
+            self._last_check = now
         with self._changed:
             failures = self._failures
         line = f"Evolving;Check;{low};{high};{preferred or 0};{factor}"
         try:
             answer = communicator.ask(line).result(timeout=ANSWER_WAIT)
         except concurrent.futures.TimeoutError:
-            raise ApgasError(f"the scheduler did not answer {line!r} within {ANSWER_WAIT} s; "
-                             f"the program keeps its {count} place(s)") from None
+            reason = (f"the scheduler at {self._rt.config.scheduler} did not answer {line!r} "
+                      f"within {ANSWER_WAIT} s")
+        except Exception as e:  # the communicator's ApgasError names the scheduler
+            reason = str(e) if isinstance(e, ApgasError) else f"{type(e).__name__}: {e}"
+        else:
+            reason = "" if answer.strip() else (f"the scheduler at {self._rt.config.scheduler} "
+                                                f"gave no answer to {line!r}")
+        if reason:
+            log.warning("check_status: %s; the program keeps its %d place(s)", reason, count)
+            raise ApgasError(f"{reason}; the program keeps its {count} place(s)")
         words = answer.split()
-        if not words or words == ["none"]:
+        if words == ["none"]:
             return len(self._rt.places)
         if words[0] == "error":
             raise ApgasError(f"the scheduler refused check_status({low}, {high}): {answer[6:]}")
@@ -297,14 +307,20 @@ class Orders:
         return ids
 
     def _request_answered(self, request: GrowRequest, answer: "concurrent.futures.Future[str]") -> None:
+        """``ok``: queued; ``error``: refused; no answer at all (the scheduler closed
+        the connection, or was silent for the communicator's answer timeout): refused,
+        since nobody may have queued it. Anything else is taken as queued."""
         try:
-            text = answer.result()
-        except ApgasError as e:
-            self._refuse(request, str(e))
+            text = answer.result().strip()
+        except Exception as e:  # the communicator's ApgasError names the scheduler
+            self._refuse(request, str(e) if isinstance(e, ApgasError) else f"{type(e).__name__}: {e}")
             return
-        if text.startswith("error"):
+        if not text:
+            self._refuse(request, f"the scheduler at {self._rt.config.scheduler} gave no answer "
+                                  f"to Evolving;Request;{request.n}")
+        elif text.startswith("error"):
             self._refuse(request, text[6:].strip())
-        elif text and not text.startswith("ok"):
+        elif not text.startswith("ok"):
             log.warning("unexpected answer %r to a grow request; taking it as queued", text)
 
     def _refuse(self, request: GrowRequest, reason: str) -> None:

@@ -43,6 +43,14 @@ class GrowRequest:
 
     ``state`` is ``pending``, ``granted`` (all ``n`` places came) or
     ``refused`` (``reason`` says why; ``added`` holds those that came before).
+
+    A request the scheduler never answered (it closed the connection, or said
+    nothing for 10 s) is refused with a reason that names the scheduler. One it
+    answered ``ok`` stays pending until its grow orders, a ``refuse`` order, or
+    the end of the program's malleability: if the scheduler dies after queuing
+    it, nothing else ends it, so wait with a timeout (``wait(timeout)``,
+    ``result(timeout)``) and decide what to do; the request stays outstanding,
+    and places that come later still count towards it.
     """
 
     def __init__(self, n: int) -> None:
@@ -61,7 +69,8 @@ class GrowRequest:
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the request is granted or refused; False on timeout."""
+        """Wait until the request is granted or refused; False on timeout (the
+        request stays pending)."""
         return self._done.wait(timeout)
 
     def result(self, timeout: float | None = None) -> list[Place]:
@@ -71,7 +80,9 @@ class GrowRequest:
         if ``timeout`` seconds pass first (the request stays outstanding)."""
         if not self._done.wait(timeout):
             raise TimeoutError(f"request for {self.n} place(s) still pending after {timeout} s "
-                               f"({len(self.added)} came so far)")
+                               f"({len(self.added)} came so far; the scheduler queued it and has "
+                               "sent neither the rest of the places nor a refusal; it stays "
+                               "outstanding)")
         if self.state == REFUSED:
             raise GrowRefused(self)
         return list(self.added)

@@ -90,7 +90,9 @@ class MalleableCommunicator(abc.ABC):
 
     def ask(self, message: str) -> "concurrent.futures.Future[str]":
         """Send ``message`` after those reported before it; the future gets the
-        scheduler's one-line answer ("" when it answers nothing)."""
+        scheduler's one-line answer, or an :class:`ApgasError` naming the scheduler
+        when it cannot be reached, closes without answering or does not answer
+        in time. (A future that gets "" counts as no answer too.)"""
         raise ApgasError(f"the {type(self).__name__} cannot ask the scheduler anything")
 
 
@@ -174,16 +176,26 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                     conn.sendall(line.encode() + b"\n")
                     if answer is not None:
                         conn.settimeout(self.ANSWER_TIMEOUT)
-                        answer.set_result(self._read_answer(conn))
+                        text = self._read_answer(conn)
+                        if text:
+                            answer.set_result(text)
+                        else:
+                            log.warning("the scheduler at %s closed the connection without "
+                                        "answering %r", self.config.scheduler, line)
+                            answer.set_exception(ApgasError(
+                                f"the scheduler at {self.config.scheduler} closed the connection "
+                                f"without answering {line!r}"))
             except OSError as e:
                 log.warning("could not tell the scheduler at %s %r: %s", self.config.scheduler, line, e)
-                if answer is not None:
+                if answer is not None and not answer.done():
                     answer.set_exception(ApgasError(
                         f"the scheduler at {self.config.scheduler} did not answer {line!r}: "
                         f"{type(e).__name__}: {e}"))
 
     def _read_answer(self, conn: socket.socket) -> str:
-        """One line, or "" if the scheduler closes without answering."""
+        """One line (what came before the close, if no newline came), or "" if the
+        scheduler closes without answering; OSError (TimeoutError) after
+        ANSWER_TIMEOUT s of silence."""
         data = b""
         while b"\n" not in data and len(data) <= self.MAX_LINE:
             chunk = conn.recv(self.MAX_LINE)

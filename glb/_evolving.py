@@ -3,8 +3,11 @@
 The load of a place is the share of its workers that hold work (a worker out
 stealing holds none). A thread at place 0 samples every place; a mean load
 that stays high asks the scheduler for one more place (``apgas.request_grow``),
-one that stays low releases the least loaded place (``apgas.release_places``),
-whose work GLB's handler moves away first, as for a shrink order. The result
+one that stays low releases the least loaded place that can leave (not place 0,
+not an mpiexec rank) with ``apgas.release_places``, whose work GLB's handler
+moves away first, as for a shrink order. A step that fails (the scheduler went
+away, a place left meanwhile) is logged as a warning and the watching goes on
+after ``evolving_backoff`` seconds. The result
 stays exact because work only ever moves inside counted tasks.
 """
 
@@ -16,6 +19,7 @@ import threading
 import time
 
 import apgas
+from apgas._runtime import current
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -50,8 +54,12 @@ class Evolver:
         while not self._stop.wait(self.config.evolving_interval):
             try:
                 self.step()
-            except apgas.ApgasError as e:  # the scheduler went away, a place left meanwhile
-                log.warning("evolving GLB: %s", e)
+            except (apgas.ApgasError, ValueError) as e:  # the scheduler went away, a place left
+                log.warning("evolving GLB: %s; watching goes on", e)  # meanwhile, ...
+                self.means.clear()
+                self.quiet_until = time.monotonic() + self.config.evolving_backoff
+            except Exception as e:  # a bug: say so, but keep watching
+                log.exception("evolving GLB: a step failed (%s); watching goes on", e)
                 self.means.clear()
                 self.quiet_until = time.monotonic() + self.config.evolving_backoff
 
@@ -76,7 +84,12 @@ class Evolver:
                 self.requests += 1
                 self.means.clear()
         elif max(self.means) <= self.config.evolving_low and len(loads) > 1:
-            victim = min((p for p in loads if p != 0), key=lambda p: (loads[p], -p))
+            rt = current()
+            removable = [p for p in loads if p != 0 and rt.removable(p)]  # not mpiexec ranks
+            if not removable:
+                log.debug("evolving GLB: low load, but no place can leave (mpiexec ranks stay)")
+                return
+            victim = min(removable, key=lambda p: (loads[p], -p))
             log.info("evolving GLB: load %.2f on %d place(s): releasing place %d",
                      self.means[-1], len(loads), victim)
             apgas.release_places([victim])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import Callable
 
 from orders import order
@@ -13,7 +14,12 @@ Script = Callable[[str, "FakeScheduler"], str | None]
 
 class FakeScheduler:
     """Listens like the scheduler; ``script(message, self)`` gives the answer line
-    (None: answer nothing) and may send the job orders with :meth:`later`."""
+    (None: read the line and close the connection without answering;
+    ``FakeScheduler.SILENT``: hold the connection open ``silence`` seconds, then
+    close it, answering nothing) and may send the job orders with :meth:`later`."""
+
+    SILENT = "<silent>"
+    silence = 1.0
 
     def __init__(self, script: Script, job: tuple[str, int]) -> None:
         self.script = script
@@ -38,7 +44,9 @@ class FakeScheduler:
                 line = data.decode().strip()
                 self.lines.append(line)
                 answer = self.script(line.split(":")[0], self)
-                if answer is not None:
+                if answer == self.SILENT:
+                    time.sleep(self.silence)
+                elif answer is not None:
                     conn.sendall(answer.encode() + b"\n")
 
     def later(self, *orders: str) -> None:

@@ -309,6 +309,120 @@ def test_a_scheduler_that_vanishes(fake_scheduler, monkeypatch):
     assert apgas.run(main, places=2) == 1
 
 
+def test_a_scheduler_that_closes_without_answering(fake_scheduler, monkeypatch):
+    """It reads the line and hangs up: the request is refused, the check raises,
+    both name the scheduler, and the program goes on."""
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+    fake = fake_scheduler(lambda m, f: None)
+    where = "%s:%d" % fake.address
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(2)
+        with pytest.raises(GrowRefused, match="closed the connection without answering "
+                                              "'Evolving;Request;2"):
+            request.result(timeout=20)
+        assert request.state == "refused" and where in request.reason
+        with pytest.raises(ApgasError, match=f"scheduler at {where} closed the connection without "
+                                             "answering 'Evolving;Check;1;3;0;1.*keeps its 2"):
+            apgas.check_status(1, 3)
+        seen = []
+        with apgas.finish():
+            apgas.async_at(apgas.place(1), seen.append, 1)  # the program goes on
+        return apgas.at(apgas.place(1), lambda: apgas.here().id), len(apgas.places())
+
+    assert apgas.run(main, places=2) == (1, 2)
+    assert fake.messages() == ["Evolving;Request;2", "Evolving;Check;1;3;0;1"]
+
+
+def test_a_scheduler_that_does_not_answer_in_time(fake_scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+    monkeypatch.setattr("apgas.malleable.SocketMalleableCommunicator.ANSWER_TIMEOUT", 0.3)
+    fake = fake_scheduler(lambda m, f: f.SILENT if m.startswith("Evolving") else None)
+    fake.silence = 0.6
+    where = "%s:%d" % fake.address
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(1)
+        assert request.wait(20) and request.state == "refused"
+        assert f"scheduler at {where} did not answer 'Evolving;Request;1" in request.reason
+        with pytest.raises(ApgasError, match=f"scheduler at {where} did not answer 'Evolving;Check"):
+            apgas.check_status(1, 3)
+        return apgas.at(apgas.place(1), lambda: "still here")
+
+    assert apgas.run(main, places=2) == "still here"
+
+
+def test_a_communicator_that_answers_nothing_refuses_too(fake_scheduler, monkeypatch):
+    """A communicator of another kind whose future gets "" (no answer)."""
+    import concurrent.futures
+
+    from apgas.malleable import SocketMalleableCommunicator
+
+    def ask(self, message):
+        answer = concurrent.futures.Future()
+        answer.set_result("")
+        return answer
+
+    monkeypatch.setattr(SocketMalleableCommunicator, "ask", ask)
+    fake_scheduler(lambda m, f: None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(1)
+        assert request.state == "refused" and "gave no answer to Evolving;Request;1" in request.reason
+        with pytest.raises(ApgasError, match="gave no answer to 'Evolving;Check"):
+            apgas.check_status(1, 3)
+        return len(apgas.places())
+
+    assert apgas.run(main, places=1) == 1
+
+
+def test_a_queued_request_whose_scheduler_dies_times_out_and_stays_pending(fake_scheduler):
+    fake = fake_scheduler(lambda m, f: "ok 1" if m.startswith("Evolving;Request") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        request = apgas.request_grow(1)
+        wait_for(lambda: fake.messages() == ["Evolving;Request;1"])
+        fake.close()  # after its "ok"
+        assert not request.wait(0.3)
+        with pytest.raises(TimeoutError, match="still pending after 0.3 s.*stays outstanding"):
+            request.result(timeout=0.3)
+        state = request.state
+        apgas.disable_malleable_handler()  # ends it
+        return state, request.state, apgas.at(apgas.place(1), lambda: apgas.here().id)
+
+    assert apgas.run(main, places=2) == ("pending", "refused", 1)
+
+
+def test_concurrent_checks_ask_once_within_the_inhibition_period(fake_scheduler, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "60")
+    fake = fake_scheduler(lambda m, f: "none" if m.startswith("Evolving;Check") else None)
+
+    def main():
+        apgas.define_malleable_handler(Handler())
+        start = threading.Barrier(8)
+        sizes = []
+
+        def check():
+            start.wait()
+            sizes.append(apgas.check_status(1, 2))
+
+        threads = [threading.Thread(target=check) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        return sizes
+
+    assert apgas.run(main, places=1) == [1] * 8
+    assert fake.messages() == ["Evolving;Check;1;2;0;1"]
+
+
 def test_an_answer_whose_order_never_comes(fake_scheduler, monkeypatch):
     monkeypatch.setattr("apgas._malleability.ORDER_WAIT", 0.5)
     monkeypatch.setenv("APGAS_JOIN_TIMEOUT", "0.5")

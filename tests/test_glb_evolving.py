@@ -3,6 +3,8 @@ idle ones are released, and the result stays exact."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import apgas
@@ -82,3 +84,60 @@ def test_evolving_mode_needs_a_scheduler(malleable_address, monkeypatch):
 def test_bad_evolving_options(options, match):
     with pytest.raises(ValueError, match=match):
         GLBConfig(**options)
+
+
+# -- the watcher alone (no run): mpiexec ranks stay, and a failing step does not kill it ------
+
+def test_low_load_releases_only_places_that_can_leave(monkeypatch):
+    from glb import _evolving
+
+    class Runtime:
+        def removable(self, place_id):
+            return place_id == 2  # 1 is an mpiexec rank
+
+    released = []
+    monkeypatch.setattr(_evolving, "current", lambda: Runtime())
+    monkeypatch.setattr(apgas, "release_places", lambda places: released.append(places))
+    evolver = _evolving.Evolver(0, GLBConfig(**FAST))
+    monkeypatch.setattr(evolver, "_loads", lambda: {0: 0.0, 1: 0.0, 2: 0.1})
+    for _ in range(FAST["evolving_window"]):
+        evolver.step()
+    assert released == [[2]]  # not 1, though it is less loaded
+
+    monkeypatch.setattr(Runtime, "removable", lambda self, place_id: False)
+    for _ in range(FAST["evolving_window"] * 2):
+        evolver.step()
+    assert released == [[2]] and evolver.releases == 1  # nothing can leave: nothing is tried
+
+
+@pytest.mark.parametrize("error", [ValueError("place 1 is an mpiexec rank"),
+                                   apgas.ApgasError("the scheduler at x:1 closed the connection"),
+                                   RuntimeError("a bug")])
+def test_a_failing_step_is_logged_and_watching_goes_on(monkeypatch, error):
+    import logging
+
+    from glb import _evolving
+
+    steps = []
+    logged: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+
+    def step():
+        steps.append(1)
+        raise error
+
+    evolver = _evolving.Evolver(0, GLBConfig(**dict(FAST, evolving_interval=0.01)))
+    monkeypatch.setattr(evolver, "step", step)
+    logger = logging.getLogger("glb.evolving")
+    logger.addHandler(handler)
+    evolver.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(steps) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        evolver.stop()
+        logger.removeHandler(handler)
+    assert len(steps) >= 3  # the thread outlived the failures
+    assert any(str(error) in message for message in logged)
