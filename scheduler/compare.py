@@ -10,16 +10,23 @@ to the discrete-event ``Simulator`` with the live policies.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 from . import workload as wl
+from .mebf import EXPAND_POLICIES, MEBF_POLICIES
 from .policies import get_policy, policy_names
 from .simulator import Reconfig, Simulator
 
-__all__ = ["add_workload_arguments", "build_workload", "simulate", "compare", "table"]
+DEFAULT_SERIAL_FRACTION = 0.05
+"""Serial fraction of ``--model amdahl`` for jobs that bring none (all jobs of a trace)."""
+
+__all__ = ["add_workload_arguments", "add_policy_arguments", "check_options", "build_workload",
+           "simulate", "compare", "table"]
 
 KEYS = ("makespan", "utilization", "mean_wait", "mean_turnaround", "mean_slowdown",
         "mean_bounded_slowdown", "reconfigurations")
@@ -53,7 +60,11 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arrival-scale", type=float, default=1.0,
                    help="multiply submit times (below 1: heavier load)")
     p.add_argument("--rho", type=float, default=None, help="scalability of the malleable jobs")
-    p.add_argument("--model", choices=["rho", "amdahl"], default="rho")
+    p.add_argument("--model", choices=["rho", "amdahl"], default="rho",
+                   help="run time on k nodes: rho (pref/k)**(1-rho), or Amdahl's law")
+    p.add_argument("--serial-fraction", type=_serial_fraction, default=None, metavar="F",
+                   help="with --model amdahl: serial fraction 0 <= F < 1 of the jobs that have "
+                        f"none (every trace job; default {DEFAULT_SERIAL_FRACTION})")
     p.add_argument("--alpha", type=float, default=0.0, help="reconfiguration s per node changed")
     p.add_argument("--beta", type=float, default=0.0, help="reconfiguration s / new size")
     p.add_argument("--process-cost", type=float, default=0.0, help="b: s per process started/stopped")
@@ -62,24 +73,124 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                    help="also decide every this many simulated seconds (default: on events only)")
 
 
+def _serial_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1): a serial fraction of 1 "
+                                         "or more means no speed-up at all")
+    return value
+
+
+def _expand_limit(text: str) -> float:
+    """An expand limit: a number >= 1, or "unbounded" (kept as inf)."""
+    if text.strip().lower() in ("unbounded", "inf", "none"):
+        return math.inf
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'unbounded'") from None
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1 (1: no expansion) or "
+                                         "'unbounded'")
+    return value
+
+
+def add_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the policy families (each rejected if no chosen policy uses it)."""
+    p.add_argument("--expand-policy", choices=EXPAND_POLICIES, default=None,
+                   help="mebf, mebf-shrink+, mebf-expand+: which expands are worth it "
+                        "(default handoff)")
+    p.add_argument("--expand-limit", type=_expand_limit, default=None, metavar="N|unbounded",
+                   help="evolving: a step may be held at most N times its duration "
+                        "(default 1: no expansion)")
+    p.add_argument("--compact", action="store_true", default=None,
+                   help="evolving: compact each job after the base fit")
+
+
+def check_options(policies: list[str], ns: argparse.Namespace) -> None:
+    """Reject an option that no chosen policy uses, or one for another model."""
+    if getattr(ns, "expand_policy", None) is not None and not any(p in MEBF_POLICIES for p in policies):
+        raise ValueError(f"--expand-policy {ns.expand_policy} applies only to the mebf policies "
+                         f"({', '.join(MEBF_POLICIES)})")
+    evolving = "evolving" in policies
+    if getattr(ns, "expand_limit", None) is not None and not evolving:
+        raise ValueError("--expand-limit applies only to the evolving policy")
+    if getattr(ns, "compact", None) and not evolving:
+        raise ValueError("--compact applies only to the evolving policy")
+    if ns.serial_fraction is not None and ns.model != "amdahl":
+        raise ValueError(f"--serial-fraction {ns.serial_fraction} applies only to --model amdahl")
+
+
+def check_workload(jobs: list[Any], policies: list[str], ns: argparse.Namespace) -> None:
+    """The evolving list schedulers place evolution profiles: refuse a workload
+    without them (an SWF trace, the kit or apgas generators) up front."""
+    chosen = [p for p in policies if p in evolving_names()]
+    bare = next((j for j in jobs if not getattr(j, "profile", None)), None)
+    if chosen and bare is not None:
+        source = f"the trace {ns.trace}" if ns.trace else f"--generate {ns.generate}"
+        raise ValueError(
+            f"{', '.join(chosen)}: evolving policies need evolving jobs with profiles "
+            f"(e.g. --generate evolving), and job {bare.id} from {source} has none")
+
+
+def policy_label(policy: str, ns: argparse.Namespace) -> str:
+    """The policy's name with the options that change it, for tables and plots."""
+    if policy in MEBF_POLICIES and getattr(ns, "expand_policy", None):
+        return f"{policy} {ns.expand_policy}"
+    if policy == "evolving":
+        limit = getattr(ns, "expand_limit", None)
+        label = policy if limit in (None, 1) else f"{policy} {limit:g}X"  # inf prints as infX
+        return label + ("+c" if getattr(ns, "compact", None) else "")
+    return policy
+
+
 def build_workload(ns: argparse.Namespace) -> list[Any]:
     if ns.trace:
-        jobs = wl.read_swf(ns.trace, procs_per_node=ns.procs_per_node, max_jobs=ns.jobs)
+        jobs = wl.read_swf(ns.trace, procs_per_node=ns.procs_per_node, max_jobs=ns.jobs,
+                           stats=_stats(ns))
     elif ns.generate == "apgas":  # the study's own node ranges for its malleable jobs
-        return _scaled(wl.apgas_job_batch(ns.seed, jobs=ns.jobs or 25, nodes=ns.nodes,
-                                          share=ns.malleable_share, rho=ns.rho or 0.0), ns)
+        jobs = wl.apgas_job_batch(ns.seed, jobs=ns.jobs or 25, nodes=ns.nodes,
+                                  share=ns.malleable_share, rho=ns.rho or 0.0)
     elif ns.generate == "kit":
         jobs = wl.kit_like(ns.seed, ns.jobs or 1000, ns.nodes)
     else:
         jobs = wl.uniform_evolving(ns.seed, ns.jobs, ns.nodes)
-    if ns.malleable_share:
+    if ns.malleable_share and ns.generate != "apgas":
         jobs = wl.make_malleable(jobs, ns.malleable_share, ns.seed, total_nodes=ns.nodes,
                                  rho=ns.rho)
+    if ns.model == "amdahl":
+        serial = DEFAULT_SERIAL_FRACTION if ns.serial_fraction is None else ns.serial_fraction
+        jobs = [j if j.serial is not None else dataclasses.replace(j, serial=serial) for j in jobs]
     return _scaled(jobs, ns)
+
+
+def _stats(ns: argparse.Namespace) -> dict[str, float]:
+    """Where ``read_swf`` reports what it read (``jobs``, ``skipped``), kept on ``ns``."""
+    ns.swf_stats = {}
+    return ns.swf_stats
 
 
 def _scaled(jobs: list[Any], ns: argparse.Namespace) -> list[Any]:
     return wl.scale_arrivals(jobs, ns.arrival_scale) if ns.arrival_scale != 1.0 else jobs
+
+
+def make_policy(policy: str, ns: argparse.Namespace) -> Any:
+    """A live policy built with the command's options. The MEBF family gets
+    its expand policy and, for its feasibility test, the reconfiguration
+    cost model the simulator charges (alpha, beta, process cost)."""
+    options: dict[str, Any] = {"resize_interval": ns.resize_interval}
+    if policy in MEBF_POLICIES:
+        options["reconfig_cost"] = reconfig_of(ns)
+        if getattr(ns, "expand_policy", None):
+            options["expand"] = ns.expand_policy
+    return get_policy(policy, **options)
+
+
+def reconfig_of(ns: argparse.Namespace) -> Reconfig:
+    return Reconfig(ns.alpha, ns.beta, ns.process_cost)
 
 
 def simulate(jobs: list[Any], policy: str, ns: argparse.Namespace) -> dict[str, Any]:
@@ -87,17 +198,21 @@ def simulate(jobs: list[Any], policy: str, ns: argparse.Namespace) -> dict[str, 
     started = time.perf_counter()
     evolving = evolving_names()
     if policy in evolving:
-        schedule = evolving[policy](jobs, ns.nodes)
+        options: dict[str, Any] = {}
+        if policy == "evolving":
+            limit = getattr(ns, "expand_limit", None)
+            options = {"expand_limit": None if limit == math.inf else (limit or 1),
+                       "compact": bool(getattr(ns, "compact", False))}
+        schedule = evolving[policy](jobs, ns.nodes, **options)
         metrics = schedule.metrics(jobs, ns.nodes)
         timeline = _steps(schedule.usage)
     else:
-        sim = Simulator(ns.nodes, get_policy(policy, resize_interval=ns.resize_interval),
-                        reconfig=Reconfig(ns.alpha, ns.beta, ns.process_cost), model=ns.model,
-                        interval=ns.interval)
+        sim = Simulator(ns.nodes, make_policy(policy, ns), reconfig=reconfig_of(ns),
+                        model=ns.model, interval=ns.interval)
         result = sim.run(jobs)
         metrics, timeline = result.metrics, result.timeline
-    return {"policy": policy, "metrics": metrics, "seconds": time.perf_counter() - started,
-            "timeline": timeline}
+    return {"policy": policy_label(policy, ns), "metrics": metrics,
+            "seconds": time.perf_counter() - started, "timeline": timeline}
 
 
 def _steps(pieces: list[tuple[float, float, int, int]]) -> list[tuple[float, int]]:
@@ -129,7 +244,9 @@ def table(runs: list[dict[str, Any]]) -> str:
 
 
 def write_json(path: str | Path, runs: list[dict[str, Any]], ns: argparse.Namespace) -> None:
-    params = {k: v for k, v in vars(ns).items() if k not in ("func",)}
+    params = {k: v for k, v in vars(ns).items() if k not in ("func", "swf_stats")}
+    if params.get("expand_limit") == math.inf:
+        params["expand_limit"] = "unbounded"
     slim = [{k: v for k, v in r.items() if k != "timeline"} for r in runs]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"parameters": params, "runs": slim}, indent=2, default=str) + "\n")

@@ -34,7 +34,7 @@ cluster, a mapping to nodes exists), so the timeline only counts nodes.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -148,8 +148,9 @@ class _Timeline:
     is +inf, a sentinel that ends every scan without a bounds check.
 
     Queries and updates touch only the segments of the window they ask about
-    (found by bisection); scans are plain loops over two lists, which is what
-    keeps thousands of jobs fast in Python.
+    (found by bisection). The fit jumps from window to window instead of
+    walking every segment, and peaks are taken over list slices (``max`` and
+    ``index`` in C), which is what keeps thousands of jobs fast in Python.
     """
 
     def __init__(self) -> None:
@@ -158,20 +159,23 @@ class _Timeline:
 
     def earliest_fit(self, ts: float, d: float, limit: int) -> float:
         """The earliest ``t >= ts`` with at most ``limit`` nodes in use on
-        ``[t, t + d)``, in one pass. This is where the paper's lines 5-7 (jump
-        past the last peak of the window until it fits) end up: a start
-        before the end of a segment over ``limit`` that reaches into its
-        window is never feasible, so moving past each such segment skips no
-        feasible start, and the first window found is the earliest."""
+        ``[t, t + d)``: the paper's lines 5-7. Any start before the end of the
+        *last* segment over ``limit`` in the window also overlaps that
+        segment, so the search jumps past it and looks at the next window,
+        until a window has none. Each window is scanned backwards from its
+        end, so a busy future (where nearly every window holds such a
+        segment near its end) is crossed in about one step per window rather
+        than one per segment; the first window found is the earliest."""
         times, used = self.times, self.used
         k = bisect_right(times, ts) - 1
-        end = ts + d
-        while times[k] < end:
-            if used[k] > limit:
-                ts = times[k + 1]  # finite: the last segment is empty
-                end = ts + d
-            k += 1
-        return ts
+        while True:
+            m = bisect_left(times, ts + d, k) - 1  # the window's last segment
+            while used[m] <= limit:
+                if m == k:
+                    return ts
+                m -= 1
+            k = m + 1
+            ts = times[k]  # finite: the last segment is empty
 
     def peak_last(self, a: float, b: float) -> tuple[int, float]:
         """Most nodes in use on ``[a, b)`` and the paper's ``loc``: the end of
@@ -181,11 +185,10 @@ class _Timeline:
             return 0, a
         times, used = self.times, self.used
         k = bisect_right(times, a) - 1
-        peak, last = -1, k
-        while times[k] < b:
-            if used[k] >= peak:
-                peak, last = used[k], k
-            k += 1
+        j = bisect_left(times, b, k)  # segments k .. j - 1 meet the window
+        window = used[k:j]
+        peak = max(window)
+        last = j - 1 - window[::-1].index(peak)
         return peak, min(times[last + 1], b)
 
     def peak_first(self, a: float, b: float) -> tuple[int, float]:
@@ -196,12 +199,9 @@ class _Timeline:
             return 0, b
         times, used = self.times, self.used
         k = bisect_right(times, a) - 1
-        peak, first = -1, k
-        while times[k] < b:
-            if used[k] > peak:
-                peak, first = used[k], k
-            k += 1
-        return peak, max(times[first], a)
+        window = used[k:bisect_left(times, b, k)]  # the segments that meet the window
+        peak = max(window)
+        return peak, max(times[k + window.index(peak)], a)
 
     def _split(self, t: float) -> int:
         """Index of a breakpoint at (finite) ``t``, inserted if missing."""

@@ -51,6 +51,11 @@ class Reconfig:
         change = abs(new - old)
         return self.alpha * change + self.beta / new + self.b * change
 
+    def __call__(self, job: Any, old: int, new: int) -> float:
+        """The same cost as a policy's model (``MEBF(reconfig_cost=...)``), so
+        that its feasibility test counts what the simulator charges."""
+        return self.cost(old, new)
+
 
 def runtime_on(job: Any, k: int, seconds: float, model: str = "rho") -> float:
     """``seconds`` (a time at the job's requested size) scaled to ``k`` nodes."""

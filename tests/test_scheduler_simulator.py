@@ -142,3 +142,122 @@ def test_command_line_errors_name_the_problem():
     assert bad.returncode == 2 and "bad_line.swf:6: expected 18 fields, found 17" in bad.stderr
     unknown = run_cli("simulate", "--generate", "kit", "--nodes", "4", "--policy", "foo")
     assert unknown.returncode == 2 and "unknown policy 'foo'; known: fcfs" in unknown.stderr
+
+
+def test_policy_options_reach_the_policies():
+    import argparse
+    import math
+
+    from scheduler import compare as cmp
+    from scheduler.mebf import MEBF
+
+    ns = argparse.Namespace(resize_interval=30.0, alpha=0.01, beta=0.05, process_cost=0.5,
+                            expand_policy="spare")
+    policy = cmp.make_policy("mebf-shrink+", ns)
+    assert isinstance(policy, MEBF) and policy.expand == "spare" and policy.variant == "shrink+"
+    # the feasibility test counts what the simulator charges
+    assert policy.reconfig_cost(None, 4, 8) == Reconfig(0.01, 0.05, 0.5).cost(4, 8) == 0.04 + 0.05 / 8 + 2
+    assert cmp.policy_label("mebf", ns) == "mebf spare"
+    for limit, compact, label in ((None, None, "evolving"), (2.0, True, "evolving 2X+c"),
+                                  (math.inf, False, "evolving infX")):
+        assert cmp.policy_label("evolving", argparse.Namespace(expand_limit=limit, compact=compact)) == label
+
+
+def test_policy_options_from_the_command_line(tmp_path):
+    import json
+
+    runs = {}
+    for extra in ([], ["--expand-limit", "2"], ["--expand-limit", "unbounded", "--compact"]):
+        out = tmp_path / "e.json"
+        done = run_cli("compare", "--generate", "evolving", "--nodes", "75", "--seed", "3",
+                       "--policies", "evolving", "--json", str(out), *extra)
+        assert done.returncode == 0, done.stderr
+        run = json.loads(out.read_text())["runs"][0]
+        runs[run["policy"]] = run["metrics"]
+    assert set(runs) == {"evolving", "evolving 2X", "evolving infX+c"}
+    assert runs["evolving"]["waste"] == 0.0  # no expansion, no waste
+    done = run_cli("compare", "--generate", "kit", "--jobs", "100", "--nodes", "64", "--malleable-share",
+                   "1", "--alpha", "0.01", "--beta", "0.01", "--policies", "mebf",
+                   "--expand-policy", "intensive")
+    assert done.returncode == 0 and "mebf intensive" in done.stdout, done.stderr
+    turnaround = {}
+    for serial in ("0", "0.5"):
+        out = tmp_path / f"a{serial}.json"
+        done = run_cli("simulate", "--generate", "kit", "--jobs", "100", "--nodes", "64",
+                       "--malleable-share", "1", "--policy", "malleable", "--model", "amdahl",
+                       "--serial-fraction", serial, "--json", str(out))
+        assert done.returncode == 0, done.stderr
+        turnaround[serial] = json.loads(out.read_text())["mean_turnaround"]
+    assert turnaround["0.5"] != turnaround["0"]  # the serial fraction reaches the model
+
+
+def test_policy_option_errors_name_option_and_value():
+    cases = [
+        (["simulate", "--generate", "kit", "--nodes", "8", "--policy", "easy", "--model", "amdahl",
+          "--serial-fraction", "1.5"], "argument --serial-fraction: 1.5 is not in [0, 1)"),
+        (["simulate", "--generate", "kit", "--nodes", "8", "--policy", "easy",
+          "--serial-fraction", "0.1"], "--serial-fraction 0.1 applies only to --model amdahl"),
+        (["simulate", "--generate", "evolving", "--nodes", "8", "--policy", "evolving",
+          "--expand-limit", "0.5"], "argument --expand-limit: 0.5 must be at least 1"),
+        (["simulate", "--generate", "evolving", "--nodes", "8", "--policy", "evolving",
+          "--expand-limit", "lots"], "argument --expand-limit: 'lots' is neither a number"),
+        (["simulate", "--generate", "kit", "--nodes", "8", "--policy", "mebf",
+          "--expand-policy", "greedy"], "argument --expand-policy: invalid choice: 'greedy'"),
+        (["simulate", "--generate", "kit", "--nodes", "8", "--policy", "easy",
+          "--expand-policy", "spare"], "--expand-policy spare applies only to the mebf policies"),
+        (["simulate", "--generate", "kit", "--nodes", "8", "--policy", "easy", "--compact"],
+         "--compact applies only to the evolving policy"),
+        (["simulate", "--trace", "tests/data/tiny.swf", "--nodes", "4", "--policy", "evolving"],
+         "evolving policies need evolving jobs with profiles (e.g. --generate evolving)"),
+    ]
+    for args, message in cases:
+        done = run_cli(*args)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+
+
+def test_simulate_says_how_many_jobs_were_left_out_and_why():
+    done = run_cli("simulate", "--trace", "tests/data/tiny.swf", "--nodes", "4", "--policy", "easy")
+    assert done.returncode == 0, done.stderr
+    assert ("2 job(s) simulated on 4 node(s) (3 left out: they need more than 4 node(s) at "
+            "--procs-per-node 1; 2 trace record(s) skipped: no run time") in done.stdout
+    done = run_cli("simulate", "--trace", "tests/data/tiny.swf", "--nodes", "4", "--procs-per-node", "4",
+                   "--policy", "easy")
+    assert "5 job(s) simulated on 4 node(s) (2 trace record(s) skipped" in done.stdout
+
+
+def test_evolving_timeline_queries_match_a_segment_by_segment_scan():
+    """The window-jumping fit and the sliced peaks of the evolving list
+    scheduler give what the plain left-to-right scans give."""
+    import random
+
+    from scheduler.evolving import _Timeline
+
+    def fit(tl, ts, d, limit):
+        k = max(i for i, t in enumerate(tl.times) if t <= ts)
+        end = ts + d
+        while tl.times[k] < end:
+            if tl.used[k] > limit:
+                ts, end = tl.times[k + 1], tl.times[k + 1] + d
+            k += 1
+        return ts
+
+    def peaks(tl, a, b):
+        k = max(i for i, t in enumerate(tl.times) if t <= a)
+        inside = [i for i in range(k, len(tl.times)) if tl.times[i] < b]
+        peak = max(tl.used[i] for i in inside)
+        last = max(i for i in inside if tl.used[i] == peak)
+        first = min(i for i in inside if tl.used[i] == peak)
+        return (peak, min(tl.times[last + 1], b)), (peak, max(tl.times[first], a))
+
+    rng = random.Random(7)
+    for _ in range(30):
+        tl = _Timeline()
+        for _ in range(rng.randint(1, 40)):
+            a = rng.choice([rng.uniform(0, 100), float(rng.randint(0, 100))])
+            tl.add(a, a + rng.choice([rng.uniform(0.1, 30), float(rng.randint(1, 30))]), rng.randint(1, 4))
+        for _ in range(40):
+            ts, d, limit = rng.uniform(-5, 120), rng.uniform(0.05, 25), rng.randint(0, 8)
+            assert tl.earliest_fit(ts, d, limit) == fit(tl, ts, d, limit)
+            a = rng.uniform(-5, 120)
+            b = a + rng.uniform(0.01, 40)
+            assert (tl.peak_last(a, b), tl.peak_first(a, b)) == peaks(tl, a, b)
