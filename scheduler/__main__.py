@@ -24,7 +24,7 @@ import launcher as launchers
 from apgas._config import parse_address
 from apgas.errors import ConfigError
 
-from .client import SchedulerError, request
+from .client import SchedulerError, SchedulerUnreachable, request
 from .jobs import JobFileError, load_job_file
 from .policies import get_policy, policy_names
 
@@ -43,6 +43,13 @@ def _nodes(value: str) -> list[str]:
         return launchers.expand_hostlist(value)
     except launchers.HostSpecError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _node_address(value: str) -> dict[str, str]:
+    names, sep, address = value.rpartition("=")
+    if not sep or not names or not address:
+        raise argparse.ArgumentTypeError(f"expected NODES=ADDRESS, got {value!r}")
+    return {n: address for n in _nodes(names)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
                        help="how job commands start on their first node (default: detected)")
     serve.add_argument("--output-dir", default="scheduler-jobs", help="where job-N.out/.err go")
+    serve.add_argument("--node-address", action="append", type=_node_address, default=[],
+                       metavar="NODES=ADDRESS",
+                       help="where the scheduler reaches nodes that are not this machine, when "
+                            "their names do not resolve to them, e.g. 'node[1-3]=10.0.0.5' "
+                            "(repeatable)")
+    serve.add_argument("--order-port-base", type=int, default=None, metavar="PORT",
+                       help="a malleable job on another machine listens for orders on PORT + "
+                            "its id (default 27100; wraps after 1000)")
     for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
                            ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
                            ("shutdown", "stop the scheduler (running jobs are killed)")):
@@ -80,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     from . import compare as cmp
     simulate = sub.add_parser("simulate", help="simulate one policy on a trace or a generated workload")
     cmp.add_workload_arguments(simulate)
+    cmp.add_policy_arguments(simulate)
     simulate.add_argument("--policy", required=True, help="one of: " + ", ".join(cmp.all_policy_names()))
     simulate.add_argument("--json", default=None, help="write the metrics here")
     compare = sub.add_parser("compare", help="simulate several policies on one workload")
     cmp.add_workload_arguments(compare)
+    cmp.add_policy_arguments(compare)
     compare.add_argument("--policies", required=True, help="comma-separated policy names")
     compare.add_argument("--json", default=None)
     compare.add_argument("--plot", default=None, help="PNG: turnaround, slowdown, utilization over time")
@@ -136,10 +153,16 @@ def _serve(ns: argparse.Namespace) -> int:
     if name == "local":  # the node names all stand for this machine
         known = [h for h in os.environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h]
         os.environ["APGAS_LOCAL_HOSTS"] = ",".join(known + nodes)
-    sched = Scheduler(nodes, get_policy(ns.policy, resize_interval=ns.resize_interval),
-                      host=ns.host, port=ns.port, events=ns.log, interval=ns.interval,
-                      launcher=name, register_timeout=ns.register_timeout,
-                      output_dir=ns.output_dir)
+    addresses = {n: a for given in ns.node_address for n, a in given.items()}
+    ports = {} if ns.order_port_base is None else {"order_port_base": ns.order_port_base}
+    try:
+        sched = Scheduler(nodes, get_policy(ns.policy, resize_interval=ns.resize_interval),
+                          host=ns.host, port=ns.port, events=ns.log, interval=ns.interval,
+                          launcher=name, register_timeout=ns.register_timeout,
+                          output_dir=ns.output_dir, node_addresses=addresses, **ports)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"scheduler listening on {sched.address[0]}:{sched.address[1]}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sched.shutdown())
     try:
@@ -152,17 +175,7 @@ def _serve(ns: argparse.Namespace) -> int:
 
 def _client(ns: argparse.Namespace) -> int:
     if ns.command == "submit":
-        failed = 0
-        for path in ns.files:
-            try:
-                spec = load_job_file(path)
-            except JobFileError as e:
-                print(f"error: {e}", file=sys.stderr)
-                failed += 1
-                continue
-            reply = request(ns.to, "submit", job=spec.to_dict(), file=path)
-            print(reply["id"])
-        return 2 if failed else 0
+        return _submit(ns.to, ns.files)
     if ns.command == "status":
         reply = request(ns.to, "status")
         reply.pop("ok", None)
@@ -174,6 +187,34 @@ def _client(ns: argparse.Namespace) -> int:
     elif ns.command == "shutdown":
         request(ns.to, "shutdown")
     return 0
+
+
+def _submit(to: tuple[str, int], files: list[str]) -> int:
+    """Submit every file, printing each id, or the error naming the file, and go
+    on; exit 2 if a file could not be read, else 1 if the scheduler refused one.
+    An unreachable scheduler ends it: the files not sent yet are named."""
+    unreadable = refused = 0
+    for k, path in enumerate(files):
+        try:
+            spec = load_job_file(path)
+        except JobFileError as e:
+            print(f"error: {e}", file=sys.stderr)
+            unreadable += 1
+            continue
+        try:
+            reply = request(to, "submit", job=spec.to_dict(), file=path)
+        except SchedulerUnreachable as e:
+            left = files[k:]
+            print(f"error: {e}; not submitted: {', '.join(left)}", file=sys.stderr)
+            return 1
+        except SchedulerError as e:
+            message = str(e)
+            print(f"error: {message if message.startswith(path) else f'{path}: {message}'}",
+                  file=sys.stderr)
+            refused += 1
+            continue
+        print(reply["id"], flush=True)
+    return 2 if unreadable else 1 if refused else 0
 
 
 def _status_table(status: dict[str, Any]) -> str:
@@ -194,9 +235,11 @@ def _simulate(ns: argparse.Namespace) -> int:
     unknown = [p for p in names if p not in known]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(known)}")
+    cmp.check_options(names, ns)
     jobs = cmp.build_workload(ns)
+    cmp.check_workload(jobs, names, ns)
     runs = cmp.compare(jobs, names, ns)
-    print(f"{len(jobs)} job(s) on {ns.nodes} node(s)")
+    print(_workload_line(jobs, ns))
     print(cmp.table(runs))
     if ns.json:
         if ns.command == "simulate":
@@ -207,6 +250,21 @@ def _simulate(ns: argparse.Namespace) -> int:
     if getattr(ns, "plot", None):
         cmp.plot(ns.plot, runs, ns.nodes, title=ns.trace or ns.generate)
     return 0
+
+
+def _workload_line(jobs: list[Any], ns: argparse.Namespace) -> str:
+    """How many jobs were simulated, and which were left out and why."""
+    too_big = sum(j.min_nodes > ns.nodes for j in jobs)
+    text = f"{len(jobs) - too_big} job(s) simulated on {ns.nodes} node(s)"
+    why = []
+    if too_big:
+        why.append(f"{too_big} left out: they need more than {ns.nodes} node(s)"
+                   + (f" at --procs-per-node {ns.procs_per_node}" if ns.trace else ""))
+    skipped = int(getattr(ns, "swf_stats", {}).get("skipped", 0))
+    if skipped:
+        why.append(f"{skipped} trace record(s) skipped: no run time or no processors "
+                   "(cancelled or failed before they started)")
+    return text + (f" ({'; '.join(why)})" if why else "")
 
 
 def _report(ns: argparse.Namespace) -> int:

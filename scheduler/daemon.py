@@ -48,6 +48,13 @@ KILL_GRACE = 3.0
 READY_WAIT = 2.0
 """How long an evolving job's ask waits for its ``APGAS-Ready``: the two come on
 separate connections, served by separate threads, so the ask may overtake it."""
+ORDER_PORT_BASE = 27100
+ORDER_PORT_COUNT = 1000
+"""A malleable job whose first node is another machine listens for orders on
+that node at ``ORDER_PORT_BASE + id`` (wrapping after ``ORDER_PORT_COUNT``
+ports, skipping those our running jobs use there): a port on another
+machine cannot be probed from here, and the protocol lets no job report
+the port it bound."""
 
 
 @dataclasses.dataclass
@@ -64,6 +71,7 @@ class Job:
     end: float | None = None
     proc: subprocess.Popen | None = None
     listen: tuple[str, int] | None = None  # where a malleable job takes orders
+    reports: str = ""  # the address a malleable job puts into its messages
     ready: bool = False
     busy: bool = False  # an order is in flight
     shrinking: int = 0  # nodes a shrink in flight will give back
@@ -99,7 +107,8 @@ class Job:
                 "nodes": list(self.nodes), "submit": self.submit, "start": self.start,
                 "end": self.end, "reason": self.reason, "min_nodes": self.spec.min_nodes,
                 "max_nodes": self.spec.max_nodes, "ready": self.ready, "grows": self.grows,
-                "shrinks": self.shrinks, "requested": self.requested}
+                "shrinks": self.shrinks, "requested": self.requested,
+                "listen": f"{self.listen[0]}:{self.listen[1]}" if self.listen else None}
 
 
 class Scheduler:
@@ -108,9 +117,19 @@ class Scheduler:
     def __init__(self, nodes: list[str], policy: Policy, *, host: str = "127.0.0.1",
                  port: int = 0, events: str | Path | None = None, interval: float = 5.0,
                  launcher: str = "local", register_timeout: float = 60.0,
-                 output_dir: str | Path = "scheduler-jobs") -> None:
+                 output_dir: str | Path = "scheduler-jobs",
+                 node_addresses: dict[str, str] | None = None,
+                 order_port_base: int = ORDER_PORT_BASE) -> None:
+        """``node_addresses``: where to reach a node that is not this machine, when
+        its name does not resolve to it (default: the name, resolved here);
+        ``order_port_base``: see ``ORDER_PORT_BASE``."""
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
+        if not 0 < order_port_base <= 65535 - ORDER_PORT_COUNT:
+            raise ValueError(f"the order port base must be in 1..{65535 - ORDER_PORT_COUNT}, "
+                             f"got {order_port_base}")
+        self.node_addresses = dict(node_addresses or {})
+        self.order_port_base = order_port_base
         self.policy = policy
         self.interval = interval
         self.register_timeout = register_timeout
@@ -130,6 +149,9 @@ class Scheduler:
         self._events = open(events, "a", buffering=1) if events else None
         self._server = socket.create_server((host, port))
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
+        # what jobs on other machines are told to send to: a wildcard is no address
+        self._advertised = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
+        self._warned_loopback = False
         self._threads: list[threading.Thread] = []
         self._event("pool", nodes=list(nodes))
 
@@ -197,10 +219,13 @@ class Scheduler:
             self._events.write(json.dumps(record) + "\n")
 
     # -- requests -------------------------------------------------------------------
-    def submit(self, spec: JobSpec) -> int:
+    def submit(self, spec: JobSpec, where: str = "job", key: str = "") -> int:
+        """Queue ``spec``; ``where`` (the job file) and ``key`` (the size key it
+        gave: ``nodes`` or ``min_nodes``) name it in a refusal."""
         if spec.min_nodes > len(self._owner):
-            raise ValueError(f"job {spec.name!r} needs at least {spec.min_nodes} node(s) and the "
-                             f"pool has {len(self._owner)}")
+            key = key or ("nodes" if spec.min_nodes == spec.max_nodes else "min_nodes")
+            raise ValueError(f"{where}: key {key!r}: job {spec.name!r} needs at least "
+                             f"{spec.min_nodes} node(s) and the pool has {len(self._owner)}")
         with self._lock:
             job = Job(next(self._ids), spec, self.now())
             self._jobs[job.id] = job
@@ -332,11 +357,11 @@ class Scheduler:
         if self._local:
             env["APGAS_LOCAL_HOSTS"] = ",".join(self._owner)
         if job.malleable:
-            host, port = self.address
-            listen = (host, _free_port(host))
-            env.update(APGAS_COMMUNICATOR="socket", APGAS_SCHEDULER=f"{host}:{port}",
-                       APGAS_MALLEABLE_LISTEN=f"{listen[0]}:{listen[1]}")
-            job.listen = listen
+            try:
+                env.update(self._order_env(job, nodes[0]))
+            except OSError as e:
+                self._end(job, "failed", str(e))
+                return nodes + rest
         env.update(dict(job.spec.env))
         cwd = job.spec.cwd or os.getcwd()
         out = self.output_dir / f"job-{job.id}.out"
@@ -360,6 +385,54 @@ class Scheduler:
         log.info("job %d (%s) started on %s", job.id, job.spec.name, ",".join(nodes))
         self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
         return rest
+
+    def _order_env(self, job: Job, first: str) -> dict[str, str]:
+        """Where a malleable job listens for orders and sends its messages.
+
+        On this machine (the local launcher, or a first node that
+        ``launcher.is_local_host`` takes for this machine): the scheduler's own
+        address and a port found free here. On another machine: the first
+        node's address (``node_addresses``, else its name resolved here) and a
+        port of the order port range (``ORDER_PORT_BASE``); the job is told to
+        send to the scheduler's advertised address. OSError if the node has no
+        address or no port of the range is left."""
+        host, port = self.address
+        if self._local or launchers.is_local_host(first):
+            listen, scheduler = (host, _free_port(host)), f"{host}:{port}"
+        else:
+            given = self.node_addresses.get(first)
+            try:
+                address = given or socket.gethostbyname(first)
+            except OSError as e:
+                raise OSError(f"cannot resolve node {first!r}, where the job would listen for "
+                              f"orders: {e}; give its address (serve --node-address "
+                              f"{first}=ADDRESS)") from None
+            listen, scheduler = (address, self._order_port(job, address)), f"{self._advertised}:{port}"
+            if self._advertised.startswith("127.") or self._advertised == "localhost":
+                if not self._warned_loopback:
+                    log.warning("job %d runs on %s but the scheduler listens on %s: unless %s is "
+                                "this machine, its messages cannot reach us (serve --host)",
+                                job.id, first, self._advertised, first)
+                self._warned_loopback = True
+        job.listen = listen
+        try:
+            job.reports = socket.gethostbyname(listen[0])  # as the job's communicator does
+        except OSError:
+            job.reports = listen[0]
+        return {"APGAS_COMMUNICATOR": "socket", "APGAS_SCHEDULER": scheduler,
+                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}"}
+
+    def _order_port(self, job: Job, address: str) -> int:
+        """``order_port_base + id``, or the next port of the range that none of our
+        running jobs listens on at ``address``."""
+        taken = {j.listen[1] for j in self._jobs.values()
+                 if j.state == "running" and j.listen and j.listen[0] == address}
+        for k in range(ORDER_PORT_COUNT):
+            port = self.order_port_base + 1 + (job.id - 1 + k) % ORDER_PORT_COUNT
+            if port not in taken:
+                return port
+        raise OSError(f"all {ORDER_PORT_COUNT} order ports from {self.order_port_base + 1} on "
+                      f"{address} are taken by running jobs")
 
     def _watch(self, job: Job) -> None:
         assert job.proc is not None
@@ -537,8 +610,9 @@ class Scheduler:
             request = json.loads(line)
             op = request.get("op") if isinstance(request, dict) else None
             if op == "submit":
-                return {"ok": True, "id": self.submit(parse_job(request.get("job"),
-                                                                request.get("file", "job")))}
+                data, where = request.get("job"), str(request.get("file", "job"))
+                key = "min_nodes" if isinstance(data, dict) and "min_nodes" in data else "nodes"
+                return {"ok": True, "id": self.submit(parse_job(data, where), where, key)}
             if op == "status":
                 return {"ok": True, **self.status()}
             if op == "cancel":
@@ -700,7 +774,7 @@ class Scheduler:
         if job_id.isdigit() and int(job_id) in self._jobs:
             return self._jobs[int(job_id)]
         matches = [j for j in self._jobs.values()  # a foreign job without an id: by its address
-                   if j.state == "running" and j.listen and j.listen[0] == (ip or job_id)]
+                   if j.state == "running" and j.listen and (ip or job_id) in (j.reports, j.listen[0])]
         return matches[0] if len(matches) == 1 else None
 
 

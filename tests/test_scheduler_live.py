@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -68,16 +70,34 @@ def bench(app: str, out: Path, *args: str) -> list[str]:
     return [PY, "-m", "benchmarks", app, *args, "--json", str(out)]
 
 
+def wait_for(sched: Scheduler, what: str, check, timeout: float = 30) -> dict[int, dict]:
+    """Poll the status until ``check(jobs by id)`` holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = {j["id"]: j for j in sched.status()["jobs"]}
+        if check(jobs):
+            return jobs
+        time.sleep(0.05)
+    raise AssertionError(f"not reached in {timeout} s: {what}: {sched.status()['jobs']}")
+
+
 def test_six_real_jobs_two_malleable_resized(make_scheduler, tmp_path):
+    """Each malleable job is grown and then shrunk, by construction: the two start
+    together on 4 nodes at their minimum of 1 with a maximum of 2, so that the 2
+    idle nodes (nobody waits) go one to each, whichever registers first; then a
+    rigid job of 2 makes minAgree take one node back from each (both hold 2)."""
     sched = make_scheduler(nodes=4, policy="malleable")
     out = tmp_path / "results"
     ids = [sched.submit(job("uts-m", bench("uts", out / "1.json", "--depth", "13", "--malleable"),
-                            "malleable", 1, 4, APGAS_THREADS="2"))]
-    time.sleep(2.5)  # alone: minAgree gives it the idle nodes
-    ids.append(sched.submit(job("pi", bench("pi", out / "2.json", "--samples", "200000000"),
+                            "malleable", 1, 2, APGAS_THREADS="2")),
+           sched.submit(job("nq-m", bench("nqueens", out / "2.json", "-n", "15", "--malleable"),
+                            "malleable", 1, 2))]
+    wait_for(sched, "both malleable jobs grown to 2 nodes",
+             lambda jobs: all(len(jobs[i]["nodes"]) == 2 and jobs[i]["grows"] for i in ids))
+    ids.append(sched.submit(job("pi", bench("pi", out / "3.json", "--samples", "200000000"),
                                 "rigid", 2)))
-    ids.append(sched.submit(job("nq-m", bench("nqueens", out / "3.json", "-n", "12", "--malleable"),
-                                "malleable", 1, 3)))
+    wait_for(sched, "both malleable jobs shrunk for the rigid job",
+             lambda jobs: all(jobs[i]["shrinks"] for i in ids[:2]))
     ids.append(sched.submit(job("bc", bench("bc", out / "4.json", "--scale", "9"), "moldable", 1, 2)))
     ids.append(sched.submit(job("uts", bench("uts", out / "5.json", "--depth", "10"), "rigid", 1)))
     ids.append(sched.submit(job("pi2", bench("pi", out / "6.json", "--samples", "10000000"), "rigid", 3)))
@@ -86,9 +106,9 @@ def test_six_real_jobs_two_malleable_resized(make_scheduler, tmp_path):
     for i in range(1, 7):
         record = json.loads((out / f"{i}.json").read_text())
         assert record["correct"] is True, record
-    resized = [jobs[i]["grows"] + jobs[i]["shrinks"] for i in ids if jobs[i]["class"] == "malleable"]
-    assert jobs[ids[0]]["grows"] >= 1 and jobs[ids[0]]["shrinks"] >= 1, jobs[ids[0]]
-    assert sum(resized) >= 2
+    for i in ids[:2]:  # each of the two malleable jobs: at least one grow and one shrink
+        assert jobs[i]["class"] == "malleable" and jobs[i]["grows"] >= 1 and jobs[i]["shrinks"] >= 1, \
+            jobs[i]
     assert all(n["job"] is None for n in sched.status()["nodes"])
     metrics = compute_metrics(read_events(tmp_path / "events.jsonl"))
     assert metrics["max_overlap_violations"] == 0
@@ -154,21 +174,78 @@ def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
     assert f"{broken}: not valid TOML" in refused.stderr
     too_big = tmp_path / "big.toml"
     too_big.write_text('name = "big"\ncommand = "true"\nclass = "rigid"\nnodes = 5\nwalltime = 5\n')
-    big = cli("submit", "--to", to, str(too_big))
-    assert big.returncode == 1 and "needs at least 5 node(s) and the pool has 2" in big.stderr
-    time.sleep(0.5)
+    wide = tmp_path / "wide.toml"
+    wide.write_text('name = "wide"\ncommand = "true"\nclass = "moldable"\nmin_nodes = 3\n'
+                    'max_nodes = 4\nwalltime = 5\n')
+    quick = tmp_path / "quick.toml"
+    quick.write_text('name = "quick"\ncommand = "true"\nclass = "rigid"\nnodes = 1\nwalltime = 5\n')
+    # the daemon refuses two of three: the third is still submitted, each error names its file
+    some = cli("submit", "--to", to, str(too_big), str(quick), str(wide))
+    assert some.returncode == 1 and some.stdout.split() == ["2"], some
+    assert some.stderr.splitlines() == [
+        f"error: {too_big}: key 'nodes': job 'big' needs at least 5 node(s) and the pool has 2",
+        f"error: {wide}: key 'min_nodes': job 'wide' needs at least 3 node(s) and the pool has 2"]
+    mixed = cli("submit", "--to", to, str(broken), str(too_big))  # unreadable and refused: 2
+    assert mixed.returncode == 2 and len(mixed.stderr.splitlines()) == 2, mixed
     status = json.loads(cli("status", "--to", to, "--json").stdout)
     assert [(j["id"], j["name"], j["state"], j["nodes"]) for j in status["jobs"]] == [
-        (1, "sleeper", "running", ["node0", "node1"])]
+        (1, "sleeper", "running", ["node0", "node1"]), (2, "quick", "queued", [])]
     assert "sleeper" in cli("status", "--to", to).stdout
     assert cli("cancel", "--to", to, "1").stdout.strip() in ("running", "cancelled")
-    jobs = wait_ended(sched, [1], timeout=15)
+    jobs = wait_ended(sched, [1, 2], timeout=15)
     assert jobs[1]["state"] == "cancelled" and jobs[1]["reason"] == "cancelled by the user"
+    assert jobs[2]["state"] == "done"
     assert "no job with id 7" in cli("cancel", "--to", to, "7").stderr
     assert cli("add-nodes", "--to", to, "node[2-3]").stdout.strip() == "node0,node1,node2,node3"
     with pytest.raises(SchedulerError, match="unknown request 'fly'"):
         request(sched.address, "fly")
     assert cli("shutdown", "--to", to).returncode == 0
+
+
+def test_submit_to_no_scheduler_names_the_files_not_submitted(tmp_path):
+    import socket
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    files = []
+    for name in ("a", "b"):
+        files.append(tmp_path / f"{name}.toml")
+        files[-1].write_text(f'name = "{name}"\ncommand = "true"\nclass = "rigid"\nnodes = 1\n'
+                             'walltime = 5\n')
+    done = subprocess.run([PY, "-m", "scheduler", "submit", "--to", f"127.0.0.1:{port}",
+                           *map(str, files)], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr.startswith(f"error: cannot reach the scheduler at 127.0.0.1:{port}")
+    assert done.stderr.rstrip().endswith(f"not submitted: {files[0]}, {files[1]}"), done.stderr
+
+
+def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
+    """On this machine a malleable job listens where the scheduler does, on a free
+    port; on another one it listens on that node's address at base + its id,
+    and is told the scheduler's host name (the scheduler listens on every
+    interface here); a message without a job id is matched by that address."""
+    from scheduler.daemon import Job
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "here")
+    sched = Scheduler(["here", "far", "lost"], get_policy("malleable"), host="0.0.0.0", port=0,
+                      launcher="ssh", output_dir=tmp_path, node_addresses={"far": "192.0.2.7"},
+                      order_port_base=30000)
+    try:
+        spec = job("m", [PY, "-c", "pass"], "malleable", 1, 3)
+        local, far, lost = Job(1, spec, 0.0), Job(5, spec, 0.0), Job(6, spec, 0.0)
+        env = sched._order_env(local, "here")
+        assert env["APGAS_SCHEDULER"] == f"0.0.0.0:{sched.address[1]}"
+        assert env["APGAS_MALLEABLE_LISTEN"] == f"0.0.0.0:{local.listen[1]}"  # type: ignore[index]
+        env = sched._order_env(far, "far")
+        assert env == {"APGAS_COMMUNICATOR": "socket", "APGAS_MALLEABLE_LISTEN": "192.0.2.7:30005",
+                       "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}"}
+        assert far.listen == ("192.0.2.7", 30005)
+        far.state, sched._jobs[5] = "running", far
+        assert sched._order_env(Job(1005, spec, 0.0), "far")["APGAS_MALLEABLE_LISTEN"] == \
+            "192.0.2.7:30006"  # 30005 is far's
+        assert sched._find_job("192.0.2.7") is far and sched._find_job("192.0.2.8") is None
+        with pytest.raises(OSError, match=r"cannot resolve node 'lost'.*--node-address lost=ADDRESS"):
+            sched._order_env(lost, "lost")
+    finally:
+        sched._finish()
 
 
 def test_evolving_job_request_is_granted_and_a_release_returns_the_node(make_scheduler, tmp_path):
@@ -228,3 +305,94 @@ def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_sc
                    rho=1.0) for i, (_, lo, hi, d) in zip(ids, batch)]
     simulated = Simulator(3, get_policy("easy")).run(jobs)
     assert [(d.job, d.nodes) for _, d in simulated.decisions] == live
+
+
+SLURM_MALLEABLE_JOB = """
+import json, os, threading
+import apgas
+
+back_to_one = threading.Event()
+
+def where():
+    return [apgas.here().id, apgas.here().host, os.environ.get("SLURMD_NODENAME")]
+
+class Newest(apgas.MalleableHandler):
+    def pre_shrink(self, n):
+        return apgas.places()[-n:]
+    def post_grow(self, n, continued, added):
+        print("GROWN " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
+    def post_shrink(self, n, removed):
+        print("SHRUNK " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
+        if len(apgas.places()) == 1:
+            back_to_one.set()
+
+def main():
+    print("LISTEN %s:%d" % apgas.define_malleable_handler(Newest()).address, flush=True)
+    back_to_one.wait(60)
+    apgas.disable_malleable_handler()
+
+apgas.run(main)
+"""
+
+SCHEDULER_IN_ALLOCATION = """
+import json, os, sys, time
+from scheduler.daemon import Scheduler
+from scheduler.jobs import JobSpec
+from scheduler.policies import get_policy
+import launcher
+out, base, program = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+sched = Scheduler(nodes, get_policy("malleable", resize_interval=0.5), interval=0.2,
+                  output_dir=out, events=os.path.join(out, "events.jsonl"), launcher="srun", order_port_base=base,
+                  node_addresses={n: "127.0.0.1" for n in nodes}).start()
+
+def jobs():
+    return {j["id"]: j for j in sched.status()["jobs"]}
+
+def wait(check):
+    deadline = time.monotonic() + 60
+    while not check(jobs()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+m = sched.submit(JobSpec("m", (sys.executable, "-c", program), "malleable", 1, 3, 90, (), os.getcwd()))
+wait(lambda j: len(j[m]["nodes"]) == 3 or j[m]["state"] in ("done", "failed"))
+r = sched.submit(JobSpec("r", (sys.executable, "-c", "pass"), "rigid", 2, 2, 60, (), os.getcwd()))
+wait(lambda j: all(x["state"] in ("done", "failed", "cancelled") for x in j.values()))
+print("STATUS " + json.dumps(sched.status()), flush=True)
+sched.shutdown()
+"""
+
+
+def test_a_malleable_job_under_srun_listens_on_its_first_node(slurm_cluster, tmp_path):
+    """The scheduler inside a 3-node allocation starts a malleable job with srun on
+    node1, which is not this machine's name: the job listens at node1's address
+    (given as 127.0.0.1: the fixture's NodeAddr) on base + its id, is grown
+    onto node2 and node3 (places that are srun steps there), then shrunk for a
+    rigid job of 2."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]  # free now: job 1 listens here
+    environ = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("APGAS_")}
+    proc = subprocess.Popen(["salloc", "--nodes=3", "--quiet", "--time=5", "--kill-command=SIGKILL",
+                             PY, "-c", SCHEDULER_IN_ALLOCATION, str(tmp_path), str(port - 1),
+                             SLURM_MALLEABLE_JOB],
+                            cwd=ROOT, env={**environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            proc.communicate()
+    status = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("STATUS ")]
+    assert proc.returncode == 0 and status, (out, err)
+    m, r = status[0]["jobs"]
+    job_out = (tmp_path / "job-1.out").read_text()
+    assert (m["state"], r["state"]) == ("done", "done"), (
+        m, r, job_out, (tmp_path / "events.jsonl").read_text(), (tmp_path / "job-1.err").read_text())
+    assert m["listen"] == f"127.0.0.1:{port}" and f"LISTEN 127.0.0.1:{port}" in job_out
+    assert m["grows"] == 1 and m["shrinks"] == 1, m
+    lines = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+             for line in job_out.splitlines() if line.startswith(("GROWN ", "SHRUNK "))}
+    assert lines["GROWN"] == [[0, "node1", "node1"], [1, "node2", "node2"], [2, "node3", "node3"]]
+    assert lines["SHRUNK"] == [[0, "node1", "node1"]]
