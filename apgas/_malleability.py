@@ -246,7 +246,7 @@ class Orders:
             reason = (f"the scheduler at {self._rt.config.scheduler} did not answer {line!r} "
                       f"within {ANSWER_WAIT} s")
         except Exception as e:  # the communicator's ApgasError names the scheduler
-            reason = str(e) if isinstance(e, ApgasError) else f"{type(e).__name__}: {e}"
+            reason = _ask_failure(e)
         else:
             reason = "" if answer.strip() else (f"the scheduler at {self._rt.config.scheduler} "
                                                 f"gave no answer to {line!r}")
@@ -313,7 +313,7 @@ class Orders:
         try:
             text = answer.result().strip()
         except Exception as e:  # the communicator's ApgasError names the scheduler
-            self._refuse(request, str(e) if isinstance(e, ApgasError) else f"{type(e).__name__}: {e}")
+            self._refuse(request, _ask_failure(e))
             return
         if not text:
             self._refuse(request, f"the scheduler at {self._rt.config.scheduler} gave no answer "
@@ -392,6 +392,11 @@ class Orders:
         log.info("%s: %d place(s) in %.3f s", what, n, ns / 1e9)
         if self.communicator is not None:
             self.communicator.report(f"{what};{n};{ns}")
+
+
+def _ask_failure(e: BaseException) -> str:
+    """Why an ask failed: the communicator's ApgasError already names the scheduler."""
+    return str(e) if isinstance(e, ApgasError) else f"{type(e).__name__}: {e}"
 
 
 def _check_count(call: str, n: object) -> None:

@@ -54,12 +54,11 @@ class Evolver:
         while not self._stop.wait(self.config.evolving_interval):
             try:
                 self.step()
-            except (apgas.ApgasError, ValueError) as e:  # the scheduler went away, a place left
-                log.warning("evolving GLB: %s; watching goes on", e)  # meanwhile, ...
-                self.means.clear()
-                self.quiet_until = time.monotonic() + self.config.evolving_backoff
-            except Exception as e:  # a bug: say so, but keep watching
-                log.exception("evolving GLB: a step failed (%s); watching goes on", e)
+            except Exception as e:
+                if isinstance(e, (apgas.ApgasError, ValueError)):  # the scheduler went away,
+                    log.warning("evolving GLB: %s; watching goes on", e)  # a place left, ...
+                else:  # a bug: say so with its traceback, but keep watching
+                    log.exception("evolving GLB: a step failed (%s); watching goes on", e)
                 self.means.clear()
                 self.quiet_until = time.monotonic() + self.config.evolving_backoff
 
