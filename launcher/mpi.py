@@ -118,6 +118,24 @@ def serve_rank() -> NoReturn:
     boot = comm.bcast(None, root=0)
     boot.update(place=comm.Get_rank(), host=MPI.Get_processor_name())
     code = serve(boot, watch_stdin=False)
+    MPI.Finalize()
+    _exit_with_pmi_finalize(code)
+
+
+def _exit_with_pmi_finalize(code: int) -> NoReturn:
+    """End a rank through the C library's ``exit``, not ``os._exit``.
+
+    MPICH tells its process manager that a rank ended well (PMI ``finalize``)
+    from a C ``atexit`` handler, not from ``MPI_Finalize``. ``os._exit`` skips
+    that handler, so hydra's proxy sees the rank's PMI socket close without a
+    finalize, takes it for a crash and SIGKILLs every rank of the node that has
+    not sent its own finalize yet: the job then ends with exit code 9 whenever
+    another rank was a moment slower. C ``exit`` runs the handler but, like
+    ``os._exit``, does not wait for the runtime's Python threads.
+    """
+    import ctypes
+
     sys.stdout.flush()
-    MPI.Finalize()  # waits for rank 0, which finalizes when its script ends
-    os._exit(code)
+    sys.stderr.flush()
+    ctypes.CDLL(None).exit(code)
+    os._exit(code)  # not reached; keeps the NoReturn promise for the type checker

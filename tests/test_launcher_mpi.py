@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import mpi_exits
 from conftest import alive, wait_gone
 
 pytest.importorskip("mpi4py")
@@ -129,3 +130,21 @@ def test_a_second_run_under_mpiexec_is_refused_at_once():
     assert proc.returncode == 0, (out, err)
     assert "FIRST 2" in out, (out, err)
     assert "REFUSED under mpiexec the ranks serve the first apgas.run() only" in out, (out, err)
+
+
+# Hydra's proxy SIGKILLs the ranks still running as soon as one rank ends without
+# telling it (PMI finalize, sent by MPICH from a C atexit handler); a rank killed
+# before its own finalize made the job exit 9 after a correct run (issue 13).
+
+def test_every_rank_tells_the_process_manager_it_finalized():
+    outcome = mpi_exits.run_once(MPIEXEC, 3)
+    assert outcome.code == 0 and outcome.answered, outcome.stderr_tail
+    assert outcome.missing_finalize == [], outcome
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_one_hundred_runs_in_a_row_exit_0():
+    outcomes = mpi_exits.run_many(100, 3)
+    bad = [(i, o, o.stderr_tail) for i, o in enumerate(outcomes, 1) if not o.clean]
+    assert bad == []
