@@ -46,6 +46,8 @@ from pathlib import Path
 
 import pytest
 
+from orders import free_ports
+
 __all__ = ["SlurmCluster", "SlurmUnavailable", "slurm_cluster", "start_slurm"]
 
 PARTITION = "debug"
@@ -127,16 +129,6 @@ def _socket_holders(directory: Path) -> set[int]:
         except OSError:
             continue
     return holders
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports nobody listens on right now."""
-    servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
-    try:
-        return [s.getsockname()[1] for s in servers]
-    finally:
-        for s in servers:
-            s.close()
 
 
 def _find(name: str) -> str | None:
@@ -348,7 +340,7 @@ def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8,
     names = [f"node{i}" for i in range(1, nodes + 1)]
     for sub in ("state", "spool", *(f"spool/{n}" for n in names)):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
-    conf = _write_conf(workdir, names, cpus, _free_ports(nodes + 1))
+    conf = _write_conf(workdir, names, cpus, free_ports(nodes + 1))
     env = {**_clean_environ(), "SLURM_CONF": str(conf)}
     cluster = SlurmCluster(nodes=names, conf=str(conf), env=env, workdir=workdir)
     try:

@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from orders import free_port
 
 __all__ = ["SshServer", "SshUnavailable", "start_sshd", "sshd"]
 
@@ -165,12 +166,6 @@ def _quote(path: Path) -> str:
     return '"' + str(path).replace("%", "%%") + '"'
 
 
-def _free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        return server.getsockname()[1]
-
-
 def _sshd_config(workdir: Path, port: int) -> str:
     return f"""\
 ListenAddress 127.0.0.1
@@ -234,7 +229,7 @@ def start_sshd(workdir: Path, hosts: list[str] | None = None) -> SshServer:
 
     error = ""
     for _attempt in range(3):  # the free port may be taken before sshd binds it
-        port = _free_port()
+        port = free_port()
         server_config = workdir / "sshd_config"
         server_config.write_text(_sshd_config(workdir, port))
         config = workdir / "ssh_config"

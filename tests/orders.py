@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -18,14 +19,50 @@ def order(address, line: str | bytes, end: bytes = b"\n", timeout: float = 60) -
     return reply.decode().splitlines()
 
 
-def free_address() -> tuple[str, int]:
-    """A loopback address nobody listens on right now."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        return server.getsockname()
+_SCHEDULER_ORDER_PORTS = range(27100, 28100)  # scheduler.daemon.ORDER_PORT_BASE and the 1000 after
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (where port 0 and outgoing connections bind)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports nobody listens on now, from below the ephemeral range.
+
+    A test binds such a port later, in another process. A port found by binding
+    port 0 is an ephemeral one, which any outgoing connection of a place, a
+    ZeroMQ socket or another test may take in between ("Address already in
+    use" under load); below the ephemeral range only an explicit bind can.
+    """
+    low = _ephemeral_low()
+    pool = [p for p in range(max(1024, low - 12000), low) if p not in _SCHEDULER_ORDER_PORTS]
+    rng = random.SystemRandom()
+    found: list[int] = []
+    while len(found) < count:
+        port = rng.choice(pool)
+        if port in found:
+            continue
+        try:
+            with socket.create_server(("127.0.0.1", port)):
+                pass
+        except OSError:
+            continue  # someone listens there
+        found.append(port)
+    return found
 
 
 def free_port() -> int:
-    return free_address()[1]
+    return free_ports(1)[0]
+
+
+def free_address() -> tuple[str, int]:
+    """A loopback address nobody listens on now (see :func:`free_ports`)."""
+    return "127.0.0.1", free_port()
 
 
 def wait_malleable(address, stop: threading.Event | None = None, timeout: float = 60) -> bool:

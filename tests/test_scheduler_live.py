@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orders import free_port
 from scheduler.client import SchedulerError, request
 from scheduler.daemon import Scheduler
 from scheduler.jobs import JobSpec
@@ -203,9 +204,7 @@ def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
 
 
 def test_submit_to_no_scheduler_names_the_files_not_submitted(tmp_path):
-    import socket
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        port = s.getsockname()[1]  # closed again: nobody listens there
+    port = free_port()  # nobody listens there
     files = []
     for name in ("a", "b"):
         files.append(tmp_path / f"{name}.toml")
@@ -369,8 +368,7 @@ def test_a_malleable_job_under_srun_listens_on_its_first_node(slurm_cluster, tmp
     (given as 127.0.0.1: the fixture's NodeAddr) on base + its id, is grown
     onto node2 and node3 (places that are srun steps there), then shrunk for a
     rigid job of 2."""
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        port = s.getsockname()[1]  # free now: job 1 listens here
+    port = free_port()  # free now: job 1 listens here
     environ = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("APGAS_")}
     proc = subprocess.Popen(["salloc", "--nodes=3", "--quiet", "--time=5", "--kill-command=SIGKILL",
                              PY, "-c", SCHEDULER_IN_ALLOCATION, str(tmp_path), str(port - 1),
