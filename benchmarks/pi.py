@@ -24,6 +24,8 @@ from typing import Iterable
 import numba
 import numpy as np
 
+from glb.bags import RangeBag
+
 from ._app import App
 
 __all__ = ["APP", "PiBag", "PiResult", "chunk_count", "hits"]
@@ -105,62 +107,18 @@ class PiResult:
         return f"PiResult(hits={self.hits}, samples={self.samples})"
 
 
-class PiBag:
+class PiBag(RangeBag):
     """Ranges [lo, hi) of chunk indices still to draw, and the hits of those drawn."""
 
     def __init__(self, seed: int, chunk: int, samples: int,
                  ranges: Iterable[tuple[int, int]] = ()) -> None:
+        super().__init__(ranges=ranges)
         self.seed, self.chunk, self.samples = seed, chunk, samples
-        self.ranges = [(lo, hi) for lo, hi in ranges if lo < hi]
-        self.result = PiResult()
 
-    def process(self, n: int) -> int:
-        """Draw up to ``n`` chunks, from the last range (the kernel releases the GIL)."""
-        done = 0
-        while done < n and self.ranges:
-            lo, hi = self.ranges.pop()
-            take = min(n - done, hi - lo)
-            self.result.hits += hits(self.seed, lo, lo + take, self.chunk, self.samples)
-            self.result.samples += samples_in(lo, lo + take, self.chunk, self.samples)
-            done += take
-            if lo + take < hi:
-                self.ranges.append((lo + take, hi))
-        return done
-
-    def remaining(self) -> int:
-        """Chunks still to draw."""
-        return sum(hi - lo for lo, hi in self.ranges)
-
-    def is_empty(self) -> bool:
-        return not self.ranges
-
-    def is_splittable(self) -> bool:
-        return self.remaining() >= 2
-
-    def split(self, take_all: bool) -> "PiBag | None":
-        """Give away every range, or half of the biggest one (or one whole range of a single chunk)."""
-        if take_all:
-            loot, self.ranges = self._loot(self.ranges), []
-            return loot if loot.ranges else None
-        if not self.is_splittable():
-            return None
-        i = max(range(len(self.ranges)), key=lambda k: self.ranges[k][1] - self.ranges[k][0])
-        lo, hi = self.ranges[i]
-        if hi - lo < 2:
-            return self._loot([self.ranges.pop()])
-        mid = (lo + hi) // 2
-        self.ranges[i] = (lo, mid)
-        return self._loot([(mid, hi)])
-
-    def _loot(self, ranges: Iterable[tuple[int, int]]) -> "PiBag":
-        return PiBag(self.seed, self.chunk, self.samples, ranges)
-
-    def merge(self, other: "PiBag") -> None:
-        self.ranges.extend(other.ranges)  # loot carries work only, never hits
-
-    def submit(self, result: PiResult) -> None:
-        result.fold(self.result)
-        self.result = PiResult()
+    def work(self, lo: int, hi: int) -> PiResult:
+        """Draw chunks ``lo..hi-1`` (the kernel releases the GIL)."""
+        return PiResult(hits(self.seed, lo, hi, self.chunk, self.samples),
+                        samples_in(lo, hi, self.chunk, self.samples))
 
 
 # -- the application --------------------------------------------------------------------------------

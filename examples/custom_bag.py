@@ -1,17 +1,24 @@
-"""How to write a bag for GLB: sum the integers 0..N-1 over every place and worker.
+"""How to give GLB your own work: sum the integers 0..N-1 over every place and worker.
 
     python examples/custom_bag.py [N]
 
-A bag holds work (here: ranges of integers still to add) and the partial
-result of the work it has done. GLB calls ``process`` in chunks, ``split``
-when a thief is hungry, ``merge`` when loot arrives, and ``submit`` to
-collect the partial result. Bags travel between places, so they must pickle.
+Work that is "do f(i) for every index i of a range, then fold the outcomes"
+needs only a ``glb.bags.RangeBag`` subclass with one method, ``work(lo, hi)``,
+returning the result of indices lo..hi-1. RangeBag keeps the bag contract
+(``help(glb.Bag)``): it splits the biggest range in halves for thieves, gives
+all of it away when its place leaves, merges loot, and submits its partial
+result once. Anything else the bag holds (here: nothing; in
+``benchmarks/pi.py``: a seed and a chunk size) travels with every piece, so it
+must pickle. For work that is not a range (a tree, a graph), write the six
+bag methods yourself: ``tests/glb_bags.py`` has a tree bag, and
+``glb.testing.check_bag`` checks any bag against the contract.
 """
 
 import sys
 
 import apgas
 from glb import GLB, GLBConfig
+from glb.bags import RangeBag
 
 
 class Sum:
@@ -24,62 +31,22 @@ class Sum:
         self.total += other.total
         self.count += other.count
 
+    def __eq__(self, other: object) -> bool:  # lets glb.testing.check_bag compare results
+        return isinstance(other, Sum) and (self.total, self.count) == (other.total, other.count)
 
-class RangeBag:
-    def __init__(self, ranges=()) -> None:
-        self.ranges = [list(r) for r in ranges]   # [lo, hi) still to add
-        self.partial = Sum()                       # what this bag has done so far
+    def __repr__(self) -> str:
+        return f"Sum(total={self.total}, count={self.count})"
 
-    def process(self, n: int) -> int:
-        """Add up to n integers; return how many."""
-        done = 0
-        while done < n and self.ranges:
-            lo, hi = self.ranges[-1]
-            take = min(n - done, hi - lo)
-            self.partial.total += take * (2 * lo + take - 1) // 2   # lo + ... + lo+take-1
-            self.partial.count += take
-            done += take
-            if lo + take == hi:
-                self.ranges.pop()
-            else:
-                self.ranges[-1][0] = lo + take
-        return done
 
-    def remaining(self) -> int:
-        return sum(hi - lo for lo, hi in self.ranges)
-
-    def is_empty(self) -> bool:
-        return not self.ranges
-
-    def is_splittable(self) -> bool:
-        return self.remaining() >= 2
-
-    def split(self, take_all: bool) -> "RangeBag | None":
-        """Give away all the work, or half of the biggest range."""
-        if take_all:
-            loot, self.ranges = RangeBag(self.ranges), []
-            return loot
-        if not self.is_splittable():
-            return None
-        biggest = max(self.ranges, key=lambda r: r[1] - r[0])
-        lo, hi = biggest
-        if hi - lo < 2:                       # only single integers left: give one range
-            return RangeBag([self.ranges.pop()])
-        mid = (lo + hi) // 2
-        biggest[1] = mid
-        return RangeBag([(mid, hi)])
-
-    def merge(self, other: "RangeBag") -> None:
-        self.ranges.extend(other.ranges)       # loot carries work only, never results
-
-    def submit(self, result: Sum) -> None:
-        result.fold(self.partial)
-        self.partial = Sum()
+class IntegerSum(RangeBag):
+    def work(self, lo: int, hi: int) -> Sum:
+        """The integers lo..hi-1: their sum and how many."""
+        return Sum((lo + hi - 1) * (hi - lo) // 2, hi - lo)
 
 
 def main(n: int) -> None:
     glb = GLB(GLBConfig(n=1000, workers=2))
-    total = glb.compute_dynamic(RangeBag([(0, n)]), Sum())
+    total = glb.compute_dynamic(IntegerSum(0, n), Sum())
     assert (total.total, total.count) == (n * (n - 1) // 2, n)
     print(f"sum of 0..{n - 1} = {total.total} over {len(apgas.places())} places")
     print(glb.stats())

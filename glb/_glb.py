@@ -32,23 +32,59 @@ class Result(Protocol):
 
 @runtime_checkable
 class Bag(Protocol):
-    """A bag of work; it travels between places, so it must pickle."""
+    """A bag of work and the partial result of the work it has done.
+
+    The bag contract. GLB keeps its side of every rule below, so a bag that
+    keeps its own side gets an exact result, whatever moves and resizes happen:
+
+    - ``process(n)`` does at most ``n`` units of work, keeps their outcome in
+      the bag's partial result, and returns how many units it did (``None``
+      counts as ``n``).
+    - ``split(take_all)`` moves work out of the bag into a new bag, the
+      *piece*, and returns it, or returns ``None`` when it has nothing to give.
+      GLB calls ``split(False)`` only when ``is_splittable()`` is true; the
+      piece holds part of the work. GLB calls ``split(True)`` only on a bag
+      that is not empty, when its place leaves; the piece must hold all of
+      the work, leaving the bag empty. Work is moved, never copied. A piece
+      may carry part of the partial result only if that part was moved out
+      of the bag too; usually a piece carries none.
+    - ``merge(other)`` moves all of ``other``'s work and partial result into
+      this bag. GLB never uses ``other`` again. GLB merges only pieces that
+      nothing has processed since ``split`` returned them, so when pieces carry
+      no partial result, ``merge`` need only take their work.
+    - ``submit(result)`` folds this bag's partial result into ``result``. GLB
+      calls it exactly once for every bag it did not merge into another, when
+      the worker holding the bag ends, and never uses the bag again, so
+      ``submit`` may reset the bag but need not.
+    - ``is_empty()`` is true when no work is left. ``is_splittable()`` is
+      true when ``split(False)`` may give a piece (a hint: ``None`` is still
+      allowed).
+    - Bags, pieces and results travel between places: they must pickle (with
+      cloudpickle) and behave the same after a pickle round trip.
+      ``result.fold(other)`` must give the same result in any order.
+    - GLB owns the bag given to ``compute_dynamic`` and the bags that
+      ``compute_static``'s ``make_bag`` returns. A worker holds one bag for its
+      life: loot that reaches it is merged into that bag, and work leaves it
+      only as pieces from ``split``.
+
+    ``glb.testing.check_bag`` checks a bag against these rules.
+    """
 
     def process(self, n: int) -> int | None:
-        """Do up to ``n`` units; return how many were done."""
+        """Do at most ``n`` units of work; return how many were done."""
 
     def split(self, take_all: bool) -> "Bag | None":
-        """Take part of the work (all of it if ``take_all``) as a new bag, or None."""
+        """Move part of the work (all of it if ``take_all``) into a new bag and return it, or None."""
 
     def merge(self, other: "Bag") -> None:
-        """Add the work of ``other``."""
+        """Move all of ``other``'s work and partial result into this bag."""
 
     def is_empty(self) -> bool: ...
 
     def is_splittable(self) -> bool: ...
 
     def submit(self, result: Any) -> None:
-        """Fold this bag's partial result into ``result`` and forget it."""
+        """Fold this bag's partial result into ``result`` (called once per bag)."""
 
 
 class GLB:

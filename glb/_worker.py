@@ -61,6 +61,7 @@ class PlaceState:
         self.leaving = False
         self.targets: list[int] = []
         self.forwarded = 0
+        self.warned = False      # a bag broke the split(True) rule: said once
         self.members = list(members)
         self.rng = random.Random(config.seed * 7919 + self.me)
         self.stats = PlaceStats(place=self.me)
@@ -123,8 +124,11 @@ class PlaceState:
             self.stats.moved_bags += 1
         apgas.async_at(target, _deliver, self.gid, bag)
 
-    def end_worker(self, result: Any, units: int, busy: float) -> None:
-        """A worker ends (caller holds the lock): keep its result and counts."""
+    def end_worker(self, bag: Any, result: Any, units: int, busy: float) -> None:
+        """A worker ends (caller holds the lock): submit its bag, the only time it is
+        submitted, and keep its result and counts."""
+        if bag is not None:
+            bag.submit(result)
         self.result.fold(result)
         self.stats.units += units
         self.stats.busy_s += busy
@@ -151,31 +155,31 @@ class PlaceState:
 
 
 def _worker(gid: int, bag: Any) -> None:
-    """A worker task: process its bag, share, refill locally, steal, then end."""
+    """A worker task: process its bag, share, refill, steal, then end.
+
+    A worker holds one bag for its whole life: loot is merged into it, work
+    leaves it only as pieces from ``split``, and it is submitted exactly once,
+    when the worker ends (the bag contract in ``glb.Bag``)."""
     st = state(gid)
     result = copy.deepcopy(st.prototype)
     n = st.config.n
     units, busy = 0, 0.0
     while True:
         if bag is not None and not bag.is_empty():
-            if st.leaving:
-                bag.submit(result)
-                st.forward(bag)
-                bag = None
+            if st.leaving and _send_away(st, bag):
                 continue
             start = time.perf_counter()
             done = bag.process(n)
             busy += time.perf_counter() - start
             units += n if done is None else done
-            st.share(bag)
+            if not st.leaving:
+                st.share(bag)
             continue
-        if bag is not None:
-            bag.submit(result)
         with st.lock:
             loot = st.shared.popleft() if st.shared else None
             if loot is None:
                 if st.active > 1 or st.stealing:  # another worker carries on
-                    st.end_worker(result, units, busy)
+                    st.end_worker(bag, result, units, busy)
                     return
                 st.stealing = True  # the last worker goes stealing
         if loot is None:
@@ -185,7 +189,7 @@ def _worker(gid: int, bag: Any) -> None:
                 if loot is None and st.shared:
                     loot = st.shared.popleft()
                 if loot is None:
-                    st.end_worker(result, units, busy)
+                    st.end_worker(bag, result, units, busy)
                     leaving = st.leaving
             if loot is None:
                 if not leaving:
@@ -193,15 +197,27 @@ def _worker(gid: int, bag: Any) -> None:
                 return
         if st.leaving:
             st.forward(loot)
+        elif bag is None:
+            bag = loot
         else:
-            bag = _merge(bag, loot)
+            bag.merge(loot)
 
 
-def _merge(bag: Any, loot: Any) -> Any:
-    if bag is None:
-        return loot
-    bag.merge(loot)
-    return bag
+def _send_away(st: PlaceState, bag: Any) -> bool:
+    """A leaving place forwards all of ``bag``'s work as ``split(True)``; True if the bag is
+    empty now. A bag that breaks the contract (no piece, or work left behind) is processed
+    here instead, so nothing is lost: the place just leaves later."""
+    piece = bag.split(True)
+    if piece is not None:
+        st.forward(piece)
+    if bag.is_empty():
+        return True
+    if not st.warned:
+        st.warned = True
+        log.warning("%s.split(True) %s; the leaving place %d processes the rest itself "
+                    "(see the bag contract in glb.Bag)", type(bag).__name__,
+                    "returned None" if piece is None else "left work in the bag", st.me)
+    return False
 
 
 # -- called by other places -------------------------------------------------------------

@@ -134,3 +134,107 @@ class ChainBag:
     def submit(self, result: Count) -> None:
         result.value += self.count
         self.count = 0
+
+
+# -- bags written the way X10 and Java GLB users write theirs ----------------------------------
+
+def weight(i: int, spin: int = 0) -> int:
+    """The value summed for index ``i``; ``spin`` extra rounds make it cost more, not differ."""
+    x = mix(i)
+    y = x
+    for _ in range(spin):
+        y = mix(y)
+    return x % 1000
+
+
+class Total:
+    """The result of the interval bags: a sum and how many indices it covers."""
+
+    def __init__(self, value: int = 0, count: int = 0) -> None:
+        self.value, self.count = value, count
+
+    def fold(self, other: "Total") -> None:
+        self.value += other.value
+        self.count += other.count
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Total) and (self.value, self.count) == (other.value, other.count)
+
+    def __repr__(self) -> str:
+        return f"Total({self.value}, {self.count})"
+
+
+def interval_total(lo: int, hi: int) -> Total:
+    """Sequential reference of the interval bags."""
+    return Total(sum(weight(i) for i in range(lo, hi)), hi - lo)
+
+
+class X10IntervalBag:
+    """Sums ``weight(i)`` over intervals, as a bag is written for X10's or Java's GLB:
+    ``submit`` adds the partial sum to the result and does not clear it (those
+    libraries submit a bag once, at the end), and ``merge`` takes only work,
+    since loot never carries a result there."""
+
+    def __init__(self, intervals=(), spin: int = 0) -> None:
+        self.intervals = [list(r) for r in intervals if r[0] < r[1]]
+        self.sum = 0
+        self.count = 0
+        self.spin = spin
+
+    def process(self, n: int) -> int:
+        done = 0
+        while done < n and self.intervals:
+            interval = self.intervals[-1]
+            self.sum += weight(interval[0], self.spin)
+            self.count += 1
+            interval[0] += 1
+            if interval[0] == interval[1]:
+                self.intervals.pop()
+            done += 1
+        return done
+
+    def is_empty(self) -> bool:
+        return not self.intervals
+
+    def is_splittable(self) -> bool:
+        return sum(hi - lo for lo, hi in self.intervals) >= 2
+
+    def split(self, take_all: bool) -> "X10IntervalBag | None":
+        if take_all:
+            loot, self.intervals = X10IntervalBag(self.intervals, self.spin), []
+            return loot
+        biggest = max(self.intervals, key=lambda r: r[1] - r[0], default=None)
+        if biggest is None or biggest[1] - biggest[0] < 2:
+            return None
+        mid = (biggest[0] + biggest[1]) // 2
+        loot = X10IntervalBag([(mid, biggest[1])], self.spin)
+        biggest[1] = mid
+        return loot
+
+    def merge(self, other: "X10IntervalBag") -> None:
+        self.intervals.extend(other.intervals)
+
+    def submit(self, result: Total) -> None:
+        result.value += self.sum
+        result.count += self.count
+
+
+class CarryingIntervalBag(X10IntervalBag):
+    """Like :class:`X10IntervalBag`, but a piece carries half of the partial sum, moved
+    out of the bag (the contract allows it), and ``merge`` takes it over."""
+
+    def split(self, take_all: bool) -> "CarryingIntervalBag | None":
+        loot = super().split(take_all)
+        if loot is None:
+            return None
+        piece = CarryingIntervalBag(loot.intervals, self.spin)
+        piece.sum, piece.count = self.sum // 2, self.count // 2
+        self.sum -= piece.sum
+        self.count -= piece.count
+        return piece
+
+    def merge(self, other: "X10IntervalBag") -> None:
+        super().merge(other)
+        self.sum += other.sum
+        self.count += other.count
+        other.sum = other.count = 0
