@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import logging
 import os
 import re
@@ -53,17 +54,16 @@ def mpiexec_path() -> str | None:
                                                          os.environ.get("PATH", "")]))
 
 
+@dataclasses.dataclass
 class RunOutcome:
     """One mpiexec run: exit code, whether the probe answered, which ranks finalized."""
 
-    def __init__(self, code: int, answered: bool, finalized: set[int], ranks: int,
-                 seconds: float, stderr_tail: str) -> None:
-        self.code = code
-        self.answered = answered
-        self.finalized = finalized
-        self.ranks = ranks
-        self.seconds = seconds
-        self.stderr_tail = stderr_tail
+    code: int
+    answered: bool
+    finalized: set[int]
+    ranks: int
+    seconds: float
+    stderr_tail: str = dataclasses.field(repr=False)
 
     @property
     def missing_finalize(self) -> list[int]:
@@ -73,10 +73,6 @@ class RunOutcome:
     @property
     def clean(self) -> bool:
         return self.code == 0 and self.answered and not self.missing_finalize
-
-    def __repr__(self) -> str:
-        return (f"RunOutcome(code={self.code}, answered={self.answered}, "
-                f"missing_finalize={self.missing_finalize}, seconds={self.seconds:.3f})")
 
 
 def run_once(mpiexec: str, ranks: int, timeout: float = RUN_TIMEOUT_S) -> RunOutcome:
