@@ -121,7 +121,8 @@ def test_foreign_job_is_grown_and_shrunk(make_scheduler, tmp_path):
     log = tmp_path / "foreign.jsonl"
     first = sched.submit(job("foreign", [PY, str(ROOT / "tests" / "foreign_job.py")], "malleable",
                              1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="6"))
-    time.sleep(1.5)  # it registers and gets the two idle nodes
+    wait_for(sched, "the foreign job registers and gets the two idle nodes",
+             lambda jobs: len(jobs[first]["nodes"]) == 3)
     second = sched.submit(job("rigid", [PY, "-c", "import time; time.sleep(0.5)"], "rigid", 2))
     jobs = wait_ended(sched, [first, second], timeout=30)
     assert jobs[first]["state"] == "done" and jobs[second]["state"] == "done", jobs
