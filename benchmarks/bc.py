@@ -31,6 +31,8 @@ from typing import Any, Iterable
 import numba
 import numpy as np
 
+from glb.bags import RangeBag
+
 from ._app import App
 
 __all__ = ["APP", "BCBag", "BCResult", "Graph", "graph", "reference_scores", "sequential"]
@@ -234,76 +236,22 @@ class BCResult:
         return self.scores if self.scores is not None else np.zeros(self.vertices)
 
 
-class BCBag:
+class BCBag(RangeBag):
     """Source ranges ``[lo, hi)`` still to do, and the scores of those done."""
 
     def __init__(self, scale: int, seed: int, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        super().__init__(ranges=ranges)
         self.scale = scale
         self.seed = seed
-        self.ranges = [(lo, hi) for lo, hi in ranges if hi > lo]
-        self.scores: np.ndarray | None = None
-        self.done = 0
 
-    def remaining(self) -> int:
-        return sum(hi - lo for lo, hi in self.ranges)
-
-    def process(self, n: int) -> int:
-        """Do up to ``n`` sources, from the end of the last range."""
-        if not self.ranges:
-            return 0
+    def work(self, lo: int, hi: int) -> BCResult:
+        """The scores of sources ``lo..hi-1``."""
         g = graph(self.scale, self.seed)
-        if self.scores is None:
-            self.scores = np.zeros(g.vertices)
-        done = 0
-        while done < n and self.ranges:
-            lo, hi = self.ranges.pop()
-            take = min(n - done, hi - lo)
-            accumulate(g, lo, lo + take, self.scores)
-            done += take
-            if lo + take < hi:
-                self.ranges.append((lo + take, hi))
-        self.done += done
-        return done
-
-    def is_empty(self) -> bool:
-        return not self.ranges
-
-    def is_splittable(self) -> bool:
-        return self.remaining() >= 2
-
-    def split(self, take_all: bool) -> "BCBag | None":
-        """All the sources, or the upper half of the biggest range (half the
-        ranges if all are single sources); never any scores. None if empty."""
-        if self.is_empty():
-            return None
-        if take_all:
-            loot, self.ranges = self.ranges, []
-            return BCBag(self.scale, self.seed, loot)
-        if not self.is_splittable():
-            return None
-        i = max(range(len(self.ranges)), key=lambda k: self.ranges[k][1] - self.ranges[k][0])
-        lo, hi = self.ranges[i]
-        if hi - lo < 2:
-            half = len(self.ranges) // 2
-            loot, self.ranges = self.ranges[:half], self.ranges[half:]
-            return BCBag(self.scale, self.seed, loot)
-        mid = (lo + hi) // 2
-        self.ranges[i] = (lo, mid)
-        return BCBag(self.scale, self.seed, [(mid, hi)])
-
-    def merge(self, other: "BCBag") -> None:
-        """Take over ``other``'s sources and any scores it holds; ``other`` is left empty."""
-        if (other.scale, other.seed) != (self.scale, self.seed):
-            raise ValueError(f"cannot merge a bag of graph {(other.scale, other.seed)} "
-                             f"into one of graph {(self.scale, self.seed)}")
-        self.ranges.extend(other.ranges)
-        self.scores = _added(self.scores, other.scores)
-        self.done += other.done
-        other.ranges, other.scores, other.done = [], None, 0
-
-    def submit(self, result: BCResult) -> None:
-        result.add(self.scores, self.done)
-        self.scores, self.done = None, 0
+        result = BCResult(g.vertices)
+        scores = np.zeros(g.vertices)
+        accumulate(g, lo, hi, scores)
+        result.add(scores, hi - lo)
+        return result
 
 
 # -- the application ---------------------------------------------------------------------

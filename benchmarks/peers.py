@@ -1,17 +1,25 @@
 """The same UTS and Pi work through GLB, Dask distributed and multiprocessing.Pool.
 
-    python -m benchmarks.peers [--quick] [--json FILE]
+    python -m benchmarks.peers [--trees T1,T3] [--apps uts,pi] [--quick] [--json FILE]
 
 Dask and the pool get the static splits a user would write: the app's own
 ``make_static_bag`` cut into one piece per core, and into 8 pieces per core
 (so that the pieces even out), each piece run to its end by the same numba
-kernel. GLB
-balances dynamically. All three run here, one after the other, on 2 cores;
-the table gives times and the ratios to GLB.
+kernel. GLB balances dynamically. All three run here, one after the other, on
+2 cores, beside the kernel alone on one core; the table gives times and the
+ratios to the best GLB run, and a summary line per case the best static split
+over the best GLB run.
+
+UTS runs the named sample trees of the UTS distribution (``--trees``, default
+T1 and T3). A static split of a UTS tree hands out the nodes of a level near
+the root (for a binomial tree, the root's 2000 children); in the geometric T1
+the subtrees even out, while in the binomial T3 one child of the root holds
+58% of the tree (99% in T3L), so a static split cannot beat that one piece.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import multiprocessing
@@ -22,25 +30,40 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import machine_info, parse_args, setup_logging, write_json
+from ._common import machine_info, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.peers")
 
 CORES = 2
 SPLITS = (CORES, 8 * CORES)
+DEFAULT_TREES = ("T1", "T3")
+APPS = ("uts", "pi")
+PI_SAMPLES = (4_000_000_000, 40_000_000)   # full, --quick
 
 
 def run_share(app_name: str, params: dict, index: int, count: int) -> Any:
     """One static piece, run to its end with the app's kernel."""
     from benchmarks.__main__ import load_app
     app = load_app(app_name)
-    app.warm_up()
+    if app_name not in _WARM:     # once per process: warm_up also counts a small tree
+        warm(app_name)
     bag = app.make_static_bag(params, index, count)
     result = app.make_result(params)
     while not bag.is_empty():
         bag.process(1 << 20)
     bag.submit(result)
     return result
+
+
+_WARM: set[str] = set()
+
+
+def warm(app_name: str) -> float:
+    """Compile or load the app's kernels in this process."""
+    from benchmarks.__main__ import load_app
+    seconds = load_app(app_name).warm_up()
+    _WARM.add(app_name)
+    return seconds
 
 
 def fold_all(app_name: str, params: dict, parts: list) -> Any:
@@ -51,9 +74,24 @@ def fold_all(app_name: str, params: dict, parts: list) -> Any:
     return total
 
 
+_BARRIER: Any = None
+
+
+def _init_pool_worker(app_name: str, barrier: Any) -> None:
+    global _BARRIER
+    warm(app_name)
+    _BARRIER = barrier
+
+
+def _all_ready(_: int) -> None:
+    """Returns once every worker of the pool runs it: each has loaded the kernels."""
+    _BARRIER.wait()
+
+
 def with_pool(app_name: str, params: dict, pieces: int) -> tuple[float, Any]:
-    with multiprocessing.get_context("spawn").Pool(CORES) as pool:
-        pool.starmap(run_share, [(app_name, params, 0, 1 << 30)] * CORES)  # load kernels
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(CORES, initializer=_init_pool_worker, initargs=(app_name, ctx.Barrier(CORES))) as pool:
+        pool.map(_all_ready, range(CORES), chunksize=1)
         start = time.perf_counter()
         parts = pool.starmap(run_share, [(app_name, params, i, pieces) for i in range(pieces)],
                              chunksize=1)
@@ -65,8 +103,8 @@ def with_dask(app_name: str, params: dict, pieces: int) -> tuple[float, Any]:
     from distributed import Client, LocalCluster
     with LocalCluster(n_workers=CORES, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        client.gather([client.submit(run_share, app_name, params, 0, 1 << 30, pure=False,
-                                     workers=[w]) for w in client.scheduler_info()["workers"]])
+        client.gather([client.submit(warm, app_name, pure=False, workers=[w])
+                       for w in client.scheduler_info()["workers"]])
         start = time.perf_counter()
         futures = [client.submit(run_share, app_name, params, i, pieces, pure=False) for i in range(pieces)]
         parts = client.gather(futures)
@@ -74,63 +112,139 @@ def with_dask(app_name: str, params: dict, pieces: int) -> tuple[float, Any]:
     return seconds, fold_all(app_name, params, parts)
 
 
-def with_glb(app_name: str, args: list[str], places: int, workers: int) -> dict:
+def have_dask() -> bool:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def with_cli(app_name: str, args: list[str]) -> dict:
+    """One run of ``python -m benchmarks``; returns its JSON record."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "benchmarks", app_name, *args, "--places", str(places),
-               "--workers", str(workers), "--json", str(out)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        cmd = [sys.executable, "-m", "benchmarks", app_name, *args, "--json", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         return json.loads(out.read_text())
 
 
-CASES = {
-    "uts": (["--depth", "13"], ["--depth", "11"]),
-    "pi": (["--samples", "4000000000"], ["--samples", "40000000"]),
-}
+def cases(trees: list[str], apps: list[str], quick: bool) -> list[tuple[str, str, list[str]]]:
+    """(label, app, CLI arguments) of each case to measure."""
+    out = []
+    if "uts" in apps:
+        out.extend((f"uts {name}", "uts", ["--tree", name]) for name in trees)
+    if "pi" in apps:
+        out.append(("pi", "pi", ["--samples", str(PI_SAMPLES[1] if quick else PI_SAMPLES[0])]))
+    return out
 
 
-def measure(app_name: str, args: list[str]) -> list[dict]:
+def measure(label: str, app_name: str, args: list[str], dask: bool = True) -> list[dict]:
     from benchmarks.__main__ import build_parser, load_app
     app = load_app(app_name)
     ns = build_parser({app_name: app}).parse_args([app_name, *args])
     params = app.params(ns)
     rows = []
+
+    def row(system: str, kind: str, seconds: float, value: Any, correct: bool | None) -> None:
+        rows.append({"case": label, "app": app_name, "params": params, "system": system, "kind": kind,
+                     "seconds": seconds, "result": value, "correct": correct})
+
+    log.info("%s: the kernel alone on one core", label)
+    rec = with_cli(app_name, [*args, "--sequential"])
+    row("kernel alone (1 core)", "sequential", rec["seconds"], rec["result"], rec["correct"])
     for places, workers in ((2, 1), (1, 2)):
-        log.info("%s: GLB %d place(s) x %d worker(s)", app_name, places, workers)
-        rec = with_glb(app_name, args, places, workers)
-        rows.append({"app": app_name, "system": f"GLB {places}x{workers}", "seconds": rec["seconds"],
-                     "result": rec["result"], "correct": rec["correct"]})
-    for name, fn in (("multiprocessing.Pool", with_pool), ("Dask", with_dask)):
+        log.info("%s: GLB %d place(s) x %d worker(s)", label, places, workers)
+        rec = with_cli(app_name, [*args, "--places", str(places), "--workers", str(workers)])
+        row(f"GLB {places}x{workers}", "glb", rec["seconds"], rec["result"], rec["correct"])
+    peers = [("multiprocessing.Pool", with_pool)] + ([("Dask", with_dask)] if dask else [])
+    for name, fn in peers:
         for pieces in SPLITS:
-            log.info("%s: %s, %d pieces", app_name, name, pieces)
+            log.info("%s: %s, %d pieces", label, name, pieces)
             seconds, result = fn(app_name, params, pieces)
             value = app.value(result)
-            rows.append({"app": app_name, "system": f"{name} ({pieces} static pieces)", "seconds": seconds,
-                         "result": value, "correct": app.check(params, value)})
-    best_glb = min(r["seconds"] for r in rows if r["system"].startswith("GLB"))
+            row(f"{name} ({pieces} static pieces)", "static", seconds, value, app.check(params, value))
+    best_glb = min(r["seconds"] for r in rows if r["kind"] == "glb")
     for r in rows:
         r["vs_best_glb"] = r["seconds"] / best_glb
     return rows
 
 
-def render(rows: list[dict]) -> str:
-    lines = [f"{'app':<6} {'system':<40} {'seconds':>9} {'x best GLB':>11}  correct"]
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per case: the best GLB run, the best static split, and their ratio (> 1: GLB is faster)."""
+    out = []
+    for label in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == label]
+        glb = min((r for r in mine if r["kind"] == "glb"), key=lambda r: r["seconds"])
+        static = min((r for r in mine if r["kind"] == "static"), key=lambda r: r["seconds"], default=None)
+        seq = next((r for r in mine if r["kind"] == "sequential"), None)
+        out.append({
+            "case": label, "best_glb": glb["system"], "best_glb_seconds": glb["seconds"],
+            "best_static": static and static["system"], "best_static_seconds": static and static["seconds"],
+            "best_static_over_best_glb": static and static["seconds"] / glb["seconds"],
+            "glb_speedup_over_kernel": seq and seq["seconds"] / glb["seconds"],
+            "all_correct": all(r["correct"] is not False for r in mine),
+        })
+    return out
+
+
+def render(rows: list[dict], summary: list[dict]) -> str:
+    lines = [f"{'case':<9} {'system':<40} {'seconds':>9} {'x best GLB':>11}  correct"]
     for r in rows:
-        lines.append(f"{r['app']:<6} {r['system']:<40} {r['seconds']:>9.3f} {r['vs_best_glb']:>11.2f}  {r['correct']}")
+        lines.append(f"{r['case']:<9} {r['system']:<40} {r['seconds']:>9.3f} {r['vs_best_glb']:>11.2f}  "
+                     f"{r['correct']}")
+    lines.append("")
+    for s in summary:
+        static = ("no static run" if s["best_static"] is None else
+                  f"best static split ({s['best_static']}) {s['best_static_seconds']:.3f} s = "
+                  f"{s['best_static_over_best_glb']:.2f}x the best GLB ({s['best_glb']}) "
+                  f"{s['best_glb_seconds']:.3f} s")
+        speedup = "" if s["glb_speedup_over_kernel"] is None else \
+            f"; GLB speed-up over the kernel alone {s['glb_speedup_over_kernel']:.2f}"
+        lines.append(f"{s['case']}: {static}{speedup}")
     return "\n".join(lines)
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__.split("\n")[0])
+    parser.add_argument("--trees", default=",".join(DEFAULT_TREES),
+                        help="comma-separated named UTS trees (T1..T5, T1L, T2L, T3L; default %(default)s)")
+    parser.add_argument("--apps", default=",".join(APPS), help="comma-separated: uts,pi (default %(default)s)")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/peers.json"),
+                        help="where to write the results (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="fewer Pi samples: a smoke test")
+    args = parser.parse_args(argv)
+    from benchmarks.uts import TREES
+    args.trees = [t for t in args.trees.split(",") if t]
+    args.apps = [a for a in args.apps.split(",") if a]
+    for name in args.trees:
+        if name not in TREES:
+            parser.error(f"--trees: unknown UTS tree {name!r}; choose from {', '.join(TREES)}")
+    for app in args.apps:
+        if app not in APPS:
+            parser.error(f"--apps: unknown app {app!r}; choose from {', '.join(APPS)}")
+    if not args.apps or ("uts" in args.apps and not args.trees):
+        parser.error("nothing to measure: give --apps and, for uts, --trees")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.peers", __doc__ or "",
-                      Path("bench-results/peers.json"), "small sizes: a smoke test")
+    args = parse_args(argv)
     setup_logging(log.name)
+    dask = have_dask()
+    if not dask:
+        log.warning("distributed is not installed: no Dask rows (pip install -e '.[bench]')")
     rows: list[dict] = []
-    for app_name, (full, quick) in CASES.items():
-        rows.extend(measure(app_name, quick if args.quick else full))
-    table = render(rows)
-    print(table)
-    write_json(args.json, {"machine": machine_info(), "rows": rows, "cores": CORES, "splits": SPLITS}, log)
-    return 0
+    for label, app_name, app_args in cases(args.trees, args.apps, args.quick):
+        rows.extend(measure(label, app_name, app_args, dask))
+    summary = summarize(rows)
+    print(render(rows, summary))
+    write_json(args.json, {"machine": machine_info(), "command": ["python", "-m", "benchmarks.peers",
+                                                                  *(argv if argv is not None else sys.argv[1:])],
+                           "rows": rows, "summary": summary, "cores": CORES, "splits": SPLITS}, log)
+    return 0 if all(s["all_correct"] for s in summary) else 1
 
 
 if __name__ == "__main__":

@@ -37,9 +37,10 @@ class Bag(Protocol):
     The bag contract. GLB keeps its side of every rule below, so a bag that
     keeps its own side gets an exact result, whatever moves and resizes happen:
 
-    - ``process(n)`` does at most ``n`` units of work, keeps their outcome in
-      the bag's partial result, and returns how many units it did (``None``
-      counts as ``n``).
+    - ``process(n)`` does about ``n`` units of work (``n`` bounds the time
+      between two checks for hungry thieves), keeps their outcome in the
+      bag's partial result, and returns how many units it did (``None``
+      counts as ``n``); the count feeds the statistics only.
     - ``split(take_all)`` moves work out of the bag into a new bag, the
       *piece*, and returns it, or returns ``None`` when it has nothing to give.
       GLB calls ``split(False)`` only when ``is_splittable()`` is true; the

@@ -238,3 +238,59 @@ class CarryingIntervalBag(X10IntervalBag):
         self.sum += other.sum
         self.count += other.count
         other.sum = other.count = 0
+
+
+class GatedBag:
+    """Wraps a bag and holds back the end of the computation until the file ``gate``
+    exists, so a test's orders all land while GLB computes, however loaded the machine.
+
+    The gate is not a unit of work (``process`` counts 0 for it) and never leaves the
+    bag it started in but through ``split(True)``, which only a leaving place calls:
+    start the computation with it at place 0, which never leaves. ``inner`` is None
+    in a piece that holds only the gate."""
+
+    def __init__(self, inner, gate: str | None = None) -> None:
+        self.inner = inner
+        self.gate = gate
+
+    def _work_left(self) -> bool:
+        return self.inner is not None and not self.inner.is_empty()
+
+    def process(self, n: int) -> int:
+        if self._work_left():
+            done = self.inner.process(n)
+            return n if done is None else done
+        if self.gate is not None:
+            if os.path.exists(self.gate):
+                self.gate = None
+            else:
+                time.sleep(0.002)
+        return 0
+
+    def is_empty(self) -> bool:
+        return self.gate is None and not self._work_left()
+
+    def is_splittable(self) -> bool:
+        return self._work_left() and self.inner.is_splittable()
+
+    def split(self, take_all: bool) -> "GatedBag | None":
+        if take_all:
+            piece = GatedBag(self.inner.split(True) if self._work_left() else None, self.gate)
+            self.gate = None
+            return piece
+        inner = self.inner.split(False) if self._work_left() else None
+        return None if inner is None else GatedBag(inner)
+
+    def merge(self, other: "GatedBag") -> None:
+        if other.inner is not None:
+            if self.inner is None:
+                self.inner = other.inner
+            else:
+                self.inner.merge(other.inner)
+        if other.gate is not None:
+            self.gate = other.gate
+        other.inner, other.gate = None, None
+
+    def submit(self, result) -> None:
+        if self.inner is not None:
+            self.inner.submit(result)

@@ -87,3 +87,35 @@ def send_orders(address, lines, replies: list[list[str]], stop: threading.Event 
     client = threading.Thread(target=scheduler, daemon=True)
     client.start()
     return client
+
+
+def random_orders(address, rng: random.Random, name: str, gate: str | None = None,
+                  timeout: float = 60) -> tuple[threading.Thread, list[list[str]]]:
+    """Start a scheduler thread: once the job takes orders, it sends 3 to 6 random orders
+    (a shrink keeps at least place 0; a grow adds 1 or 2 places named ``<name>x<k>``),
+    with random pauses, then creates the file ``gate`` (see ``glb_bags.GatedBag``), also
+    when an order failed. Returns the thread and the list the replies go to."""
+    replies: list[list[str]] = []
+
+    def scheduler() -> None:
+        try:
+            if not wait_malleable(address, timeout=timeout):
+                return
+            grown = 0
+            for _ in range(rng.randint(3, 6)):
+                live = int(order(address, "status", timeout=timeout)[0].split()[2])
+                if live > 1 and rng.random() < 0.5:
+                    line = f"shrink {rng.randint(1, live - 1)}"
+                else:
+                    k = rng.randint(1, 2)
+                    line = f"grow {k} " + " ".join(f"{name}x{grown + i}" for i in range(k))
+                    grown += k
+                replies.append(order(address, line, timeout=timeout))
+                time.sleep(rng.random() * 0.05)
+        finally:
+            if gate is not None:
+                open(gate, "a").close()
+
+    thread = threading.Thread(target=scheduler, daemon=True)
+    thread.start()
+    return thread, replies

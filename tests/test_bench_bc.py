@@ -10,11 +10,11 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 
 import apgas
 from benchmarks import bc
 from glb import GLB, GLBConfig
+from glb.testing import check_bag
 from orders import send_orders
 
 pytestmark = pytest.mark.timeout(120)
@@ -134,47 +134,27 @@ def covered(bags: list[bc.BCBag]) -> list[int]:
     return sorted(s for b in bags for lo, hi in b.ranges for s in range(lo, hi))
 
 
-@settings(max_examples=150, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["process", "split", "split_all", "merge", "submit",
-                                               "pickle"]), st.integers(0, 40)), max_size=40))
-def test_split_and_merge_lose_and_repeat_nothing(ops):
-    scale, seed = 5, 3
-    n = 1 << scale
-    bags = [bc.make_bag({"scale": scale, "seed": seed})]
-    result = bc.make_result({"scale": scale, "seed": seed})
-    for op, k in ops:
-        bag = bags[k % len(bags)]
-        if op == "process":
-            bag.process(k + 1)
-        elif op in ("split", "split_all"):
-            loot = bag.split(op == "split_all")
-            if loot is not None:
-                assert loot.scores is None and loot.done == 0 and not loot.is_empty()
-                bags.append(loot)
-        elif op == "merge" and bags[(k + 1) % len(bags)] is not bag:
-            other = bags.pop((k + 1) % len(bags))
-            bag.merge(other)
-            assert other.is_empty() and other.scores is None and other.done == 0
-        elif op == "submit":
-            bag.submit(result)
-        elif op == "pickle":
-            bags[k % len(bags)] = pickle.loads(pickle.dumps(bag))
-        left = covered(bags)
-        assert len(left) == len(set(left)), "a source is in two bags"
-        assert len(left) + sum(b.done for b in bags) + result.sources == n
-    for bag in bags:
-        while not bag.is_empty():
-            bag.process(11)
-        bag.submit(result)
-    assert result.sources == n
-    assert_scores(result.array(), sequential(scale, seed))
+def test_the_bag_keeps_the_contract():
+    params = {"scale": 5, "seed": 3}
+    check_bag(lambda: bc.make_bag(params), lambda: bc.make_result(params),
+              same=lambda a, b: a.sources == b.sources and np.allclose(a.array(), b.array()),
+              expected=bc.sequential(params), max_examples=80)
+
+
+def test_split_moves_sources_and_never_scores():
+    bag = bc.make_bag({"scale": 5, "seed": 3})
+    bag.process(3)
+    before = covered([bag])
+    loot = bag.split(False)
+    assert loot.partial is None and sorted(covered([bag, loot])) == before
+    assert len(set(covered([bag, loot]))) == len(before)
 
 
 def test_loot_is_small():
     bag = bc.make_bag({"scale": 12, "seed": 1})
     bag.process(1)
     loot = bag.split(False)
-    assert bag.scores is not None and len(pickle.dumps(loot)) < 300
+    assert bag.partial is not None and len(pickle.dumps(loot)) < 300
 
 
 # -- on GLB ----------------------------------------------------------------------------------
