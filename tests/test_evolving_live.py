@@ -175,6 +175,7 @@ def test_check_status_expands_when_idle_and_shrinks_for_a_queued_job(live, tmp_p
             time.sleep(1.0)                           # the inhibition period ends
             shrunk = apgas.check_status(1, 4)         # a queued job could start: shrink
             save(shrunk=shrunk, after=everywhere())
+            wait_file("rigid-started")                # ends only once the test saw it
         apgas.run(main)
     ''')
     job_id = sched.submit(evolving_job(path, tmp_path, APGAS_CHECK_INHIBIT="1"))
@@ -185,11 +186,15 @@ def test_check_status_expands_when_idle_and_shrinks_for_a_queued_job(live, tmp_p
     rigid = sched.submit(JobSpec("rigid", (PY, "-c", "pass"), "rigid", 2, 2, 30.0, (), str(ROOT)))
     assert states(sched)[rigid]["state"] == "queued"
     (tmp_path / "queued").write_text("")
+    # the rigid job starts while the evolving job still runs: on the nodes it released
+    wait_until(lambda: states(sched)[rigid]["state"] != "queued", what="the rigid job to start")
+    assert states(sched)[job_id]["state"] == "running"
+    (tmp_path / "rigid-started").write_text("")
     jobs = ended(sched, job_id, rigid)
     assert jobs[job_id]["state"] == "done" and jobs[rigid]["state"] == "done", jobs
     out = result(tmp_path)
     assert out["shrunk"] == 2 and len(out["after"]) == 2
-    assert jobs[rigid]["start"] < jobs[job_id]["end"]  # it started on the released nodes
+    assert jobs[rigid]["start"] < jobs[job_id]["end"]
     check_pool(sched, tmp_path)
 
 
