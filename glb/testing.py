@@ -21,7 +21,12 @@ import copy
 from typing import Any, Callable
 
 import cloudpickle
-from hypothesis import HealthCheck, given, settings, strategies as st
+
+try:
+    from hypothesis import HealthCheck, given, settings, strategies as st
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError("glb.testing needs hypothesis: pip install 'apgas[testing]' "
+                      "(or pip install hypothesis)") from e
 
 __all__ = ["BagContractError", "check_bag"]
 
