@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import threading
 import time
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
@@ -144,12 +145,17 @@ class GLB:
             if evolver is not None:
                 evolver.start()
             with apgas.finish():
-                for place, fn, args in starts(gid, members):
-                    apgas.async_at(place, fn, *args)
+                try:
+                    for place, fn, args in starts(gid, members):
+                        apgas.async_at(place, fn, *args)
+                finally:
+                    if handler is not None:
+                        handler.started.set()  # orders may change the places from now on
         finally:
             if evolver is not None:
                 evolver.stop()  # before the handler goes: a release may be under way
             if handler is not None:
+                handler.started.set()  # an order waiting for the start goes on (and ends)
                 apgas.disable_malleable_handler()  # waits for an order in progress
         self.seconds = time.monotonic() - start
         stats = GLBStats()
@@ -171,8 +177,13 @@ class _GLBHandler(apgas.MalleableHandler):
         self.glb = glb
         self.gid = gid
         self.prototype = prototype
+        # Set once every place's start task is spawned: an order that came earlier
+        # waits, else a place could leave before its start task (with its share of
+        # the work in compute_static) reached it.
+        self.started = threading.Event()
 
     def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
+        self.started.wait()
         places = apgas.places()
         leaving = list(chosen) if chosen is not None else places[-n:]
         gone = {p.id for p in leaving}
@@ -187,6 +198,7 @@ class _GLBHandler(apgas.MalleableHandler):
         return leaving
 
     def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
+        self.started.wait()
         members = [p.id for p in continued + added]
         for p in continued:  # first: a worker drops a thief that is not a member
             w.immediate_at(p.id, w.set_members, self.gid, members)

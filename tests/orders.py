@@ -119,3 +119,22 @@ def random_orders(address, rng: random.Random, name: str, gate: str | None = Non
     thread = threading.Thread(target=scheduler, daemon=True)
     thread.start()
     return thread, replies
+
+
+def orders_then_gate(address, lines, gate: str, timeout: float = 60
+                     ) -> tuple[threading.Thread, list[list[str]]]:
+    """:func:`send_orders`, then create the file ``gate`` (see ``glb_bags.GatedBag``),
+    also when an order failed. Returns the thread and the list the replies go to."""
+    replies: list[list[str]] = []
+
+    def scheduler() -> None:
+        try:
+            if wait_malleable(address, timeout=timeout):
+                for line in lines:
+                    replies.append(order(address, line, timeout=timeout))
+        finally:
+            open(gate, "a").close()
+
+    thread = threading.Thread(target=scheduler, daemon=True)
+    thread.start()
+    return thread, replies

@@ -15,7 +15,8 @@ import apgas
 from benchmarks import bc
 from glb import GLB, GLBConfig
 from glb.testing import check_bag
-from orders import send_orders
+from glb_bags import GatedBag
+from orders import orders_then_gate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -182,22 +183,21 @@ def test_glb_equals_networkx(mode):
 
 
 @pytest.mark.timeout(60)
-def test_malleable_glb_grows_and_shrinks_to_the_same_scores(malleable_address):
+def test_malleable_glb_grows_and_shrinks_to_the_same_scores(malleable_address, tmp_path):
     params = {"scale": 12, "seed": 2}
     bc.warm_up()  # the kernel in numba's disk cache, so new places only load it
     want = sequential(*params.values())
     address = malleable_address
-    replies: list[list[str]] = []
+    gate = str(tmp_path / "orders-done")  # the computation ends only after both orders
 
     def main():
-        # the quick order first: both land in time
-        client = send_orders(address, ("shrink 1", "grow 1 a"), replies)
+        client, replies = orders_then_gate(address, ("shrink 1", "grow 1 a"), gate)
         glb = GLB(GLBConfig(n=8, workers=2, malleable=True))
-        total = glb.compute_dynamic(bc.make_bag(params), bc.make_result(params))
+        total = glb.compute_dynamic(GatedBag(bc.make_bag(params), gate), bc.make_result(params))
         client.join(30)
-        return total, glb.stats(), len(apgas.places())
+        return total, glb.stats(), len(apgas.places()), replies
 
-    total, stats, places = apgas.run(main, places=2, threads=3)
+    total, stats, places, replies = apgas.run(main, places=2, threads=3)
     host = socket.gethostname()
     assert replies == [[host], ["ok grow 1 places 2"]], replies
     assert places == 2

@@ -14,7 +14,8 @@ import apgas
 from benchmarks import nqueens
 from benchmarks.nqueens import APP, REFERENCE, NQueensBag, NQueensResult, prefixes
 from glb import GLB, GLBConfig
-from orders import send_orders
+from glb_bags import GatedBag
+from orders import orders_then_gate
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -162,20 +163,18 @@ def test_glb_on_two_places_is_exact(mode):
         assert found[n] == (REFERENCE[n], tasks, tasks), n
 
 
-def test_malleable_glb_is_exact_through_a_shrink_and_a_grow(malleable_address):
-    p = args("-n", "15", "-t", "4")  # about a second of work on two cores
-    address = malleable_address
-    replies: list[list[str]] = []
+def test_malleable_glb_is_exact_through_a_shrink_and_a_grow(malleable_address, tmp_path):
+    p = args("-n", "15", "-t", "4")
+    gate = str(tmp_path / "orders-done")  # the computation ends only after both orders
 
     def main():
-        # a shrink is quick: the slow grow starts early
-        client = send_orders(address, ("shrink 1", "grow 1 a"), replies)
+        client, replies = orders_then_gate(malleable_address, ("shrink 1", "grow 1 a"), gate)
         glb = GLB(GLBConfig(n=8, workers=2, malleable=True))
-        result = glb.compute_dynamic(APP.make_bag(p), APP.make_result(p))
+        result = glb.compute_dynamic(GatedBag(APP.make_bag(p), gate), APP.make_result(p))
         client.join(30)
-        return APP.value(result), result.tasks, glb.stats()
+        return APP.value(result), result.tasks, glb.stats(), replies
 
-    value, tasks, stats = apgas.run(main, places=3, threads=3)
+    value, tasks, stats, replies = apgas.run(main, places=3, threads=3)
     assert replies == [[socket.gethostname()], ["ok grow 1 places 3"]], replies
     assert value == REFERENCE[15]
     assert tasks == sum(s.units for s in stats) == len(prefixes(15, 4))

@@ -14,7 +14,8 @@ import apgas
 from benchmarks import pi
 from benchmarks.pi import APP, PiBag, PiResult
 from glb import GLB, GLBConfig
-from orders import send_orders
+from glb_bags import GatedBag
+from orders import orders_then_gate
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -147,20 +148,18 @@ def test_glb_hits_are_identical_static_and_dynamic(small, places, workers):
     assert chunks == pi.chunk_count(p["samples"], p["chunk"])
 
 
-def test_malleable_glb_hits_are_identical_through_a_shrink_and_a_grow(malleable_address):
-    p = args("--samples", "3e9", "--sample-seed", "11")  # about a second on two cores
-    address = malleable_address
-    replies: list[list[str]] = []
+def test_malleable_glb_hits_are_identical_through_a_shrink_and_a_grow(malleable_address, tmp_path):
+    p = args("--samples", "3e8", "--sample-seed", "11")
+    gate = str(tmp_path / "orders-done")  # the computation ends only after both orders
 
     def main():
-        # a shrink is quick: the slow grow starts early
-        client = send_orders(address, ("shrink 1", "grow 1 a"), replies)
+        client, replies = orders_then_gate(malleable_address, ("shrink 1", "grow 1 a"), gate)
         glb = GLB(GLBConfig(n=8, workers=2, malleable=True))
-        result = glb.compute_dynamic(APP.make_bag(p), APP.make_result(p))
+        result = glb.compute_dynamic(GatedBag(APP.make_bag(p), gate), APP.make_result(p))
         client.join(30)
-        return result, glb.stats()
+        return result, glb.stats(), replies
 
-    result, stats = apgas.run(main, places=3, threads=3)
+    result, stats, replies = apgas.run(main, places=3, threads=3)
     assert replies == [[socket.gethostname()], ["ok grow 1 places 3"]], replies
     expected = APP.sequential(p)
     assert (result.hits, result.samples) == (expected.hits, expected.samples)

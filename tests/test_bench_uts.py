@@ -15,7 +15,6 @@ import random
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -26,7 +25,7 @@ import apgas
 from benchmarks import uts
 from glb import GLB, GLBConfig
 from glb_bags import GatedBag
-from orders import random_orders, send_orders
+from orders import orders_then_gate, random_orders
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -503,20 +502,17 @@ def test_malleable_glb_counts_named_trees_exactly_under_random_orders(name, mall
 def test_malleable_glb_grows_and_shrinks_exactly(malleable_address, tmp_path):
     """A shrink, then a grow, while GLB counts; the new place joins through its lifelines."""
     p = params(depth=10)
-    gate = tmp_path / "orders-done"
-    replies: list[list[str]] = []
+    gate = str(tmp_path / "orders-done")
 
     def main():
         uts.warm_up()
-        client = send_orders(malleable_address, ("shrink 1", "grow 1 a"), replies, timeout=30)
-        opener = threading.Thread(target=lambda: (client.join(30), gate.touch()), daemon=True)
-        opener.start()
+        client, replies = orders_then_gate(malleable_address, ("shrink 1", "grow 1 a"), gate)
         glb = GLB(GLBConfig(n=1024, workers=1, malleable=True))
-        total = glb.compute_dynamic(GatedBag(uts.APP.make_bag(p), str(gate)), uts.APP.make_result(p))
-        opener.join(30)
-        return uts.APP.value(total), glb.stats()
+        total = glb.compute_dynamic(GatedBag(uts.APP.make_bag(p), gate), uts.APP.make_result(p))
+        client.join(30)
+        return uts.APP.value(total), glb.stats(), replies
 
-    value, stats = apgas.run(main, places=3, threads=2)
+    value, stats, replies = apgas.run(main, places=3, threads=2)
     assert replies == [[socket.gethostname()], ["ok grow 1 places 3"]], replies
     assert value == uts.REFERENCE[10]
     assert {s.place for s in stats} == {0, 1, 2, 3}

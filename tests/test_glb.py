@@ -6,6 +6,7 @@ import random
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,38 @@ def test_shrink_to_place_zero_alone_and_grow_again(malleable_address, tmp_path):
     assert {s.place for s in stats} == {0, 1, 2, 3, 4, 5}
     assert sum(s.units for s in stats) == expected
     assert next(s for s in stats if s.place == 5).units > 0, str(stats)  # a new place gets work
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_a_shrink_during_the_start_waits_for_it(mode, malleable_address, monkeypatch):
+    """A shrink that comes while GLB still spawns its start tasks (slowed down here) waits
+    for them: no place leaves before its start task, with its static share, reached it."""
+    from glb import _worker
+
+    spawn = apgas.async_at
+
+    def slow_start(place, fn, *args, **kwargs):
+        if fn in (_worker.start_dynamic, _worker.start_static) and place != 0:
+            time.sleep(0.5)  # the shrink order arrives meanwhile
+        return spawn(place, fn, *args, **kwargs)
+
+    monkeypatch.setattr(apgas, "async_at", slow_start)
+    replies: list[list[str]] = []
+
+    def make_bag(index: int, count: int) -> IntegerSum:
+        return IntegerSum(N * index // count, N * (index + 1) // count)
+
+    def main():
+        client = send_orders(malleable_address, ("shrink 1",), replies)
+        glb = GLB(GLBConfig(n=97, workers=1, malleable=True))
+        if mode == "dynamic":
+            total = glb.compute_dynamic(IntegerSum(0, N), Sum())
+        else:
+            total = glb.compute_static(make_bag, Sum())
+        client.join(30)
+        return (total.total, total.count), len(apgas.places())
+
+    result, places = apgas.run(main, places=3, threads=2)
+    assert replies == [[socket.gethostname()]]
+    assert result == (N * (N - 1) // 2, N) and places == 2
