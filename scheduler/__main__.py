@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "their names do not resolve to them, e.g. 'node[1-3]=10.0.0.5' "
                             "(repeatable)")
     serve.add_argument("--order-port-base", type=int, default=None, metavar="PORT",
-                       help="a malleable job on another machine listens for orders on PORT + "
-                            "its id (default 27100; wraps after 1000)")
+                       help="a malleable job listens for orders on PORT + its id (default "
+                            "27100; wraps after 1000)")
     for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
                            ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
                            ("shutdown", "stop the scheduler (running jobs are killed)")):

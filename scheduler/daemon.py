@@ -391,14 +391,17 @@ class Scheduler:
 
         On this machine (the local launcher, or a first node that
         ``launcher.is_local_host`` takes for this machine): the scheduler's own
-        address and a port found free here. On another machine: the first
-        node's address (``node_addresses``, else its name resolved here) and a
-        port of the order port range (``ORDER_PORT_BASE``); the job is told to
-        send to the scheduler's advertised address. OSError if the node has no
-        address or no port of the range is left."""
+        address and a port of the order port range (``ORDER_PORT_BASE``) that
+        is free here. On another machine: the first node's address
+        (``node_addresses``, else its name resolved here) and a port of that
+        range; the job is told to send to the scheduler's advertised address.
+        The range lies below the kernel's ephemeral ports, so no outgoing
+        connection takes the port before the job binds it (a port found by
+        binding port 0 could be). OSError if the node has no address or no port
+        of the range is left."""
         host, port = self.address
         if self._local or launchers.is_local_host(first):
-            listen, scheduler = (host, _free_port(host)), f"{host}:{port}"
+            listen, scheduler = (host, self._order_port(job, host, bindable=True)), f"{host}:{port}"
         else:
             given = self.node_addresses.get(first)
             try:
@@ -422,14 +425,15 @@ class Scheduler:
         return {"APGAS_COMMUNICATOR": "socket", "APGAS_SCHEDULER": scheduler,
                 "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}"}
 
-    def _order_port(self, job: Job, address: str) -> int:
+    def _order_port(self, job: Job, address: str, bindable: bool = False) -> int:
         """``order_port_base + id``, or the next port of the range that none of our
-        running jobs listens on at ``address``."""
+        running jobs listens on at ``address`` (and, if ``bindable``, that nothing
+        on this machine listens on now)."""
         taken = {j.listen[1] for j in self._jobs.values()
                  if j.state == "running" and j.listen and j.listen[0] == address}
         for k in range(ORDER_PORT_COUNT):
             port = self.order_port_base + 1 + (job.id - 1 + k) % ORDER_PORT_COUNT
-            if port not in taken:
+            if port not in taken and (not bindable or _bindable(address, port)):
                 return port
         raise OSError(f"all {ORDER_PORT_COUNT} order ports from {self.order_port_base + 1} on "
                       f"{address} are taken by running jobs")
@@ -800,6 +804,10 @@ def _check_fields(message: str) -> tuple[int, int, int, int]:
     return low, high, preferred, factor
 
 
-def _free_port(host: str) -> int:
-    with socket.create_server((host, 0)) as s:
-        return s.getsockname()[1]
+def _bindable(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now."""
+    try:
+        with socket.create_server((host, port)):
+            return True
+    except OSError:
+        return False

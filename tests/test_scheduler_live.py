@@ -219,8 +219,8 @@ def test_submit_to_no_scheduler_names_the_files_not_submitted(tmp_path):
 
 
 def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
-    """On this machine a malleable job listens where the scheduler does, on a free
-    port; on another one it listens on that node's address at base + its id,
+    """On this machine a malleable job listens where the scheduler does, at base + its
+    id (or the next port free here); on another one at that node's address,
     and is told the scheduler's host name (the scheduler listens on every
     interface here); a message without a job id is matched by that address."""
     from scheduler.daemon import Job
@@ -234,6 +234,7 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
         env = sched._order_env(local, "here")
         assert env["APGAS_SCHEDULER"] == f"0.0.0.0:{sched.address[1]}"
         assert env["APGAS_MALLEABLE_LISTEN"] == f"0.0.0.0:{local.listen[1]}"  # type: ignore[index]
+        assert 30001 <= local.listen[1] <= 31000  # type: ignore[index]
         env = sched._order_env(far, "far")
         assert env == {"APGAS_COMMUNICATOR": "socket", "APGAS_MALLEABLE_LISTEN": "192.0.2.7:30005",
                        "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}"}
