@@ -8,6 +8,7 @@ tasks until told to stop, and exits by itself when stdin reaches end of file
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import logging
@@ -15,6 +16,9 @@ import os
 import signal
 import sys
 import threading
+from typing import NoReturn
+
+from launcher.mpi import load_mpi
 
 from . import _serialization as ser
 from ._config import Config
@@ -73,6 +77,36 @@ def _watch_parent(rt: Runtime) -> None:
         pass
     rt.stop_reason = "lost place 0: its end of stdin closed"
     rt.stopped.set()
+
+
+def serve_rank() -> NoReturn:
+    """An mpiexec rank other than 0: serve as a place until the job ends, then exit."""
+    MPI = load_mpi()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # mpiexec passes Ctrl-C to all; rank 0 stops us
+    comm = MPI.COMM_WORLD
+    comm.gather(MPI.Get_processor_name(), root=0)
+    boot = comm.bcast(None, root=0)
+    boot.update(place=comm.Get_rank(), host=MPI.Get_processor_name())
+    code = serve(boot, watch_stdin=False)
+    MPI.Finalize()
+    _exit_with_pmi_finalize(code)
+
+
+def _exit_with_pmi_finalize(code: int) -> NoReturn:
+    """End a rank through the C library's ``exit``, not ``os._exit``.
+
+    MPICH tells its process manager that a rank ended well (PMI ``finalize``)
+    from a C ``atexit`` handler, not from ``MPI_Finalize``. ``os._exit`` skips
+    that handler, so hydra's proxy sees the rank's PMI socket close without a
+    finalize, takes it for a crash and SIGKILLs every rank of the node that has
+    not sent its own finalize yet: the job then ends with exit code 9 whenever
+    another rank was a moment slower. C ``exit`` runs the handler but, like
+    ``os._exit``, does not wait for the runtime's Python threads.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).exit(code)
+    os._exit(code)  # not reached; keeps the NoReturn promise for the type checker
 
 
 if __name__ == "__main__":

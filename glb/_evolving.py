@@ -19,7 +19,7 @@ import threading
 import time
 
 import apgas
-from apgas._runtime import current
+from apgas.lowlevel import removable
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -83,12 +83,11 @@ class Evolver:
                 self.requests += 1
                 self.means.clear()
         elif max(self.means) <= self.config.evolving_low and len(loads) > 1:
-            rt = current()
-            removable = [p for p in loads if p != 0 and rt.removable(p)]  # not mpiexec ranks
-            if not removable:
+            leavable = [p for p in loads if p != 0 and removable(p)]  # not mpiexec ranks
+            if not leavable:
                 log.debug("evolving GLB: low load, but no place can leave (mpiexec ranks stay)")
                 return
-            victim = min(removable, key=lambda p: (loads[p], -p))
+            victim = min(leavable, key=lambda p: (loads[p], -p))
             log.info("evolving GLB: load %.2f on %d place(s): releasing place %d",
                      self.means[-1], len(loads), victim)
             apgas.release_places([victim])

@@ -18,8 +18,7 @@ import time
 from typing import Any, Callable
 
 import apgas
-from apgas._pool import blocking
-from apgas._runtime import current
+from apgas.lowlevel import blocking, immediate_at
 
 from ._config import GLBConfig
 from ._lifelines import lifelines
@@ -36,11 +35,6 @@ def state(gid: int) -> "PlaceState":
         return _states[gid]
     except KeyError:
         raise RuntimeError(f"GLB computation {gid} has no state at place {apgas.here().id}") from None
-
-
-def immediate_at(place: int, fn: Callable, *args: Any) -> Any:
-    """A short call on ``place``'s immediate pool: never queued behind busy workers."""
-    return current().at(place, fn, args, {}, immediate=True)
 
 
 class PlaceState:

@@ -10,13 +10,11 @@ one dies mpiexec ends them all. Growth goes through another launcher.
 
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any, Mapping, NoReturn
+from typing import Any, Mapping
 
 from ._base import Launcher, PlaceProcess
 
-__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "serve_rank", "claim_ranks"]
+__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "claim_ranks", "load_mpi"]
 
 _claimed = False  # the ranks serve one apgas.run: after it they have finalized and exited
 
@@ -34,7 +32,8 @@ def mpi_rank_from_env(environ: Mapping[str, str]) -> tuple[int, int] | None:
     return int(rank), int(size)
 
 
-def _world() -> Any:
+def load_mpi() -> Any:
+    """mpi4py's ``MPI`` module, or OSError saying how to install it."""
     try:
         from mpi4py import MPI
     except ImportError as e:
@@ -98,44 +97,8 @@ def claim_ranks() -> None:
 
 def start_ranks(rt: Any, timeout: float) -> list[Any]:
     """At rank 0: make places of the other ranks; returns them once all joined."""
-    MPI = _world()
+    MPI = load_mpi()
     comm = MPI.COMM_WORLD
     hosts = comm.gather(MPI.Get_processor_name(), root=0)
     comm.bcast(rt.bootstrap(None, None), root=0)
     return rt.start_places(hosts[1:], MpiLauncher(rt.config, comm.Get_size()), timeout)
-
-
-def serve_rank() -> NoReturn:
-    """At ranks other than 0: serve as a place until the job ends, then exit the process."""
-    import signal
-
-    from apgas._serve import serve
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # mpiexec passes Ctrl-C to all; rank 0 stops us
-    MPI = _world()
-    comm = MPI.COMM_WORLD
-    comm.gather(MPI.Get_processor_name(), root=0)
-    boot = comm.bcast(None, root=0)
-    boot.update(place=comm.Get_rank(), host=MPI.Get_processor_name())
-    code = serve(boot, watch_stdin=False)
-    MPI.Finalize()
-    _exit_with_pmi_finalize(code)
-
-
-def _exit_with_pmi_finalize(code: int) -> NoReturn:
-    """End a rank through the C library's ``exit``, not ``os._exit``.
-
-    MPICH tells its process manager that a rank ended well (PMI ``finalize``)
-    from a C ``atexit`` handler, not from ``MPI_Finalize``. ``os._exit`` skips
-    that handler, so hydra's proxy sees the rank's PMI socket close without a
-    finalize, takes it for a crash and SIGKILLs every rank of the node that has
-    not sent its own finalize yet: the job then ends with exit code 9 whenever
-    another rank was a moment slower. C ``exit`` runs the handler but, like
-    ``os._exit``, does not wait for the runtime's Python threads.
-    """
-    import ctypes
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    ctypes.CDLL(None).exit(code)
-    os._exit(code)  # not reached; keeps the NoReturn promise for the type checker

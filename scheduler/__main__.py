@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import launcher as launchers
-from apgas._config import parse_address
+from apgas.lowlevel import parse_address
 from apgas.errors import ConfigError
 
 from .client import SchedulerError, SchedulerUnreachable, request

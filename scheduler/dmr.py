@@ -62,7 +62,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ._model import Decision, Grow, JobView, Shrink
-from .policies import Policy, _in_transit, easy, grant_requests, moldable_size, with_grants
+from .planning import Policy, easy, grant_requests, in_transit, moldable_size, with_grants
 
 __all__ = ["DMR", "DMR_POLICIES", "dmr_answer"]
 
@@ -89,7 +89,7 @@ class DMR(Policy):
         starts, head, idle = easy(now, queue, running, free, total, moldable_size)
         askers = [j for j in sorted(running, key=lambda j: j.id) if self._asks(now, j)]
         return [*grants, *starts,
-                *_reconfigure(askers, head, idle, _in_transit(free, running, total), self.factor)]
+                *_reconfigure(askers, head, idle, in_transit(free, running, total), self.factor)]
 
     def answer(self, now: float, job: JobView, queue: Sequence[JobView],
                running: Sequence[JobView], free: int, total: int,
@@ -116,7 +116,7 @@ def dmr_answer(now: float, job: JobView, queue: Sequence[JobView], running: Sequ
     grants, free = grant_requests(queue, others, free, total)
     running = [*with_grants(others, grants), job]
     _, head, idle = easy(now, queue, running, free, total, moldable_size)
-    plan = _reconfigure([job], head, idle, _in_transit(free, running, total), factor)
+    plan = _reconfigure([job], head, idle, in_transit(free, running, total), factor)
     return next((d for d in plan if d.job == job.id and isinstance(d, (Grow, Shrink))), None)
 
 

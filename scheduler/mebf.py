@@ -71,7 +71,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .policies import Policy, _in_transit, _reservation, _waiting
+from .planning import Policy, in_transit, reservation, waiting
 
 __all__ = ["MEBF", "MEBF_POLICIES", "mebf_size", "model_easy", "ReconfigCost"]
 
@@ -104,10 +104,10 @@ def model_easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
     Returns the starts, the head left waiting (None if every job started)
     and the free nodes left.
     """
-    transit = _in_transit(free, running, total)
+    transit = in_transit(free, running, total)
     ends = [(j.end_estimate(now), j.nodes) for j in running]
     starts: list[Start] = []
-    jobs = iter(_waiting(queue, total))
+    jobs = iter(waiting(queue, total))
     head = None
     for job in jobs:
         n = mebf_size(job, free)
@@ -119,7 +119,7 @@ def model_easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
         ends.append((now + job.runtime_on(n), n))
     if head is None:
         return starts, None, free
-    shadow, extra = _reservation(now, head.min_nodes, free + transit, ends)
+    shadow, extra = reservation(now, head.min_nodes, free + transit, ends)
     for job in jobs:
         n = mebf_size(job, free)
         if n is not None and now + job.runtime_on(n) > shadow:
@@ -176,7 +176,7 @@ class MEBF(Policy):
         out: list[Decision] = list(starts)
         if head is None:
             return out + self._expand(now, running, idle)
-        need = head.min_nodes - idle - _in_transit(free, running, total)
+        need = head.min_nodes - idle - in_transit(free, running, total)
         if need <= 0:
             return out  # the nodes it needs are on their way back
         if idle == 0 or self.variant == "shrink+":

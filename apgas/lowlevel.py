@@ -1,0 +1,34 @@
+"""The supported low-level face of ``apgas``, for libraries built on the runtime.
+
+``glb`` and the scheduler use these instead of the runtime's private modules;
+they stay stable where the ``_``-prefixed modules may change. Programs need
+only ``import apgas``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._config import parse_address
+from ._pool import blocking
+from ._runtime import current
+
+__all__ = ["blocking", "immediate_at", "parse_address", "removable", "this_place_id"]
+
+
+def immediate_at(place: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` at ``place`` on its immediate pool and return the result.
+
+    Meant for short calls that must not queue behind busy worker tasks (steal
+    requests, registrations); ``fn`` must not block."""
+    return current().at(place, fn, args, {}, immediate=True)
+
+
+def removable(place: int) -> bool:
+    """Whether ``place`` may leave on a shrink (mpiexec ranks and place 0 may not)."""
+    return current().removable(place)
+
+
+def this_place_id() -> int:
+    """The id of the place this code runs at (raises ApgasError outside a runtime)."""
+    return current().id

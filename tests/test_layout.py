@@ -1,0 +1,107 @@
+"""The shape of the code: no import cycles among the project's modules, and no module
+outside ``apgas`` reaching into the runtime's private modules (``apgas.lowlevel`` is
+the supported face)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("apgas", "glb", "launcher", "scheduler", "benchmarks")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Inside ``if TYPE_CHECKING:`` (imports for annotations only, never run)."""
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports (at module level or in functions)."""
+    tree = ast.parse(path.read_text(), str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _type_checking_only(node, parents):
+            continue
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                prefix = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(prefix + ([node.module] if node.module else []))
+            submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            candidates = submodules if node.module is None and submodules else [base, *submodules]
+        for target in candidates:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+    return targets
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_only_apgas_imports_its_private_modules():
+    known = modules()
+    reaching = sorted(
+        f"{name} -> {target}"
+        for name, path in known.items() if not name.startswith("apgas")
+        for target in imports(name, path, known)
+        if target.startswith("apgas.") and target.split(".")[1].startswith("_"))
+    assert reaching == [], "use apgas.lowlevel (or add what is missing there)"
