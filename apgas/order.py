@@ -15,13 +15,21 @@ import socket
 import sys
 
 from ._config import parse_address
+
+__all__ = ["send_order", "main"]
 from .errors import ConfigError
 
 
-def send_order(address: tuple[str, int], words: list[str], timeout: float = 120.0) -> list[str]:
-    """Send ``words`` as one order line; return the reply lines."""
+def send_order(address: tuple[str, int], order: str | list[str], timeout: float = 120.0) -> list[str]:
+    """Send one order line (``"grow 2 a b"`` or its words) to a job listening at
+    ``address``; return the reply lines (none from a job of the ElasticJobScheduler).
+
+    The one client of the order protocol: the CLI below, the scheduler and the
+    benchmarks use it. OSError if the job cannot be reached or stays silent
+    ``timeout`` seconds."""
+    line = order if isinstance(order, str) else " ".join(order)
     with socket.create_connection(address, timeout=timeout) as conn:
-        conn.sendall((" ".join(words) + "\n").encode())
+        conn.sendall((line + "\n").encode())
         conn.shutdown(socket.SHUT_WR)
         data = b""
         while chunk := conn.recv(65536):

@@ -37,21 +37,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 120.0
 
 PROBE = '''
-import json, socket, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 import apgas
+from apgas.order import send_order
 
 class Newest(apgas.MalleableHandler):
     def pre_shrink(self, n):
         return apgas.places()[-n:]
 
 def order(address, line):
-    with socket.create_connection(address, timeout=60) as conn:
-        conn.sendall(line.encode() + b"\\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode()
+    return "\\n".join(send_order(address, line, timeout=60))
 
 def main():
     ready = time.perf_counter() - t0

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from apgas.order import send_order
 import launcher as launchers
 
 from ._model import Grow, JobView, Shrink, Start
@@ -483,12 +484,7 @@ class Scheduler:
     # -- orders to malleable jobs ---------------------------------------------------
     def _order(self, job: Job, line: str) -> list[str]:
         assert job.listen is not None
-        with socket.create_connection(job.listen, timeout=ORDER_TIMEOUT) as conn:
-            conn.sendall(line.encode() + b"\n")
-            reply = b""
-            while chunk := conn.recv(65536):
-                reply += chunk
-        return reply.decode(errors="replace").splitlines()
+        return send_order(job.listen, line, ORDER_TIMEOUT)
 
     def _grow(self, job: Job, hosts: list[str], counted: int = 0) -> None:
         """The grow order; ``counted`` of its nodes were outstanding requests,

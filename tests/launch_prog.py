@@ -7,9 +7,9 @@ them and after shrinking by ``SHRINK`` places (orders sent to itself).
 
 import json
 import os
-import socket
 
 import apgas
+from apgas.order import send_order
 
 
 def whoami() -> dict:
@@ -23,12 +23,7 @@ def survey() -> list[dict]:
 
 
 def order(address, line: str) -> list[str]:
-    with socket.create_connection(address, timeout=60) as conn:
-        conn.sendall(line.encode() + b"\n")
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
+    return send_order(address, line, timeout=60)
 
 
 class Newest(apgas.MalleableHandler):
