@@ -19,7 +19,6 @@ from ._malleability import Orders
 from ._config import load_config
 from ._logging import setup_logging
 from ._runtime import Finish, Runtime
-from ._serve import serve_rank
 from .errors import ApgasError
 
 __all__ = ["run"]
@@ -45,6 +44,9 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     cfg = load_config({"places": places, "threads": threads, **config})
     under_mpi = cfg.launcher == "mpi"
     if under_mpi and (_mpi.mpi_rank_from_env(os.environ) or (0, 0))[0] != 0:
+        # imported here: ``python -m apgas._serve`` must not find it imported by the package
+        from ._serve import serve_rank
+
         serve_rank()  # ranks other than 0 serve as places, then exit
     if under_mpi:
         try:
