@@ -147,6 +147,8 @@ class GLB:
                 try:
                     for place, fn, args in starts(gid, members):
                         apgas.async_at(place, fn, *args)
+                        if handler is not None:
+                            handler.start_sent.add(place)
                 finally:
                     if handler is not None:
                         handler.started.set()  # orders may change the places from now on
@@ -180,6 +182,7 @@ class _GLBHandler(apgas.MalleableHandler):
         # waits, else a place could leave before its start task (with its share of
         # the work in compute_static) reached it.
         self.started = threading.Event()
+        self.start_sent: set[int] = set()  # places whose start task was sent
 
     def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
         self.started.wait()
@@ -190,7 +193,8 @@ class _GLBHandler(apgas.MalleableHandler):
         for p in staying:
             w.immediate_at(p, w.set_members, self.gid, staying)
         for p in leaving:
-            result, thieves, stats = w.immediate_at(p.id, w.leave, self.gid, staying)
+            result, thieves, stats = w.immediate_at(p.id, w.leave, self.gid, staying,
+                                                    p.id in self.start_sent)
             w.absorb(self.gid, result)  # place 0 stays: partial results live on here
             w.immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)

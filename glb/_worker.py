@@ -56,6 +56,7 @@ class PlaceState:
         self.targets: list[int] = []
         self.forwarded = 0
         self.warned = False      # a bag broke the split(True) rule: said once
+        self.start_ran = False    # the start task ran (a leave waits for it: it may carry work)
         self.members = list(members)
         self.rng = random.Random(config.seed * 7919 + self.me)
         self.stats = PlaceStats(place=self.me)
@@ -271,6 +272,7 @@ def start_dynamic(gid: int, bag: Any) -> None:
     st = state(gid)
     with st.lock:
         st.active += 1
+        st.start_ran = True
     _worker(gid, bag)
 
 
@@ -279,6 +281,7 @@ def start_static(gid: int, make_bag: Callable[[int, int], Any], position: int, p
     workers = st.config.workers
     with st.lock:
         st.active += workers
+        st.start_ran = True
     for k in range(1, workers):
         apgas.async_(_worker, gid, make_bag(position * workers + k, places * workers))
     _worker(gid, make_bag(position * workers, places * workers))
@@ -290,9 +293,14 @@ def set_members(gid: int, members: list[int]) -> None:
         st.set_members(members)
 
 
-def leave(gid: int, targets: list[int]) -> tuple[Any, list[int], PlaceStats]:
+def leave(gid: int, targets: list[int], start_coming: bool = False
+          ) -> tuple[Any, list[int], PlaceStats]:
     """Immediate, at a leaving place: send all work to ``targets``, wait for the
-    workers to end, and return the partial result, the waiting thieves and the stats."""
+    workers to end, and return the partial result, the waiting thieves and the stats.
+
+    With ``start_coming`` (the place's start task was sent), also wait for that task
+    to have run: as an immediate call, the leave may overtake it, and the work it
+    brings (a static share) must leave too, not be done after the result was taken."""
     st = state(gid)
     with st.lock:
         st.leaving = True
@@ -300,7 +308,8 @@ def leave(gid: int, targets: list[int]) -> tuple[Any, list[int], PlaceStats]:
         thieves = list(st.thieves)
         st.thieves.clear()
     with blocking(), st.lock:
-        st.lock.wait_for(lambda: st.active == 0 and not st.stealing)
+        st.lock.wait_for(lambda: (st.start_ran or not start_coming) and st.active == 0
+                         and not st.stealing)
         result, st.result = st.result, copy.deepcopy(st.prototype)
     st.stats.moved_results += 1
     return result, thieves, collect_stats(st)

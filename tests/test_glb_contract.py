@@ -21,8 +21,9 @@ from glb.testing import BagContractError, check_bag
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from custom_bag import IntegerSum, Sum  # noqa: E402  (the example users read)
 
-from glb_bags import (ChainBag, CarryingIntervalBag, Count, Total, TreeBag,  # noqa: E402
-                      X10IntervalBag, interval_total)
+from glb_bags import (ChainBag, CarryingIntervalBag, Count, GatedBag, Total,  # noqa: E402
+                      TreeBag, X10IntervalBag, interval_total)
+from orders import orders_then_gate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(120)
@@ -202,3 +203,28 @@ def test_glb_is_exact_for_non_resetting_and_carrying_bags(bag_class, mode, place
     total, stats = apgas.run(main, places=places, threads=3)
     assert total == EXPECTED, str(stats)
     assert sum(s.units for s in stats) == EXPECTED.count
+
+
+@pytest.mark.timeout(60)
+def test_a_leaving_place_finishes_the_work_a_broken_split_true_leaves(malleable_address, tmp_path):
+    """A bag whose split(True) gives nothing breaks the contract; the leaving place then
+    processes the rest itself before it goes, so the result stays exact. Each place starts
+    with its own share (static), so the leaving places hold work when the orders come."""
+    gate = str(tmp_path / "orders-done")
+    lo, hi = 0, 60_000
+
+    def make_bag(index: int, count: int):
+        share = SplitAllGivesNothing([(lo + (hi - lo) * index // count,
+                                       lo + (hi - lo) * (index + 1) // count)], spin=8)
+        return GatedBag(share, gate if index == 0 else None)  # place 0 never leaves
+
+    def main():
+        client, replies = orders_then_gate(malleable_address, ("shrink 1", "shrink 1"), gate)
+        g = GLB(GLBConfig(n=16, workers=1, malleable=True))
+        total = g.compute_static(make_bag, Total())
+        client.join(30)
+        return total, replies, len(apgas.places()), g.stats()
+
+    total, replies, places, stats = apgas.run(main, places=3, threads=2)
+    assert all(r and not r[0].startswith("error") for r in replies) and len(replies) == 2, replies
+    assert total == interval_total(lo, hi) and places == 1, str(stats)
