@@ -27,8 +27,9 @@ class RangeBag:
 
     ``process(n)`` hands up to ``n`` indices, in blocks, to :meth:`work` (from the
     end of the last interval, so a bag works through one interval at a time).
-    ``split(False)`` gives away the upper half of the biggest interval, or one
-    whole interval of a single index; ``split(True)`` gives away every interval.
+    ``split(False)`` gives away the upper half of the biggest interval, or, when
+    every interval holds a single index, half of the intervals; ``split(True)``
+    gives away every interval.
     Pieces carry no partial result. ``merge`` takes the other's intervals and its
     partial result; ``submit`` folds the partial result into the result and
     forgets it. A piece is a shallow copy of the bag (with its own intervals and
@@ -45,6 +46,7 @@ class RangeBag:
                 raise ValueError(f"a range is a pair of integers (lo, hi), got {r!r}")
         self.ranges: list[tuple[int, int]] = [(a, b) for a, b in given if a < b]
         self.partial: Any = None
+        self._left = sum(b - a for a, b in self.ranges)  # kept, not summed: GLB asks often
 
     def work(self, lo: int, hi: int) -> Any:
         """Do indices ``lo..hi-1``; return their result (something with ``fold``).
@@ -55,19 +57,29 @@ class RangeBag:
 
     # -- the bag protocol -----------------------------------------------------------
     def process(self, n: int) -> int:
-        done = 0
-        while done < n and self.ranges:
+        blocks = self._take(n)
+        for lo, hi in blocks:
+            self._keep(self.work(lo, hi))
+        return sum(hi - lo for lo, hi in blocks)
+
+    def _take(self, n: int) -> list[tuple[int, int]]:
+        """Remove up to ``n`` indices, as blocks ``[lo, hi)``, from the end of the last
+        interval backwards."""
+        blocks: list[tuple[int, int]] = []
+        left = n
+        while left > 0 and self.ranges:
             lo, hi = self.ranges.pop()
-            take = min(n - done, hi - lo)
-            self._keep(self.work(lo, lo + take))
-            done += take
-            if lo + take < hi:
-                self.ranges.append((lo + take, hi))
-        return done
+            step = min(left, hi - lo)
+            blocks.append((lo, lo + step))
+            left -= step
+            if lo + step < hi:
+                self.ranges.append((lo + step, hi))
+        self._left -= n - left
+        return blocks
 
     def remaining(self) -> int:
         """Indices still to do."""
-        return sum(hi - lo for lo, hi in self.ranges)
+        return self._left
 
     def is_empty(self) -> bool:
         return not self.ranges
@@ -77,23 +89,29 @@ class RangeBag:
 
     def split(self, take_all: bool) -> "RangeBag | None":
         if take_all:
-            given, self.ranges = self.ranges, []
+            given, self.ranges, self._left = self.ranges, [], 0
             return self._piece(given) if given else None
         if not self.is_splittable():
             return None
         i = max(range(len(self.ranges)), key=lambda k: self.ranges[k][1] - self.ranges[k][0])
         lo, hi = self.ranges[i]
-        if hi - lo < 2:
-            return self._piece([self.ranges.pop(i)])
-        mid = (lo + hi) // 2
-        self.ranges[i] = (lo, mid)
-        return self._piece([(mid, hi)])
+        if hi - lo < 2:  # single indices only: give half of them
+            half = len(self.ranges) // 2
+            given, self.ranges = self.ranges[half:], self.ranges[:half]
+        else:
+            mid = (lo + hi) // 2
+            self.ranges[i] = (lo, mid)
+            given = [(mid, hi)]
+        piece = self._piece(given)
+        self._left -= piece._left
+        return piece
 
     def merge(self, other: "RangeBag") -> None:
         self.ranges.extend(other.ranges)
+        self._left += other._left
         if other.partial is not None:
             self._keep(other.partial)
-        other.ranges, other.partial = [], None
+        other.ranges, other.partial, other._left = [], None, 0
 
     def submit(self, result: Any) -> None:
         if self.partial is not None:
@@ -110,6 +128,7 @@ class RangeBag:
     def _piece(self, ranges: list[tuple[int, int]]) -> "RangeBag":
         piece = copy.copy(self)
         piece.ranges, piece.partial = list(ranges), None
+        piece._left = sum(hi - lo for lo, hi in piece.ranges)
         return piece
 
     def __repr__(self) -> str:
