@@ -18,6 +18,7 @@ import time
 from typing import Callable, Sequence
 
 
+from . import protocol
 from ._place import Place
 from ._runtime import Runtime
 from .errors import ApgasError, DeadPlaceError
@@ -70,8 +71,8 @@ class Orders:
             self._handler = handler
             self._state = MALLEABLE
         ready_ns = time.monotonic_ns() - self._started_ns
-        communicator.report("APGAS-Ready")
-        self._report("readyTimeAPGAS", len(self._rt.places), ready_ns)
+        communicator.report(protocol.READY)
+        self._report("ready", len(self._rt.places), ready_ns)
         return communicator
 
     def disable(self) -> None:
@@ -81,7 +82,7 @@ class Orders:
             self._state = DISABLED
         self._refuse_all("the program disabled its malleable handler")
         assert self.communicator is not None
-        self.communicator.report("APGAS-NotMalleable")
+        self.communicator.report(protocol.NOT_MALLEABLE)
 
     def close(self) -> None:
         """End of the program: wait for an order in progress, then stop listening."""
@@ -90,7 +91,7 @@ class Orders:
         self._refuse_all("the program ended")
         if self.communicator is not None:
             if was == MALLEABLE:
-                self.communicator.report("APGAS-NotMalleable")
+                self.communicator.report(protocol.NOT_MALLEABLE)
             self.communicator.stop()
 
     # -- orders (called by the communicator) ---------------------------------------
@@ -183,7 +184,7 @@ class Orders:
         with self._changed:
             self._requests.append(request)
         try:
-            answer = communicator.ask(f"Evolving;Request;{n}")
+            answer = communicator.ask(protocol.request(n))
         except ApgasError as e:
             self._refuse(request, str(e))
             raise
@@ -216,7 +217,7 @@ class Orders:
             hosts = self._rt.remove_places(ids)
             t2 = time.monotonic_ns()
             for host in hosts:
-                communicator.report(f"Evolving;Release;{host}")
+                communicator.report(protocol.release(host))
             try:
                 self._call("post_shrink", handler.post_shrink, n, chosen)
             finally:
@@ -239,7 +240,7 @@ class Orders:
             self._last_check = now
         with self._changed:
             failures = self._failures
-        line = f"Evolving;Check;{low};{high};{preferred or 0};{factor}"
+        line = protocol.check(low, high, preferred, factor)
         try:
             answer = communicator.ask(line).result(timeout=ANSWER_WAIT)
         except concurrent.futures.TimeoutError:
@@ -383,15 +384,16 @@ class Orders:
     def _report_phases(self, verb: str, place_phase: str, n: int, start: int, t1: int, t2: int,
                        end: int) -> None:
         """The handler's pre phase, the places' start or stop, the post phase, the whole."""
-        self._report(f"pre{verb}TimeAPGAS", n, t1 - start)
-        self._report(f"place{place_phase}TimeAPGAS", n, t2 - t1)
-        self._report(f"post{verb}TimeAPGAS", n, end - t2)
-        self._report(f"{verb.lower()}TimeAPGAS", n, end - start)
+        self._report(f"pre{verb}", n, t1 - start)
+        self._report(f"place{place_phase}", n, t2 - t1)
+        self._report(f"post{verb}", n, end - t2)
+        self._report(verb.lower(), n, end - start)
 
-    def _report(self, what: str, n: int, ns: int) -> None:
-        log.info("%s: %d place(s) in %.3f s", what, n, ns / 1e9)
+    def _report(self, event: str, n: int, ns: int) -> None:
+        line = protocol.timing(event, n, ns)
+        log.info("%s: %d place(s) in %.3f s", line.split(";")[0], n, ns / 1e9)
         if self.communicator is not None:
-            self.communicator.report(f"{what};{n};{ns}")
+            self.communicator.report(line)
 
 
 def _ask_failure(e: BaseException) -> str:

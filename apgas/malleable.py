@@ -77,7 +77,7 @@ class MalleableCommunicator(abc.ABC):
 
     @abc.abstractmethod
     def report(self, message: str) -> None:
-        """Send one message to the scheduler (``APGAS-Ready``, timings, ...)."""
+        """Send one message to the scheduler (``apgas.protocol``: ready, timings, ...)."""
 
     @abc.abstractmethod
     def stop(self) -> None:

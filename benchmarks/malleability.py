@@ -6,7 +6,7 @@ Each repeat starts one malleable job (a small program under ``python`` on 2
 places, ``APGAS_LOCAL_HOSTS='*'`` so that every host name is this machine)
 with ``APGAS_SCHEDULER`` pointing at a fake scheduler of this benchmark, which
 collects the job's messages. It measures the wall time from just before the
-launch until ``APGAS-Ready`` arrives, then sends the orders grow 1, shrink 1,
+launch until the ready message arrives, then sends the orders grow 1, shrink 1,
 grow 2, shrink 2, grow 4, shrink 4, timing each on the client side (grow: to
 the ``ok grow`` reply; shrink: to the connection closing) beside the job's
 own ``readyTimeAPGAS``, ``growTimeAPGAS`` and ``shrinkTimeAPGAS``. Every
@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from apgas import protocol
 from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
                                 meets, parse_args, setup_logging, write_json)
 
@@ -42,7 +43,7 @@ log = logging.getLogger("benchmarks.malleability")
 INITIAL_PLACES = 2
 ORDERS: tuple[tuple[str, int], ...] = (
     ("grow", 1), ("shrink", 1), ("grow", 2), ("shrink", 2), ("grow", 4), ("shrink", 4))
-READY_TIMEOUT_S = 30.0     # launch to APGAS-Ready
+READY_TIMEOUT_S = 30.0     # launch to the ready message
 ORDER_TIMEOUT_S = 60.0     # one order, sent to connection closed
 MESSAGE_TIMEOUT_S = 10.0   # a timing message after its order's reply
 EXIT_TIMEOUT_S = 15.0      # the job's own exit once told to stop
@@ -113,7 +114,7 @@ def _order_metrics(verb: str, n: int) -> list[Metric]:
 def make_metrics(params: Params) -> list[Metric]:
     """The table's rows: ready, then each order in the sequence."""
     metrics = [
-        Metric("ready_wall_s", f"ready, {params.initial_places} places: launch to APGAS-Ready",
+        Metric("ready_wall_s", f"ready, {params.initial_places} places: launch to {protocol.READY}",
                "s", False, TARGETS["ready_wall_s"]),
         Metric("ready_job_s", "ready: job's readyTimeAPGAS", "s", False),
     ]
@@ -372,7 +373,7 @@ def run_repeat(params: Params) -> tuple[Samples, list[str]]:
         start = time.perf_counter()
         job = launch_job(scheduler, params.initial_places)
         try:
-            ready = scheduler.take("APGAS-Ready", timeout=READY_TIMEOUT_S)
+            ready = scheduler.take(protocol.READY, timeout=READY_TIMEOUT_S)
             add_sample(samples, "ready_wall_s", ready.arrived - start)
             add_sample(samples, "ready_job_s", scheduler.take("readyTimeAPGAS").seconds)
             job.wait_address(MESSAGE_TIMEOUT_S)

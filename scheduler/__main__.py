@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import launcher as launchers
+from apgas import protocol
 from apgas.lowlevel import parse_address
 from apgas.errors import ConfigError
 
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--resize-interval", type=float, default=10.0,
                        help="minimum seconds between two resizes of one job")
     serve.add_argument("--register-timeout", type=float, default=60.0,
-                       help="seconds a malleable job has to send APGAS-Ready")
+                       help=f"seconds a malleable job has to send {protocol.READY}")
     serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
                        help="how job commands start on their first node (default: detected)")
     serve.add_argument("--output-dir", default="scheduler-jobs", help="where job-N.out/.err go")

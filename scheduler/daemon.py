@@ -3,15 +3,14 @@
 One TCP port serves two kinds of lines: a JSON object is a request of the
 command-line client (``submit``, ``status``, ``cancel``, ``add-nodes``,
 ``shutdown``), answered by one JSON line; anything else is a job's message in
-the APGAS socket protocol (``APGAS-Ready:<ip>:<job id>`` and the timing
+the APGAS socket protocol (``apgas.protocol``: the ready message and the timing
 reports). Orders to malleable jobs go the other way, one connection each
-(``grow n h1..hn``, ``shrink n``, ``refuse n reason``), from a thread per
-order so that a slow job holds up nobody.
+(grow, shrink, refuse), from a thread per order so that a slow job holds up
+nobody.
 
-Evolving programs ask on the same port (``Evolving;Request;<n>``,
-``Evolving;Check;<min>;<max>;<preferred>;<factor>``) and get a one-line
-answer on the same connection; only policies with ``grants_requests``
-(``evolving``, ``dmr``) grant them. See docs/protocol.md.
+Evolving programs ask on the same port (requests and checks) and get a
+one-line answer on the same connection; only policies with
+``grants_requests`` (``evolving``, ``dmr``) grant them. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from apgas import protocol
 from apgas.order import send_order
 import launcher as launchers
 
@@ -47,7 +47,7 @@ MAX_LINE = 1 << 20
 ORDER_TIMEOUT = 120.0
 KILL_GRACE = 3.0
 READY_WAIT = 2.0
-"""How long an evolving job's ask waits for its ``APGAS-Ready``: the two come on
+"""How long an evolving job's ask waits for its ready message: the two come on
 separate connections, served by separate threads, so the ask may overtake it."""
 ORDER_PORT_BASE = 27100
 ORDER_PORT_COUNT = 1000
@@ -78,7 +78,7 @@ class Job:
     shrinking: int = 0  # nodes a shrink in flight will give back
     requested: int = 0  # nodes an evolving job asked for and has not yet been given
     requested_since: float | None = None  # when the oldest of those requests came
-    disabled: bool = False  # sent APGAS-NotMalleable
+    disabled: bool = False  # sent protocol.NOT_MALLEABLE
     last_resize: float | None = None
     kill_reason: str = ""
     grows: int = 0
@@ -139,7 +139,7 @@ class Scheduler:
         self.launcher = launchers.get_launcher(launcher)
         self._local = launcher == "local"
         self._lock = threading.RLock()
-        self._ready_cv = threading.Condition(self._lock)  # an APGAS-Ready came
+        self._ready_cv = threading.Condition(self._lock)  # a job's ready message came
         self._priority: int | None = None  # a queued job a check's shrink was made for
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -284,7 +284,7 @@ class Scheduler:
                     job.kill_reason = f"killed: ran past its walltime of {job.spec.walltime:g} s"
                     self._kill(job)
                 elif job.malleable and not job.ready and now - job.start > self.register_timeout:  # type: ignore[operator]
-                    job.kill_reason = (f"killed: never sent APGAS-Ready within "
+                    job.kill_reason = (f"killed: never sent {protocol.READY} within "
                                        f"{self.register_timeout:g} s")
                     self._kill(job)
             if self._priority is not None and self._jobs[self._priority].state != "queued":
@@ -492,7 +492,7 @@ class Scheduler:
         started = time.monotonic()
         refuse = 0
         try:
-            reply = self._order(job, f"grow {len(hosts)} {' '.join(hosts)}")
+            reply = self._order(job, protocol.grow(hosts))
             ok = not reply or not reply[0].startswith("error")  # ElasticJobScheduler's jobs say nothing
             problem = "" if ok else reply[0]
         except OSError as e:
@@ -525,7 +525,7 @@ class Scheduler:
         (the caller marked it busy and took them off ``job.requested``)."""
         reason = " | ".join(reason.splitlines())
         try:
-            reply = self._order(job, f"refuse {k} {reason}")
+            reply = self._order(job, protocol.refuse(k, reason))
             answer = reply[0] if reply else ""
         except OSError as e:
             answer = f"error {type(e).__name__}: {e}"
@@ -541,7 +541,7 @@ class Scheduler:
     def _shrink(self, job: Job, n: int) -> None:
         started = time.monotonic()
         try:
-            reply = self._order(job, f"shrink {n}")
+            reply = self._order(job, protocol.shrink(n))
         except OSError as e:
             reply = [f"error {type(e).__name__}: {e}"]
         with self._lock:
@@ -633,26 +633,26 @@ class Scheduler:
     def _message(self, line: str) -> str | None:
         """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md); the
         answer to an evolving job's request or check, None for the others."""
-        message, _, rest = line.partition(":")
-        asks = message.split(";")[:2] in (["Evolving", "Request"], ["Evolving", "Check"])
+        parsed = protocol.parse_message(line)
+        message, rest = parsed.text, parsed.sender
         job = self._find_job(rest)
         if job is None:
             log.warning("message %r from no job of ours ignored", line)
-            return f"error no job of ours matches {rest}" if asks else None
-        if asks:
-            return self._evolving_ask(job, message)
+            return f"error no job of ours matches {rest}" if parsed.is_ask else None
+        if parsed.is_ask:
+            return self._evolving_ask(job, parsed)
         with self._lock:
-            if message == "APGAS-Ready":
+            if parsed.kind == "ready":
                 job.ready, job.disabled = True, False
                 self._event("ready", job=job.id)
                 self._ready_cv.notify_all()
-            elif message == "APGAS-NotMalleable":
+            elif parsed.kind == "not_malleable":
                 job.ready, job.disabled = False, True
                 self._event("rigid", job=job.id)
-                self._drop_requests(job, "the job sent APGAS-NotMalleable")
+                self._drop_requests(job, f"the job sent {protocol.NOT_MALLEABLE}")
                 self._ready_cv.notify_all()
-            elif message.startswith("Evolving;Release;"):
-                self._evolving_release(job, message.split(";", 2)[2])
+            elif parsed.kind == "release":
+                self._evolving_release(job, ";".join(parsed.fields))
             else:
                 log.debug("job %d: %s", job.id, message)
         self._wake.set()
@@ -672,20 +672,20 @@ class Scheduler:
             self._event("release_ignored", job=job.id, host=host)
             log.warning("job %d released %r, which it does not hold; ignored", job.id, host)
 
-    def _evolving_ask(self, job: Job, message: str) -> str:
-        """The one-line answer to ``Evolving;Request`` or ``Evolving;Check``."""
-        kind = "request" if message.startswith("Evolving;Request") else "check"
+    def _evolving_ask(self, job: Job, parsed: protocol.JobMessage) -> str:
+        """The one-line answer to an evolving request or check."""
+        kind, message = parsed.kind, parsed.text
         if not self.policy.grants_requests:
             answer = "error " + GATE.format(name=self.policy.name)
             with self._lock:
                 self._event(kind, job=job.id, message=message, answer=answer)
             log.info("job %d: %s answered %r", job.id, message, answer)
             return answer
-        with self._ready_cv:  # the job's APGAS-Ready may still be on its way
+        with self._ready_cv:  # the job's ready message may still be on its way
             self._ready_cv.wait_for(lambda: job.ready or job.disabled or not job.malleable
                                     or job.state != "running", READY_WAIT)
-            answer = (self._answer_request(job, message) if kind == "request"
-                      else self._answer_check(job, message))
+            answer = (self._answer_request(job, parsed) if kind == "request"
+                      else self._answer_check(job, parsed))
         log.info("job %d: %s answered %r", job.id, message, answer)
         self._wake.set()
         return answer
@@ -697,15 +697,15 @@ class Scheduler:
         if job.state != "running":
             return f"job {job.id} is {job.state}, not running"
         if job.disabled:
-            return f"job {job.id} sent APGAS-NotMalleable; it takes no more orders"
+            return f"job {job.id} sent {protocol.NOT_MALLEABLE}; it takes no more orders"
         if not job.ready:
-            return f"job {job.id} has not sent APGAS-Ready; it takes no orders yet"
+            return f"job {job.id} has not sent {protocol.READY}; it takes no orders yet"
         return None
 
-    def _answer_request(self, job: Job, message: str) -> str:
+    def _answer_request(self, job: Job, parsed: protocol.JobMessage) -> str:
         """Queue ``n`` more nodes for ``job`` (granted by later passes), or refuse."""
-        parts = message.split(";", 2)
-        field = parts[2] if len(parts) == 3 else ""
+        message = parsed.text
+        field = ";".join(parsed.fields)
         n = int(field) if re.fullmatch(r"[0-9]+", field) else 0
         problem = self._refusal(job)
         if n < 1:
@@ -724,12 +724,12 @@ class Scheduler:
         self._event("request", job=job.id, nodes=n, answer=answer)
         return answer
 
-    def _answer_check(self, job: Job, message: str) -> str:
+    def _answer_check(self, job: Job, parsed: protocol.JobMessage) -> str:
         """DMR's check_status for ``job``: decide, reserve or mark the shrink, then
         answer; the order follows from a thread."""
         fields: dict[str, Any] = {}
         try:
-            low, high, preferred, factor = _check_fields(message)
+            low, high, preferred, factor = protocol.parse_check(parsed)
             fields = dict(min=low, max=high, preferred=preferred, factor=factor)
             problem = self._refusal(job)
             if problem:
@@ -739,7 +739,7 @@ class Scheduler:
             else:
                 answer = self._decide_check(job, low, high, preferred, factor)
         except ValueError as e:
-            answer = f"error bad check {message!r}: {e}"
+            answer = f"error bad check {parsed.text!r}: {e}"
         self._event("check", job=job.id, **fields, answer=answer)
         return answer
 
@@ -776,28 +776,6 @@ class Scheduler:
         matches = [j for j in self._jobs.values()  # a foreign job without an id: by its address
                    if j.state == "running" and j.listen and (ip or job_id) in (j.reports, j.listen[0])]
         return matches[0] if len(matches) == 1 else None
-
-
-def _check_fields(message: str) -> tuple[int, int, int, int]:
-    """min, max, preferred, factor of ``Evolving;Check;...``; ValueError says what is wrong."""
-    fields = message.split(";")[2:]
-    if len(fields) != 4:
-        raise ValueError(f"expected <min>;<max>;<preferred>;<factor>, got {len(fields)} field(s)")
-    values = []
-    for name, field in zip(("min", "max", "preferred", "factor"), fields):
-        if not re.fullmatch(r"[0-9]+", field):
-            raise ValueError(f"{name} {field!r} is not a whole number")
-        values.append(int(field))
-    low, high, preferred, factor = values
-    if low < 1:
-        raise ValueError(f"min must be at least 1, got {low}")
-    if high < low:
-        raise ValueError(f"max {high} is below min {low}")
-    if preferred and not low <= preferred <= high:
-        raise ValueError(f"preferred {preferred} is outside [{low}, {high}] (0: none)")
-    if factor < 1:
-        raise ValueError(f"factor must be at least 1, got {factor}")
-    return low, high, preferred, factor
 
 
 def _bindable(host: str, port: int) -> bool:

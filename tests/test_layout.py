@@ -105,3 +105,10 @@ def test_only_apgas_imports_its_private_modules():
         for target in imports(name, path, known)
         if target.startswith("apgas.") and target.split(".")[1].startswith("_"))
     assert reaching == [], "use apgas.lowlevel (or add what is missing there)"
+
+
+def test_the_ready_line_is_written_only_in_the_protocol_module():
+    found = sorted(str(path.relative_to(ROOT)) for path in modules().values()
+                   if "APGAS-Ready" in path.read_text()
+                   and path != ROOT / "apgas" / "protocol.py")
+    assert found == [], "build and parse the protocol's lines with apgas.protocol"
