@@ -19,6 +19,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Callable
 
+from . import protocol
 from ._config import Config, parse_address
 from ._place import Place
 from .errors import ApgasError, ConfigError
@@ -265,34 +266,21 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             seen += len(chunk)
 
     def _execute(self, line: str, released: Callable[[list[str]], None]) -> list[str]:
-        words = line.split()
-        if not words:
-            raise OrderError("empty order; expected grow, shrink, status or refuse")
-        verb, args = words[0], words[1:]
-        if verb == "status":
-            if args:
-                raise OrderError(f"status takes no arguments, got {args}")
+        try:
+            order = protocol.parse_order(line)
+        except ValueError as e:
+            raise OrderError(str(e)) from None
+        if order.verb == protocol.STATUS:
             state, places = self.orders.status()
-            return [f"status {state} {len(places)}"] + [f"place {p.id} {p.host}" for p in places]
-        if verb == "refuse":
-            if not args:
-                raise OrderError("refuse needs a count")
-            n = _positive(args[0])
-            self.orders.refused(n, " ".join(args[1:]) or "no reason given")
-            return [f"ok refuse {n}"]
-        if verb not in ("grow", "shrink"):
-            raise OrderError(f"unknown order {verb!r}; expected grow, shrink, status or refuse")
-        if not args:
-            raise OrderError(f"{verb} needs a count")
-        n = _positive(args[0])
-        if verb == "shrink":
-            if len(args) != 1:
-                raise OrderError(f"shrink takes one count, got extra words {args[1:]}")
-            self.orders.shrink(n, released)
+            return protocol.status_reply(state, [(p.id, p.host) for p in places])
+        if order.verb == "refuse":
+            self.orders.refused(order.n, order.reason)
+            return [protocol.refuse_reply(order.n)]
+        if order.verb == "shrink":
+            self.orders.shrink(order.n, released)
             return []  # the released hosts went back already, before post_shrink
-        hosts = args[1:]
-        added = self.orders.grow(n, hosts)
-        return [f"ok grow {n} places {' '.join(str(p.id) for p in added)}"]
+        added = self.orders.grow(order.n, list(order.hosts))
+        return [protocol.grow_reply(order.n, [p.id for p in added])]
 
     @staticmethod
     def _send(conn: socket.socket, lines: list[str]) -> None:
@@ -302,12 +290,6 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             conn.sendall("".join(f"{line}\n" for line in lines).encode())
         except OSError as e:
             log.warning("could not send the reply %r: %s", lines, e)
-
-
-def _positive(word: str) -> int:
-    if not word.isdigit() or int(word) < 1:
-        raise OrderError(f"the count must be a positive integer, got {word!r}")
-    return int(word)
 
 
 def communicator_class(name: str) -> type[MalleableCommunicator]:
@@ -323,5 +305,4 @@ def communicator_class(name: str) -> type[MalleableCommunicator]:
 
 
 def _error_line(e: Exception) -> str:
-    """An error reply is one line: a reason of several lines is joined with `` | ``."""
-    return "error " + " | ".join(part.strip() for part in str(e).splitlines() if part.strip())
+    return protocol.error_reply(str(e))

@@ -15,7 +15,8 @@ import dataclasses
 import re
 
 __all__ = ["READY", "NOT_MALLEABLE", "STATUS", "JobMessage", "parse_message", "timing",
-           "request", "release", "check", "parse_check", "grow", "shrink", "refuse"]
+           "request", "release", "check", "parse_check", "grow", "shrink", "refuse",
+           "Order", "parse_order", "status_reply", "grow_reply", "refuse_reply", "error_reply"]
 
 READY = "APGAS-Ready"
 """The job registered a handler: orders are welcome from now on."""
@@ -126,3 +127,66 @@ def shrink(n: int) -> str:
 def refuse(n: int, reason: str) -> str:
     """``n`` of the places the job asked for will not come."""
     return f"refuse {n} {reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Order:
+    """One order a job received: ``verb`` and its count, hosts (grow) or reason (refuse)."""
+
+    verb: str
+    n: int = 0
+    hosts: tuple[str, ...] = ()
+    reason: str = ""
+
+
+_VERBS = "grow, shrink, status or refuse"
+
+
+def parse_order(line: str) -> Order:
+    """The order on ``line``; ValueError says what is wrong, with the words given."""
+    words = line.split()
+    if not words:
+        raise ValueError(f"empty order; expected {_VERBS}")
+    verb, args = words[0], words[1:]
+    if verb == STATUS:
+        if args:
+            raise ValueError(f"status takes no arguments, got {args}")
+        return Order(verb)
+    if verb not in ("grow", "shrink", "refuse"):
+        raise ValueError(f"unknown order {verb!r}; expected {_VERBS}")
+    if not args:
+        raise ValueError(f"{verb} needs a count")
+    n = _positive(args[0])
+    if verb == "refuse":
+        return Order(verb, n, reason=" ".join(args[1:]) or "no reason given")
+    if verb == "shrink":
+        if len(args) != 1:
+            raise ValueError(f"shrink takes one count, got extra words {args[1:]}")
+        return Order(verb, n)
+    return Order(verb, n, hosts=tuple(args[1:]))
+
+
+def _positive(word: str) -> int:
+    if not word.isdigit() or int(word) < 1:
+        raise ValueError(f"the count must be a positive integer, got {word!r}")
+    return int(word)
+
+
+# -- the job's replies ------------------------------------------------------------------
+
+def status_reply(state: str, places: list[tuple[int, str]]) -> list[str]:
+    """``status <state> <count>``, then ``place <id> <host>`` per place."""
+    return [f"status {state} {len(places)}"] + [f"place {pid} {host}" for pid, host in places]
+
+
+def grow_reply(n: int, place_ids: list[int]) -> str:
+    return f"ok grow {n} places {' '.join(str(p) for p in place_ids)}"
+
+
+def refuse_reply(n: int) -> str:
+    return f"ok refuse {n}"
+
+
+def error_reply(reason: str) -> str:
+    """An error reply is one line: a reason of several lines is joined with `` | ``."""
+    return "error " + " | ".join(part.strip() for part in reason.splitlines() if part.strip())

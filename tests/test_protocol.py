@@ -48,3 +48,35 @@ def test_checks_are_validated_with_the_value():
                         ("Evolving;Check;1;2;5;1", "preferred 5 is outside [1, 2]")]:
         with pytest.raises(ValueError, match=re.escape(words)):
             protocol.parse_check(protocol.parse_message(line))
+
+
+@pytest.mark.parametrize("line, order", [
+    ("status", protocol.Order("status")),
+    ("grow 2 a b", protocol.Order("grow", 2, ("a", "b"))),
+    ("shrink 1", protocol.Order("shrink", 1)),
+    ("refuse 2 no room", protocol.Order("refuse", 2, reason="no room")),
+    ("refuse 1", protocol.Order("refuse", 1, reason="no reason given")),
+])
+def test_orders_parse(line, order):
+    assert protocol.parse_order(line) == order
+
+
+@pytest.mark.parametrize("line, words", [
+    ("", "empty order; expected grow, shrink, status or refuse"),
+    ("fly 2", "unknown order 'fly'; expected grow, shrink, status or refuse"),
+    ("status now", "status takes no arguments, got ['now']"),
+    ("grow", "grow needs a count"),
+    ("shrink -1", "the count must be a positive integer, got '-1'"),
+    ("shrink 1 x", "shrink takes one count, got extra words ['x']"),
+])
+def test_bad_orders_say_what_is_wrong(line, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        protocol.parse_order(line)
+
+
+def test_replies():
+    assert protocol.status_reply("malleable", [(0, "a"), (3, "b")]) == [
+        "status malleable 2", "place 0 a", "place 3 b"]
+    assert protocol.grow_reply(2, [4, 5]) == "ok grow 2 places 4 5"
+    assert protocol.refuse_reply(1) == "ok refuse 1"
+    assert protocol.error_reply("first\n  second\n") == "error first | second"
