@@ -71,7 +71,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .planning import Policy, in_transit, reservation, waiting
+from .planning import Policy, easy, in_transit
 
 __all__ = ["MEBF", "MEBF_POLICIES", "mebf_size", "model_easy", "ReconfigCost"]
 
@@ -99,37 +99,9 @@ def model_easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
                free: int, total: int) -> tuple[list[Start], JobView | None, int]:
     """EASY backfilling with MEBF's start sizes, where a job's run time is
     the one its model gives at the size it gets (a flexible job started small
-    runs longer than its estimate, and must still keep the head's promise).
-
-    Returns the starts, the head left waiting (None if every job started)
-    and the free nodes left.
-    """
-    transit = in_transit(free, running, total)
-    ends = [(j.end_estimate(now), j.nodes) for j in running]
-    starts: list[Start] = []
-    jobs = iter(waiting(queue, total))
-    head = None
-    for job in jobs:
-        n = mebf_size(job, free)
-        if n is None:
-            head = job
-            break
-        starts.append(Start(job.id, n))
-        free -= n
-        ends.append((now + job.runtime_on(n), n))
-    if head is None:
-        return starts, None, free
-    shadow, extra = reservation(now, head.min_nodes, free + transit, ends)
-    for job in jobs:
-        n = mebf_size(job, free)
-        if n is not None and now + job.runtime_on(n) > shadow:
-            n = mebf_size(job, min(free, extra))  # then it may only use the extra nodes
-            if n is not None:
-                extra -= n
-        if n is not None:
-            starts.append(Start(job.id, n))
-            free -= n
-    return starts, head, free
+    runs longer than its estimate, and must still keep the head's promise)."""
+    return easy(now, queue, running, free, total, mebf_size,
+                runtime=lambda job, n: job.runtime_on(n))
 
 
 class MEBF(Policy):

@@ -62,11 +62,6 @@ def waiting(queue: Iterable[JobView], total: int) -> list[JobView]:
     return waiting
 
 
-def _estimated_end(now: float, job: JobView) -> float:
-    """When a running job should end by its estimate (see ``JobView.end_estimate``)."""
-    return job.end_estimate(now)
-
-
 def in_transit(free: int, running: Sequence[JobView], total: int) -> int:
     return max(0, total - free - sum(j.nodes for j in running))
 
@@ -89,16 +84,21 @@ def reservation(now: float, need: int, avail: int,
 
 
 def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
-         free: int, total: int, size: Sizer) -> tuple[list[Start], JobView | None, int]:
+         free: int, total: int, size: Sizer,
+         runtime: Callable[[JobView, int], float] | None = None
+         ) -> tuple[list[Start], JobView | None, int]:
     """EASY backfilling with a start-size rule ``size``.
 
     Returns the starts, the head left waiting (None if every job started) and
     the free nodes left. A backfilled job must fit now and either end by the
     head's shadow time or use only the extra nodes; a flexible job gets the
-    most nodes that keeps that promise.
+    most nodes that keeps that promise. ``runtime(job, n)`` is a job's run
+    time on ``n`` nodes: its walltime unless given (MEBF gives its model's, so
+    a flexible job started small runs longer and must still keep the promise).
     """
+    run_for = runtime or (lambda job, n: job.walltime)
     transit = in_transit(free, running, total)
-    ends = [(_estimated_end(now, j), j.nodes) for j in running]
+    ends = [(j.end_estimate(now), j.nodes) for j in running]
     starts: list[Start] = []
     jobs = iter(waiting(queue, total))
     head = None
@@ -109,17 +109,16 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
             break
         starts.append(Start(job.id, n))
         free -= n
-        ends.append((now + job.walltime, n))
+        ends.append((now + run_for(job, n), n))
     if head is None:
         return starts, None, free
     shadow, extra = reservation(now, head.min_nodes, free + transit, ends)
     for job in jobs:
         if free == 0:
             break
-        if now + job.walltime <= shadow:
-            n = size(job, free)
-        else:
-            n = size(job, min(free, extra))
+        n = size(job, free)
+        if n is not None and now + run_for(job, n) > shadow:
+            n = size(job, min(free, extra))  # then it may only use the extra nodes
             if n is not None:
                 extra -= n
         if n is not None:
