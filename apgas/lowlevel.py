@@ -13,7 +13,7 @@ from ._config import parse_address
 from ._pool import blocking
 from ._runtime import current
 
-__all__ = ["blocking", "immediate_at", "parse_address", "removable", "this_place_id"]
+__all__ = ["blocking", "immediate_at", "parse_address", "removable"]
 
 
 def immediate_at(place: int, fn: Callable[..., Any], *args: Any) -> Any:
@@ -27,8 +27,3 @@ def immediate_at(place: int, fn: Callable[..., Any], *args: Any) -> Any:
 def removable(place: int) -> bool:
     """Whether ``place`` may leave on a shrink (mpiexec ranks and place 0 may not)."""
     return current().removable(place)
-
-
-def this_place_id() -> int:
-    """The id of the place this code runs at (raises ApgasError outside a runtime)."""
-    return current().id

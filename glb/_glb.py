@@ -10,7 +10,6 @@ import time
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import apgas
-from apgas.lowlevel import this_place_id
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -117,7 +116,7 @@ class GLB:
 
     # -------------------------------------------------------------------------------------
     def _compute(self, prototype: R, starts: Callable[[int, list[int]], list]) -> R:
-        if this_place_id() != 0:
+        if apgas.here().id != 0:
             raise apgas.ApgasError("GLB computations are started at place 0")
         if not isinstance(prototype, Result):
             raise TypeError(f"the result must have a fold(other) method, got {prototype!r}")
