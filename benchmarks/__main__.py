@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--places and --workers must be >= 1, got {ns.places} and {ns.workers}")
     if ns.evolving and not os.environ.get("APGAS_SCHEDULER"):
         parser.error("--evolving asks a scheduler for places, but APGAS_SCHEDULER is not set: "
-                     "submit it as an evolving job (python -m scheduler submit)")
+                     "submit it as an evolving job (python -m apgas_scheduler submit)")
     try:
         params = app.params(ns)
     except ValueError as e:

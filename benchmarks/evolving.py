@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import machine_info, median, parse_args, setup_logging, write_json
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.policies import get_policy
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.policies import get_policy
 
 log = logging.getLogger("benchmarks.evolving")
 

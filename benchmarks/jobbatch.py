@@ -23,7 +23,7 @@ malleable jobs as moldable ones (with as many nodes as they may have);
 minAgree starts them at their minimum and grows and shrinks them.
 
 How it is measured. Each (seed, share, policy, repeat) gets a fresh
-in-process ``scheduler.daemon.Scheduler`` on ``--nodes`` virtual nodes
+in-process ``apgas_scheduler.daemon.Scheduler`` on ``--nodes`` virtual nodes
 (every node is this machine, ``APGAS_LOCAL_HOSTS='*'``), an event log and an
 output folder in a temporary directory. A thread submits the jobs at their
 times; the run ends when every job has ended (or after ``--timeout``
@@ -32,7 +32,7 @@ kills whatever still runs), its threads are joined, and no process of the
 run may be left (leftovers are killed and reported). Makespan, node
 utilisation, mean wait, mean turnaround, grows, shrinks and node-overlap
 violations come from the event log through
-``scheduler.metrics.compute_metrics``; beside them, "CPU share": the CPU
+``apgas_scheduler.metrics.compute_metrics``; beside them, "CPU share": the CPU
 time of the jobs' processes over (makespan x cores). Every job must end
 "done" and its result JSON must say ``"correct": true``; results without a
 built-in reference (BC above scale 10) are compared with one
@@ -87,10 +87,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks._common import machine_info, median, setup_logging, write_json
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.metrics import compute_metrics, gantt, read_events
-from scheduler.policies import get_policy
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.metrics import compute_metrics, gantt, read_events
+from apgas_scheduler.policies import get_policy
 
 log = logging.getLogger("benchmarks.jobbatch")
 

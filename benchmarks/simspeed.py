@@ -2,7 +2,7 @@
 
     python -m benchmarks.simspeed [--jobs 5000] [--nodes 500] [--share 0.5] [--json FILE]
 
-The workload is ``scheduler.workload.kit_like`` (seeded), half of its jobs
+The workload is ``apgas_scheduler.workload.kit_like`` (seeded), half of its jobs
 malleable (min = pref/2, max = 5 pref, rho in 0.0-0.3) with a
 reconfiguration cost (which MEBF's feasibility test also uses); the MEBF
 family runs with each expand policy (Handoff, the default, then Spare and
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import machine_info
-from scheduler import workload as wl
-from scheduler.evolving import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
-from scheduler.mebf import MEBF_POLICIES
-from scheduler.policies import get_policy, policy_names
-from scheduler.simulator import Reconfig, Simulator
+from apgas_scheduler import workload as wl
+from apgas_scheduler.evolving import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
+from apgas_scheduler.mebf import MEBF_POLICIES
+from apgas_scheduler.policies import get_policy, policy_names
+from apgas_scheduler.simulator import Reconfig, Simulator
 
 
 def variants() -> list[tuple[str, Any]]:

@@ -7,7 +7,7 @@ Run like this, it plays both parts on this machine: it starts a scheduler on
 four node names (policy ``evolving``), submits itself as an evolving job of
 1 to 4 nodes, waits for the end and prints what the job printed and the
 scheduler's record. Started by a scheduler (``APGAS_SCHEDULER`` is set), it
-is the job. As a job file for ``python -m scheduler submit``:
+is the job. As a job file for ``python -m apgas_scheduler submit``:
 
     name = "evolving-example"
     command = ["python", "examples/evolving.py"]
@@ -89,10 +89,10 @@ def job() -> None:
 
 def drive() -> int:
     """Start a scheduler here, run this file as its evolving job, print the record."""
-    from scheduler.daemon import Scheduler
-    from scheduler.jobs import JobSpec
-    from scheduler.metrics import compute_metrics, read_events
-    from scheduler.policies import get_policy
+    from apgas_scheduler.daemon import Scheduler
+    from apgas_scheduler.jobs import JobSpec
+    from apgas_scheduler.metrics import compute_metrics, read_events
+    from apgas_scheduler.policies import get_policy
 
     nodes = [f"node{i}" for i in range(4)]
     os.environ.setdefault("APGAS_LOCAL_HOSTS", ",".join(nodes))  # the names stand for this machine

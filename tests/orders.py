@@ -19,7 +19,7 @@ def order(address, line: str | bytes, end: bytes = b"\n", timeout: float = 60) -
     return reply.decode().splitlines()
 
 
-_SCHEDULER_ORDER_PORTS = range(27100, 28100)  # scheduler.daemon.ORDER_PORT_BASE and the 1000 after
+_SCHEDULER_ORDER_PORTS = range(27100, 28100)  # apgas_scheduler.daemon.ORDER_PORT_BASE and the 1000 after
 
 
 def _ephemeral_low() -> int:

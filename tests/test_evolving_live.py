@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.metrics import compute_metrics, read_events
-from scheduler.policies import get_policy
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.metrics import compute_metrics, read_events
+from apgas_scheduler.policies import get_policy
 
 pytestmark = pytest.mark.timeout(120)
 

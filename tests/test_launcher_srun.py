@@ -114,9 +114,9 @@ def test_srun_outside_an_allocation_says_so(monkeypatch):
 SCHEDULER_IN_ALLOCATION = """
 import json, os, sys, time
 sys.path.insert(0, "tests")
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.policies import get_policy
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.policies import get_policy
 import launcher
 nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
 sched = Scheduler(nodes, get_policy("easy"), interval=0.2, output_dir=sys.argv[1],

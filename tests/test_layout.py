@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("apgas", "glb", "launcher", "scheduler", "benchmarks")
+PACKAGES = ("apgas", "glb", "launcher", "apgas_scheduler", "scheduler", "benchmarks")
 
 
 def modules() -> dict[str, Path]:

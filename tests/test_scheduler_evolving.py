@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.evolving import (
+from apgas_scheduler.evolving import (
     PAPER_VARIANTS, EvolvingJob, Schedule, evolving_policies, schedule_evolving,
     schedule_rigid_baseline,
 )

@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 import pytest
 
-import scheduler.daemon as daemon
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.metrics import compute_metrics, read_events
-from scheduler.policies import get_policy
+import apgas_scheduler.daemon as daemon
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.metrics import compute_metrics, read_events
+from apgas_scheduler.policies import get_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.jobs import JobFileError, load_job_file, parse_job
+from apgas_scheduler.jobs import JobFileError, load_job_file, parse_job
 
 GOOD = {"name": "j", "command": "python x.py", "class": "malleable", "min_nodes": 1,
         "max_nodes": 3, "walltime": 10}

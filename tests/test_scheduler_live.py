@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from orders import free_port
-from scheduler.client import SchedulerError, request
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.metrics import compute_metrics, read_events
-from scheduler.policies import get_policy
+from apgas_scheduler.client import SchedulerError, request
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.metrics import compute_metrics, read_events
+from apgas_scheduler.policies import get_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -223,7 +223,7 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
     id (or the next port free here); on another one at that node's address,
     and is told the scheduler's host name (the scheduler listens on every
     interface here); a message without a job id is matched by that address."""
-    from scheduler.daemon import Job
+    from apgas_scheduler.daemon import Job
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "here")
     sched = Scheduler(["here", "far", "lost"], get_policy("malleable"), host="0.0.0.0", port=0,
                       launcher="ssh", output_dir=tmp_path, node_addresses={"far": "192.0.2.7"},
@@ -286,8 +286,8 @@ def test_garbage_on_the_port_is_refused_and_the_scheduler_goes_on(make_scheduler
 def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_scheduler, tmp_path):
     """Same policy object, same batch: the simulator, fed the run times measured live,
     starts the same jobs on as many nodes in the same order."""
-    from scheduler.simulator import Simulator
-    from scheduler.workload import SimJob
+    from apgas_scheduler.simulator import Simulator
+    from apgas_scheduler.workload import SimJob
 
     sched = make_scheduler(nodes=3, policy="easy")
     batch = [("a", 2, 2, 1.2), ("b", 3, 3, 0.4), ("c", 1, 1, 2.0), ("d", 1, 1, 0.3),
@@ -337,9 +337,9 @@ apgas.run(main)
 
 SCHEDULER_IN_ALLOCATION = """
 import json, os, sys, time
-from scheduler.daemon import Scheduler
-from scheduler.jobs import JobSpec
-from scheduler.policies import get_policy
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.policies import get_policy
 import launcher
 out, base, program = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])

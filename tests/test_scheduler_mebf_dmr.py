@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler._model import CLASSES, Grow, JobView, Shrink, Start
-from scheduler.dmr import DMR, DMR_POLICIES
-from scheduler.mebf import MEBF, MEBF_POLICIES
-from scheduler.policies import EasyBackfilling, Policy
+from apgas_scheduler._model import CLASSES, Grow, JobView, Shrink, Start
+from apgas_scheduler.dmr import DMR, DMR_POLICIES
+from apgas_scheduler.mebf import MEBF, MEBF_POLICIES
+from apgas_scheduler.policies import EasyBackfilling, Policy
 
 NOW = 100.0
 EXPANDS = ("handoff", "spare", "intensive")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scheduler.metrics import compute_metrics, gantt, node_intervals, read_events
+from apgas_scheduler.metrics import compute_metrics, gantt, node_intervals, read_events
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

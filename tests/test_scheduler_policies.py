@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler._model import CLASSES, Grow, JobView, Shrink, Start
-from scheduler.dmr import DMR, dmr_answer
-from scheduler.policies import (
+from apgas_scheduler._model import CLASSES, Grow, JobView, Shrink, Start
+from apgas_scheduler.dmr import DMR, dmr_answer
+from apgas_scheduler.policies import (
     GATE, POLICIES, Backfilling, EasyBackfilling, EvolvingEasy, FCFS, MinAgree, Policy,
     get_policy, grant_requests,
 )

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.workload import (
+from apgas_scheduler.workload import (
     APGAS_TABLE, APGAS_WORK_UNIT, MEBF_INTENSIVE, RHO_CLASSES, SimJob, WorkloadError,
     apgas_job_batch, kit_like, make_malleable, read_swf, scale_arrivals, swf_header,
     uniform_evolving, write_swf,

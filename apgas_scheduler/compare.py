@@ -1,9 +1,9 @@
 """Simulate one workload under several policies: a table, JSON and plots.
 
-Used by ``python -m scheduler simulate`` (one policy) and ``compare``
+Used by ``python -m apgas_scheduler simulate`` (one policy) and ``compare``
 (several). Workloads come from an SWF trace or a generator of
-``scheduler.workload``; evolving jobs with profiles go to the list
-scheduler of ``scheduler.evolving`` (policies ``evolving*``), everything else
+``apgas_scheduler.workload``; evolving jobs with profiles go to the list
+scheduler of ``apgas_scheduler.evolving`` (policies ``evolving*``), everything else
 to the discrete-event ``Simulator`` with the live policies.
 """
 

@@ -29,7 +29,7 @@ from .policies import Policy
 
 __all__ = ["Reconfig", "Simulator", "SimResult", "runtime_on"]
 
-log = logging.getLogger("scheduler.simulator")
+log = logging.getLogger("apgas_scheduler.simulator")
 
 TAU = 10.0  # bounded slowdown threshold, seconds
 MAX_PASSES_PER_INSTANT = 1000

@@ -171,7 +171,7 @@ class EvolvingEasy(Policy):
        jobs start at their minimum and ask for more themselves.
 
     It never grows or shrinks a job on its own. A job's ``Evolving;Check``
-    is answered with the DMR rules (:func:`scheduler.dmr.dmr_answer`).
+    is answered with the DMR rules (:func:`apgas_scheduler.dmr.dmr_answer`).
     """
 
     name = "evolving"

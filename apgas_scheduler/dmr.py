@@ -48,7 +48,7 @@ Details the paper leaves open, and our choices:
   head may pass it by one step to free enough nodes.
 * Outstanding requests of evolving jobs (live only; the simulator's jobs
   never ask) are granted first, as evolving EASY does
-  (:func:`scheduler.policies.grant_requests`).
+  (:func:`apgas_scheduler.policies.grant_requests`).
 
 A live evolving job (its view ``asks``) is left to call ``check_status``
 itself and gets :func:`dmr_answer`: the same rules for that one job, with

@@ -1,0 +1,287 @@
+"""``python -m apgas_scheduler``: serve, submit, status, cancel, add-nodes, shutdown, report,
+simulate, compare.
+
+    python -m apgas_scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
+    python -m apgas_scheduler submit --to 127.0.0.1:8081 job.toml
+    python -m apgas_scheduler status --to 127.0.0.1:8081 [--json]
+    python -m apgas_scheduler report events.jsonl [--gantt gantt.png] [--json]
+    python -m apgas_scheduler simulate --trace FILE.swf --nodes N --policy NAME [--malleable-share F] [--json OUT]
+    python -m apgas_scheduler compare --generate kit --nodes 512 --policies easy,mebf [--plot cmp.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import launcher as launchers
+from apgas import protocol
+from apgas.lowlevel import parse_address
+from apgas.errors import ConfigError
+
+from .client import SchedulerError, SchedulerUnreachable, request
+from .jobs import JobFileError, load_job_file
+from .policies import get_policy, policy_names
+
+log = logging.getLogger("scheduler")
+
+
+def _address(value: str) -> tuple[str, int]:
+    try:
+        return parse_address("--to", value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _nodes(value: str) -> list[str]:
+    try:
+        return launchers.expand_hostlist(value)
+    except launchers.HostSpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _node_address(value: str) -> dict[str, str]:
+    names, sep, address = value.rpartition("=")
+    if not sep or not names or not address:
+        raise argparse.ArgumentTypeError(f"expected NODES=ADDRESS, got {value!r}")
+    return {n: address for n in _nodes(names)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m apgas_scheduler",
+                                     description="An elastic batch job scheduler for APGAS jobs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the scheduler daemon")
+    serve.add_argument("--nodes", type=_nodes, default=None,
+                       help="node names, e.g. 'node[0-7]' or 'a,b'; default: the Slurm allocation")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8081, help="port (0: any free port)")
+    serve.add_argument("--policy", choices=policy_names(), default="easy")
+    serve.add_argument("--log", default=None, help="JSON-lines event log to append to")
+    serve.add_argument("--interval", type=float, default=5.0, help="seconds between scheduling passes")
+    serve.add_argument("--resize-interval", type=float, default=10.0,
+                       help="minimum seconds between two resizes of one job")
+    serve.add_argument("--register-timeout", type=float, default=60.0,
+                       help=f"seconds a malleable job has to send {protocol.READY}")
+    serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
+                       help="how job commands start on their first node (default: detected)")
+    serve.add_argument("--output-dir", default="scheduler-jobs", help="where job-N.out/.err go")
+    serve.add_argument("--node-address", action="append", type=_node_address, default=[],
+                       metavar="NODES=ADDRESS",
+                       help="where the scheduler reaches nodes that are not this machine, when "
+                            "their names do not resolve to them, e.g. 'node[1-3]=10.0.0.5' "
+                            "(repeatable)")
+    serve.add_argument("--order-port-base", type=int, default=None, metavar="PORT",
+                       help="a malleable job listens for orders on PORT + its id (default "
+                            "27100; wraps after 1000)")
+    for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
+                           ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
+                           ("shutdown", "stop the scheduler (running jobs are killed)")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
+        if name == "submit":
+            p.add_argument("files", nargs="+", metavar="JOB.toml")
+        elif name == "status":
+            p.add_argument("--json", action="store_true", help="print the status as JSON")
+        elif name == "cancel":
+            p.add_argument("id", type=int)
+        elif name == "add-nodes":
+            p.add_argument("names", type=_nodes)
+    from . import compare as cmp
+    simulate = sub.add_parser("simulate", help="simulate one policy on a trace or a generated workload")
+    cmp.add_workload_arguments(simulate)
+    cmp.add_policy_arguments(simulate)
+    simulate.add_argument("--policy", required=True, help="one of: " + ", ".join(cmp.all_policy_names()))
+    simulate.add_argument("--json", default=None, help="write the metrics here")
+    compare = sub.add_parser("compare", help="simulate several policies on one workload")
+    cmp.add_workload_arguments(compare)
+    cmp.add_policy_arguments(compare)
+    compare.add_argument("--policies", required=True, help="comma-separated policy names")
+    compare.add_argument("--json", default=None)
+    compare.add_argument("--plot", default=None, help="PNG: turnaround, slowdown, utilization over time")
+    report = sub.add_parser("report", help="metrics and a Gantt chart from an event log")
+    report.add_argument("events")
+    report.add_argument("--gantt", default=None, help="write a Gantt chart PNG here")
+    report.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        if ns.command == "serve":
+            return _serve(ns)
+        if ns.command in ("simulate", "compare"):
+            try:
+                return _simulate(ns)
+            except (OSError, ValueError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+        if ns.command == "report":
+            try:
+                return _report(ns)
+            except (OSError, ValueError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+        return _client(ns)
+    except SchedulerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:
+        if e.name != "matplotlib":
+            raise
+        print("error: plots need matplotlib; install it with: pip install 'apgas[bench]'", file=sys.stderr)
+        return 2
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from .daemon import Scheduler
+
+    nodes = ns.nodes
+    if nodes is None:
+        if not os.environ.get("SLURM_JOB_NODELIST"):
+            print("error: give --nodes (not inside a Slurm allocation)", file=sys.stderr)
+            return 2
+        nodes = launchers.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+    name = ns.launcher or launchers.detect_launcher(os.environ, mpi=False)
+    if name == "local":  # the node names all stand for this machine
+        known = [h for h in os.environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h]
+        os.environ["APGAS_LOCAL_HOSTS"] = ",".join(known + nodes)
+    addresses = {n: a for given in ns.node_address for n, a in given.items()}
+    ports = {} if ns.order_port_base is None else {"order_port_base": ns.order_port_base}
+    try:
+        sched = Scheduler(nodes, get_policy(ns.policy, resize_interval=ns.resize_interval),
+                          host=ns.host, port=ns.port, events=ns.log, interval=ns.interval,
+                          launcher=name, register_timeout=ns.register_timeout,
+                          output_dir=ns.output_dir, node_addresses=addresses, **ports)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"scheduler listening on {sched.address[0]}:{sched.address[1]}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sched.shutdown())
+    try:
+        sched.serve_forever()
+    except KeyboardInterrupt:
+        sched.shutdown()
+        sched._finish()
+    return 0
+
+
+def _client(ns: argparse.Namespace) -> int:
+    if ns.command == "submit":
+        return _submit(ns.to, ns.files)
+    if ns.command == "status":
+        reply = request(ns.to, "status")
+        reply.pop("ok", None)
+        print(json.dumps(reply, indent=2) if ns.json else _status_table(reply))
+    elif ns.command == "cancel":
+        print(request(ns.to, "cancel", id=ns.id)["state"])
+    elif ns.command == "add-nodes":
+        print(",".join(request(ns.to, "add-nodes", nodes=ns.names)["nodes"]))
+    elif ns.command == "shutdown":
+        request(ns.to, "shutdown")
+    return 0
+
+
+def _submit(to: tuple[str, int], files: list[str]) -> int:
+    """Submit every file, printing each id, or the error naming the file, and go
+    on; exit 2 if a file could not be read, else 1 if the scheduler refused one.
+    An unreachable scheduler ends it: the files not sent yet are named."""
+    unreadable = refused = 0
+    for k, path in enumerate(files):
+        try:
+            spec = load_job_file(path)
+        except JobFileError as e:
+            print(f"error: {e}", file=sys.stderr)
+            unreadable += 1
+            continue
+        try:
+            reply = request(to, "submit", job=spec.to_dict(), file=path)
+        except SchedulerUnreachable as e:
+            left = files[k:]
+            print(f"error: {e}; not submitted: {', '.join(left)}", file=sys.stderr)
+            return 1
+        except SchedulerError as e:
+            message = str(e)
+            print(f"error: {message if message.startswith(path) else f'{path}: {message}'}",
+                  file=sys.stderr)
+            refused += 1
+            continue
+        print(reply["id"], flush=True)
+    return 2 if unreadable else 1 if refused else 0
+
+
+def _status_table(status: dict[str, Any]) -> str:
+    lines = [f"policy {status['policy']}, t = {status['time']:.1f} s, "
+             f"{sum(n['job'] is None for n in status['nodes'])}/{len(status['nodes'])} node(s) idle",
+             f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} reason"]
+    for j in status["jobs"]:
+        lines.append(f"{j['id']:>4} {j['name'][:20]:<20} {j['class']:<10} {j['state']:<10} "
+                     f"{','.join(j['nodes'])[:24]:<24} {j['reason']}")
+    return "\n".join(lines)
+
+
+def _simulate(ns: argparse.Namespace) -> int:
+    from . import compare as cmp
+
+    names = [ns.policy] if ns.command == "simulate" else [p for p in ns.policies.split(",") if p]
+    known = cmp.all_policy_names()
+    unknown = [p for p in names if p not in known]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(known)}")
+    cmp.check_options(names, ns)
+    jobs = cmp.build_workload(ns)
+    cmp.check_workload(jobs, names, ns)
+    runs = cmp.compare(jobs, names, ns)
+    print(_workload_line(jobs, ns))
+    print(cmp.table(runs))
+    if ns.json:
+        if ns.command == "simulate":
+            Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.json).write_text(json.dumps(runs[0]["metrics"], indent=2) + "\n")
+        else:
+            cmp.write_json(ns.json, runs, ns)
+    if getattr(ns, "plot", None):
+        cmp.plot(ns.plot, runs, ns.nodes, title=ns.trace or ns.generate)
+    return 0
+
+
+def _workload_line(jobs: list[Any], ns: argparse.Namespace) -> str:
+    """How many jobs were simulated, and which were left out and why."""
+    too_big = sum(j.min_nodes > ns.nodes for j in jobs)
+    text = f"{len(jobs) - too_big} job(s) simulated on {ns.nodes} node(s)"
+    why = []
+    if too_big:
+        why.append(f"{too_big} left out: they need more than {ns.nodes} node(s)"
+                   + (f" at --procs-per-node {ns.procs_per_node}" if ns.trace else ""))
+    skipped = int(getattr(ns, "swf_stats", {}).get("skipped", 0))
+    if skipped:
+        why.append(f"{skipped} trace record(s) skipped: no run time or no processors "
+                   "(cancelled or failed before they started)")
+    return text + (f" ({'; '.join(why)})" if why else "")
+
+
+def _report(ns: argparse.Namespace) -> int:
+    from .metrics import compute_metrics, gantt, read_events
+
+    events = read_events(ns.events)
+    metrics = compute_metrics(events)
+    if ns.gantt:
+        gantt(events, ns.gantt, title=ns.events)
+    if ns.json:
+        print(json.dumps(metrics, indent=2))
+    else:
+        for key, value in metrics.items():
+            print(f"{key:<24} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
