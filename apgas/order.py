@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
+from typing import Callable
 
 from ._config import parse_address
 
@@ -20,13 +21,15 @@ __all__ = ["send_order", "main"]
 from .errors import ConfigError
 
 
-def send_order(address: tuple[str, int], order: str | list[str], timeout: float = 120.0) -> list[str]:
+def send_order(address: tuple[str, int], order: str | list[str], timeout: float = 120.0, *,
+               on_first_line: Callable[[], None] | None = None) -> list[str]:
     """Send one order line (``"grow 2 a b"`` or its words) to a job listening at
     ``address``; return the reply lines (none from a job of the ElasticJobScheduler).
 
-    The one client of the order protocol: the CLI below, the scheduler and the
-    benchmarks use it. OSError if the job cannot be reached or stays silent
-    ``timeout`` seconds."""
+    The one client of the order protocol: the CLI below, the scheduler, the tests
+    and the benchmarks use it. ``on_first_line`` is called as soon as the first
+    reply line is in (the malleability benchmark times it). OSError if the job
+    cannot be reached or stays silent ``timeout`` seconds."""
     line = order if isinstance(order, str) else " ".join(order)
     with socket.create_connection(address, timeout=timeout) as conn:
         conn.sendall((line + "\n").encode())
@@ -34,6 +37,9 @@ def send_order(address: tuple[str, int], order: str | list[str], timeout: float 
         data = b""
         while chunk := conn.recv(65536):
             data += chunk
+            if on_first_line is not None and b"\n" in data:
+                on_first_line()
+                on_first_line = None
     return data.decode(errors="replace").splitlines()
 
 

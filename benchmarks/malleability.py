@@ -25,7 +25,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from apgas import protocol
+from apgas.order import send_order
+from apgas.testing import FakeScheduler
 from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
                                 meets, parse_args, setup_logging, write_json)
 
@@ -123,99 +124,6 @@ def make_metrics(params: Params) -> list[Metric]:
     return metrics
 
 
-# -- the fake scheduler ---------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Message:
-    """One line from the job, e.g. ``growTimeAPGAS;2;165802561:127.0.0.1``."""
-
-    arrived: float  # time.perf_counter() when its connection ended
-    line: str
-
-    @property
-    def name(self) -> str:
-        return self.line.partition(":")[0].split(";")[0]
-
-    @property
-    def fields(self) -> list[str]:
-        """What follows the name: ``[n, ns]`` for a timing."""
-        return self.line.partition(":")[0].split(";")[1:]
-
-    @property
-    def seconds(self) -> float:
-        """The time of a timing message."""
-        try:
-            return int(self.fields[1]) / 1e9
-        except (IndexError, ValueError):
-            raise BenchmarkError(f"malformed timing message {self.line!r}") from None
-
-
-class FakeScheduler:
-    """A TCP server on 127.0.0.1 that collects the job's lines, one connection each."""
-
-    def __init__(self) -> None:
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.address: tuple[str, int] = self._server.getsockname()[:2]
-        self._messages: list[Message] = []
-        self._seen: list[str] = []
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._accept, name="fake-scheduler", daemon=True)
-
-    def __enter__(self) -> FakeScheduler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)  # wakes accept()
-        self._server.close()
-        self._thread.join(timeout=5.0)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            with conn:
-                data = _read_all(conn, timeout=2.0)
-            arrived = time.perf_counter()
-            with self._cond:
-                for line in data.decode(errors="replace").splitlines():
-                    self._messages.append(Message(arrived, line))
-                    self._seen.append(line)
-                self._cond.notify_all()
-
-    def take(self, name: str, n: int | None = None, timeout: float = MESSAGE_TIMEOUT_S) -> Message:
-        """Remove and return the first message called ``name`` (about ``n`` places)."""
-        def find() -> Message | None:
-            return next((m for m in self._messages
-                         if m.name == name and (n is None or m.fields[:1] == [str(n)])), None)
-
-        with self._cond:
-            found = self._cond.wait_for(find, timeout)
-            if found is None:
-                raise BenchmarkError(f"no {name} message{'' if n is None else f' for {n}'} "
-                                     f"within {timeout:g} s; got {self._seen}")
-            self._messages.remove(found)
-            return found
-
-    def lines(self) -> list[str]:
-        """Every line received so far."""
-        with self._cond:
-            return list(self._seen)
-
-
-def _read_all(conn: socket.socket, timeout: float) -> bytes:
-    """Read until the peer closes (or ``timeout`` between chunks)."""
-    conn.settimeout(timeout)
-    data = b""
-    with contextlib.suppress(OSError):
-        while chunk := conn.recv(65536):
-            data += chunk
-    return data
-
-
 # -- orders ---------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -227,47 +135,40 @@ class Reply:
     closed_s: float
 
 
-def send_order(address: tuple[str, int], words: list[str]) -> Reply:
+def timed_order(address: tuple[str, int], words: list[str]) -> Reply:
     """Send one order line; time the first reply line and the connection closing."""
     start = time.perf_counter()
-    first: float | None = None
-    data = b""
-    with socket.create_connection(address, timeout=ORDER_TIMEOUT_S) as conn:
-        conn.sendall((" ".join(words) + "\n").encode())
-        conn.shutdown(socket.SHUT_WR)
-        while chunk := conn.recv(65536):
-            data += chunk
-            if first is None and b"\n" in data:
-                first = time.perf_counter()
+    first: list[float] = []
+    lines = send_order(address, words, ORDER_TIMEOUT_S,
+                       on_first_line=lambda: first.append(time.perf_counter()))
     closed = time.perf_counter()
-    lines = data.decode(errors="replace").splitlines()
     if lines and lines[0].startswith("error"):
         raise BenchmarkError(f"order {' '.join(words)!r} refused: {lines[0]}")
-    return Reply(lines, (first or closed) - start, closed - start)
+    return Reply(lines, (first[0] if first else closed) - start, closed - start)
 
 
 def grow(job: Job, scheduler: FakeScheduler, n: int, samples: Samples) -> None:
     """Grow by ``n`` places on fresh host names; record the client's and the job's time."""
     hosts = [job.new_host() for _ in range(n)]
-    reply = send_order(job.address, ["grow", str(n), *hosts])
+    reply = timed_order(job.address, ["grow", str(n), *hosts])
     if not reply.lines or not reply.lines[0].startswith(f"ok grow {n} "):
         raise BenchmarkError(f"unexpected reply to grow {n}: {reply.lines}")
     add_sample(samples, f"grow{n}_client_s", reply.first_line_s)
-    add_sample(samples, f"grow{n}_job_s", scheduler.take("growTimeAPGAS", n).seconds)
+    add_sample(samples, f"grow{n}_job_s", scheduler.take("growTimeAPGAS", n, MESSAGE_TIMEOUT_S).seconds)
 
 
 def shrink(job: Job, scheduler: FakeScheduler, n: int, samples: Samples) -> None:
     """Shrink by ``n`` places; record the client's and the job's time."""
-    reply = send_order(job.address, ["shrink", str(n)])
+    reply = timed_order(job.address, ["shrink", str(n)])
     if len(reply.lines) != n:
         raise BenchmarkError(f"shrink {n} released {reply.lines}, expected {n} host(s)")
     add_sample(samples, f"shrink{n}_client_s", reply.closed_s)
-    add_sample(samples, f"shrink{n}_job_s", scheduler.take("shrinkTimeAPGAS", n).seconds)
+    add_sample(samples, f"shrink{n}_job_s", scheduler.take("shrinkTimeAPGAS", n, MESSAGE_TIMEOUT_S).seconds)
 
 
 def check_places(job: Job, expected: int) -> None:
     """The job is still malleable with ``expected`` places."""
-    reply = send_order(job.address, ["status"])
+    reply = timed_order(job.address, ["status"])
     if not reply.lines or reply.lines[0] != f"status malleable {expected}":
         raise BenchmarkError(f"expected {expected} places, the job says {reply.lines}")
 
@@ -375,13 +276,13 @@ def run_repeat(params: Params) -> tuple[Samples, list[str]]:
         try:
             ready = scheduler.take(protocol.READY, timeout=READY_TIMEOUT_S)
             add_sample(samples, "ready_wall_s", ready.arrived - start)
-            add_sample(samples, "ready_job_s", scheduler.take("readyTimeAPGAS").seconds)
+            add_sample(samples, "ready_job_s", scheduler.take("readyTimeAPGAS", timeout=MESSAGE_TIMEOUT_S).seconds)
             job.wait_address(MESSAGE_TIMEOUT_S)
             _run_orders(job, scheduler, params, samples)
             stop_job(job)
         finally:
             kill_job(job)
-        return samples, scheduler.lines()
+        return samples, list(scheduler.lines)
 
 
 def _run_orders(job: Job, scheduler: FakeScheduler, params: Params, samples: Samples) -> None:
@@ -406,7 +307,7 @@ def measure(params: Params) -> tuple[list[Samples], list[list[str]], int]:
     while len(repeats) < params.repeats:
         try:
             samples, lines = run_repeat(params)
-        except (BenchmarkError, OSError) as e:
+        except (BenchmarkError, OSError) as e:  # TimeoutError: a message did not come
             failures += 1
             log.warning("repeat failed (%d so far): %s", failures, e)
             if failures >= MAX_FAILURES:

@@ -15,7 +15,7 @@ from hypothesis import settings
 
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
-from fake_scheduler import FakeScheduler, Script
+from apgas.testing import FakeScheduler, Script
 from orders import free_address
 
 ROOT = Path(__file__).resolve().parent.parent

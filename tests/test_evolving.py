@@ -9,7 +9,7 @@ import pytest
 
 import apgas
 from apgas import ApgasError, DeadPlaceError, GrowRefused
-from fake_scheduler import FakeScheduler
+from apgas.testing import FakeScheduler
 
 pytestmark = pytest.mark.timeout(90)
 

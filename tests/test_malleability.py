@@ -15,6 +15,7 @@ import pytest
 import apgas
 from apgas import DeadPlaceError
 from orders import free_port, order
+from apgas.testing import FakeScheduler
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -297,33 +298,8 @@ def test_malleability_is_steered_from_place_zero():
     apgas.run(main, places=2)
 
 
-class FakeScheduler:
-    """A scheduler endpoint that collects the job's message lines."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.address = self.server.getsockname()
-        self.lines: list[str] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while chunk := conn.recv(4096):
-                    data += chunk
-            self.lines.extend(data.decode().splitlines())
-
-    def close(self) -> None:
-        self.server.close()
-
-
 def test_ready_and_timing_messages_reach_the_scheduler(monkeypatch):
-    scheduler = FakeScheduler()
+    scheduler = FakeScheduler()  # records, answers nothing
     monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % scheduler.address)
 
     def main():
@@ -333,10 +309,7 @@ def test_ready_and_timing_messages_reach_the_scheduler(monkeypatch):
 
     try:
         apgas.run(main, places=2)
-        deadline = time.monotonic() + 5
-        while not any(line.startswith("APGAS-NotMalleable") for line in scheduler.lines):
-            assert time.monotonic() < deadline, scheduler.lines
-            time.sleep(0.02)
+        scheduler.take("APGAS-NotMalleable", timeout=5)
     finally:
         scheduler.close()
     lines = scheduler.lines
