@@ -2,6 +2,14 @@
 
 Place 0 also starts the other places, watches them, and shuts them down.
 Every place runs one :class:`Runtime`; :func:`current` returns it.
+
+Why one module of about 670 lines: every part of :class:`Runtime` (spawn
+counting, finish, ``at``, the message handler and the place table updates of
+grow and shrink) works on the same place table and finish counts under one
+lock, and the order of those updates is what keeps a task from being lost
+while places come and go. Split over files, that ordering would be harder to
+read, not easier; the parts with a job of their own already live apart
+(``_finish``, ``_transport``, ``_pool``, ``_serialization``, ``_malleability``).
 """
 
 from __future__ import annotations
