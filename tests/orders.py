@@ -1,4 +1,4 @@
-"""Raw socket client for grow/shrink orders (plain sockets only, no apgas on this side)."""
+"""Orders for the tests (through the one order client, ``apgas.order.send_order``) and free ports."""
 
 from __future__ import annotations
 
@@ -7,16 +7,12 @@ import socket
 import threading
 import time
 
+from apgas.order import send_order
 
-def order(address, line: str | bytes, end: bytes = b"\n", timeout: float = 60) -> list[str]:
-    """Send one raw order line; return the reply lines (the job closes the connection)."""
-    data = line.encode() if isinstance(line, str) else line
-    with socket.create_connection(address, timeout=timeout) as conn:
-        conn.sendall(data + end)
-        reply = b""
-        while chunk := conn.recv(65536):
-            reply += chunk
-    return reply.decode().splitlines()
+
+def order(address, line: str, timeout: float = 60) -> list[str]:
+    """Send one order line; return the reply lines (the job closes the connection)."""
+    return send_order(address, line, timeout)
 
 
 _SCHEDULER_ORDER_PORTS = range(27100, 28100)  # apgas_scheduler.daemon.ORDER_PORT_BASE and the 1000 after
