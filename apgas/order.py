@@ -21,18 +21,18 @@ __all__ = ["send_order", "main"]
 from .errors import ConfigError
 
 
-def send_order(address: tuple[str, int], order: str | list[str], timeout: float = 120.0, *,
+def send_order(address: tuple[str, int], order: str | list[str] | bytes, timeout: float = 120.0, *,
                on_first_line: Callable[[], None] | None = None) -> list[str]:
-    """Send one order line (``"grow 2 a b"`` or its words) to a job listening at
-    ``address``; return the reply lines (none from a job of the ElasticJobScheduler).
+    """Send one order line (``"grow 2 a b"``, its words, or raw bytes, sent as they
+    are) to a job listening at ``address``; return the reply lines (none from a job of the ElasticJobScheduler).
 
     The one client of the order protocol: the CLI below, the scheduler, the tests
     and the benchmarks use it. ``on_first_line`` is called as soon as the first
     reply line is in (the malleability benchmark times it). OSError if the job
     cannot be reached or stays silent ``timeout`` seconds."""
-    line = order if isinstance(order, str) else " ".join(order)
+    line = order if isinstance(order, (str, bytes)) else " ".join(order)
     with socket.create_connection(address, timeout=timeout) as conn:
-        conn.sendall((line + "\n").encode())
+        conn.sendall((line if isinstance(line, bytes) else line.encode()) + b"\n")
         conn.shutdown(socket.SHUT_WR)
         data = b""
         while chunk := conn.recv(65536):

@@ -10,7 +10,7 @@ import time
 from apgas.order import send_order
 
 
-def order(address, line: str, timeout: float = 60) -> list[str]:
+def order(address, line: str | bytes, timeout: float = 60) -> list[str]:
     """Send one order line; return the reply lines (the job closes the connection)."""
     return send_order(address, line, timeout)
 
