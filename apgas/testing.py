@@ -51,7 +51,7 @@ class Received:
 
     @property
     def name(self) -> str:
-        """The first field: ``growTimeAPGAS``, ``Evolving``, ``APGAS-Ready`` ..."""
+        """The first field: ``growTimeAPGAS``, ``Evolving``, the ready message ..."""
         return self.message.text.split(";")[0]
 
     @property
