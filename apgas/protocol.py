@@ -188,5 +188,5 @@ def refuse_reply(n: int) -> str:
 
 
 def error_reply(reason: str) -> str:
-    """An error reply is one line: a reason of several lines is joined with `` | ``."""
+    """An error reply is one line: a reason of several lines is joined with ``" | "``."""
     return "error " + " | ".join(part.strip() for part in reason.splitlines() if part.strip())
