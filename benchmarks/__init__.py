@@ -1,1 +1,3 @@
-"""Benchmarks of the APGAS runtime."""
+"""Measurement harnesses of the APGAS runtime, GLB and the scheduler (``python -m
+benchmarks.micro``, ``.peers``, ``.scaling`` ...). Some need the ``bench`` extra
+(Dask, matplotlib); the applications they measure are :mod:`glb.apps`."""

@@ -152,7 +152,7 @@ def glb_runs(repeats: int) -> dict[str, dict[str, Any]]:
             for r in range(repeats):
                 for kind, (cls, low, high, extra) in kinds.items():
                     result = tmp / f"{r}-{len(samples[kind])}-{cls}{low}.json"
-                    command = (sys.executable, "-m", "benchmarks", "uts", *UTS_ARGS, "--workers", "1",
+                    command = (sys.executable, "-m", "glb.apps", "uts", *UTS_ARGS, "--workers", "1",
                                *extra, "--json", str(result))
                     job_id = sched.submit(JobSpec(kind, command, cls, low, high, JOB_TIMEOUT,
                                                   (("APGAS_THREADS", "2"),), str(ROOT)))

@@ -44,12 +44,13 @@ machine becomes noise rather than a trend over the shares or the policies; a
 run whose jobs got less than 90% of the cores over its makespan is flagged:
 something else was using the machine (the same batch took 46.7 s with a CPU
 share of 69% and 31.1 s with 99% half an hour later, for the same CPU time).
-Figures: per (seed, share, policy) the median over the repeats, then the
-mean over the seeds (the paper averages over its batches). The comparison is
-the paper's: minAgree at 100% malleable against the best policy at 0% by
-makespan, Backfilling left out for its lack of fairness as in the paper, and
-against FCFS at 0% (the paper's best: -13.09% makespan, +19.86% utilisation,
--3.61% turnaround). Times are reported, never asserted on.
+Figures (:mod:`benchmarks.jobbatch_report`): per (seed, share, policy) the
+median over the repeats, then the mean over the seeds (the paper averages
+over its batches). The comparison is the paper's: minAgree at 100%
+malleable against the best policy at 0% by makespan, Backfilling left out
+for its lack of fairness as in the paper, and against FCFS at 0% (the
+paper's best: -13.09% makespan, +19.86% utilisation, -3.61% turnaround).
+Times are reported, never asserted on.
 
 Caveat: this machine has 2 cores and the 8 virtual nodes share them. Each
 place runs one GLB worker (``--workers 1``, ``APGAS_THREADS=2``), so the
@@ -77,16 +78,16 @@ import math
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from benchmarks._common import machine_info, median, setup_logging, write_json
+from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks.jobbatch_report import PUBLISHED, SCHEDULER_METRICS, compare, plot, render, summarize
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.metrics import compute_metrics, gantt, read_events
@@ -97,11 +98,6 @@ log = logging.getLogger("benchmarks.jobbatch")
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ("fcfs", "backfill", "easy", "malleable")
 SHARES = (0, 20, 40, 60, 80, 100)
-SCHEDULER_METRICS = ("makespan", "utilization", "mean_wait", "mean_turnaround", "grows", "shrinks",
-                     "max_overlap_violations")   # from the event log
-METRICS = (*SCHEDULER_METRICS, "cpu_seconds", "cpu_share")  # + CPU time of the jobs, its share of the cores
-# minAgree at 100% malleable against FCFS at 0% (the paper's best policy at 0%), in %
-PUBLISHED = {"makespan": -13.09, "utilization": 19.86, "mean_turnaround": -3.61}
 THREADS_PER_PLACE = "2"   # APGAS_THREADS: one GLB worker and the runtime
 SEQUENTIAL_TIMEOUT = 300.0
 RUN_ORDER_SEED = 12345
@@ -176,7 +172,7 @@ def make_batch(seed: int, jobs: int, spread: float) -> Batch:
 def job_spec(job: BatchJob, malleable: bool, result: Path, pool: int) -> JobSpec:
     """The scheduler's job description: rigid at its size, or malleable over its range."""
     c = job.config
-    command = [sys.executable, "-m", "benchmarks", c.app, *c.args, "--workers", "1",
+    command = [sys.executable, "-m", "glb.apps", c.app, *c.args, "--workers", "1",
                *(["--malleable"] if malleable else []), "--json", str(result)]
     low, high = (c.min_nodes, min(c.max_nodes, pool)) if malleable else (c.nodes, c.nodes)
     return JobSpec(f"{c.name}#{job.index}", tuple(command), "malleable" if malleable else "rigid",
@@ -327,7 +323,7 @@ def _sequential(config: JobConfig) -> Any:
     log.info("sequential reference for %s", config.name)
     with tempfile.TemporaryDirectory(prefix="jobbatch-ref-") as tmp:
         out = Path(tmp) / "ref.json"
-        proc = subprocess.run([sys.executable, "-m", "benchmarks", config.app, *config.args,
+        proc = subprocess.run([sys.executable, "-m", "glb.apps", config.app, *config.args,
                                "--sequential", "--json", str(out)], cwd=ROOT, capture_output=True,
                               text=True, timeout=SEQUENTIAL_TIMEOUT)
         if proc.returncode != 0 or not out.exists():
@@ -343,119 +339,6 @@ def _same(a: Any, b: Any) -> bool:
         return isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
             math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
     return a == b
-
-
-# -- summary ------------------------------------------------------------------------------
-
-def summarize(runs: list[dict[str, Any]], shares: list[int], policies: list[str]) -> list[dict[str, Any]]:
-    """Per (share, policy): the median over repeats of each seed, then the mean over seeds."""
-    out = []
-    for share in shares:
-        for policy in policies:
-            mine = [r for r in runs if r["share"] == share and r["policy"] == policy]
-            if not mine:
-                continue
-            row: dict[str, Any] = {"share": share, "policy": policy, "runs": len(mine),
-                                   "failures": sum(len(r["failures"]) for r in mine)}
-            for key in METRICS:
-                per_seed = [median([r[key] for r in mine if r["seed"] == s and r[key] is not None])
-                            for s in sorted({r["seed"] for r in mine})]
-                per_seed = [v for v in per_seed if v is not None]
-                row[key] = statistics.fmean(per_seed) if per_seed else None
-            out.append(row)
-    return out
-
-
-def _cell(summary: list[dict[str, Any]], share: int, policy: str) -> dict[str, Any] | None:
-    return next((r for r in summary if r["share"] == share and r["policy"] == policy), None)
-
-
-def _change(new: float | None, old: float | None) -> float | None:
-    return None if new is None or not old else (new - old) / old * 100
-
-
-def compare(summary: list[dict[str, Any]], policies: list[str]) -> dict[str, Any] | None:
-    """minAgree at 100% against the best policy at 0% (by makespan, Backfilling left
-    out as in the paper) and against FCFS at 0%; changes in %."""
-    ours = _cell(summary, 100, "malleable")
-    candidates = [c for p in policies if p != "backfill" and (c := _cell(summary, 0, p))
-                  and c["makespan"] is not None]
-    if ours is None or not candidates:
-        return None
-    best = min(candidates, key=lambda c: c["makespan"])
-    out: dict[str, Any] = {"published_vs_fcfs_0": PUBLISHED}
-    for label, base in (("vs_best_0", best), ("vs_fcfs_0", _cell(summary, 0, "fcfs"))):
-        if base is not None:
-            out[label] = {"baseline": base["policy"],
-                          **{k: _change(ours[k], base[k]) for k in PUBLISHED}}
-    return out
-
-
-def _grid(summary: list[dict[str, Any]], shares: list[int], policies: list[str], title: str,
-          cell: Callable[[dict[str, Any]], str]) -> list[str]:
-    """Rows = shares, columns = policies."""
-    width = 24
-    lines = [title, f"{'share':>6}  " + "".join(f"{p:<{width}}" for p in policies)]
-    for share in shares:
-        cells = [cell(c) + ("!" if c["failures"] else "")
-                 if (c := _cell(summary, share, p)) and c["makespan"] is not None else "-"
-                 for p in policies]
-        lines.append(f"{share:>5}%  " + "".join(f"{text:<{width}}" for text in cells))
-    return lines
-
-
-def render(summary: list[dict[str, Any]], comparison: dict[str, Any] | None,
-           shares: list[int], policies: list[str], failures: int) -> str:
-    """The tables (share x policy) and the comparison with the paper."""
-    lines = _grid(summary, shares, policies, "makespan s / utilisation / mean turnaround s",
-                  lambda c: f"{c['makespan']:.1f} / {c['utilization']:.0%} / {c['mean_turnaround']:.1f}")
-    lines += [""] + _grid(summary, shares, policies,
-                          "mean wait s / CPU share (jobs' CPU time / cores x makespan) / grows+shrinks",
-                          lambda c: f"{c['mean_wait']:.1f} / {c['cpu_share']:.0%} / "
-                                    f"{(c['grows'] or 0) + (c['shrinks'] or 0):g}")
-    if comparison:
-        lines += ["", f"{'minAgree at 100% malleable, change against':<46} {'makespan':>9} "
-                      f"{'utilis.':>9} {'turnaround':>11}"]
-        rows = [(f"here: {comparison[k]['baseline']} at 0% (best w/o backfill)"
-                 if k == "vs_best_0" else "here: fcfs at 0%", comparison[k])
-                for k in ("vs_best_0", "vs_fcfs_0") if k in comparison]
-        rows.append(("paper: fcfs at 0% (32 nodes, 10 batches)", comparison["published_vs_fcfs_0"]))
-        for label, values in rows:
-            lines.append(f"{label:<46} " + " ".join(
-                f"{_pct(values[k]):>{w}}" for k, w in (("makespan", 9), ("utilization", 9),
-                                                      ("mean_turnaround", 11))))
-    lines += ["", f"failures: {failures}" + ("  (cells marked ! had failures)" if failures else "")]
-    return "\n".join(lines)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.2f}%"
-
-
-def plot(summary: list[dict[str, Any]], shares: list[int], policies: list[str], path: Path,
-         title: str) -> None:
-    """Three panels against the malleable share, one line per policy."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = (("makespan", "makespan [s]", 1), ("utilization", "node utilisation [%]", 100),
-              ("mean_turnaround", "mean turnaround [s]", 1))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4), layout="constrained")
-    for ax, (key, label, scale) in zip(axes, panels):
-        for p in policies:
-            points = [(s, c[key] * scale) for s in shares
-                      if (c := _cell(summary, s, p)) and c[key] is not None]
-            if points:
-                ax.plot(*zip(*points), marker="o", label=p)
-        ax.set_xlabel("malleable / moldable jobs [%]")
-        ax.set_ylabel(label)
-        ax.set_xticks(shares)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # -- command line ---------------------------------------------------------------------------

@@ -43,7 +43,7 @@ PI_SAMPLES = (4_000_000_000, 40_000_000)   # full, --quick
 
 def run_share(app_name: str, params: dict, index: int, count: int) -> Any:
     """One static piece, run to its end with the app's kernel."""
-    from benchmarks.__main__ import load_app
+    from glb.apps.cli import load_app
     app = load_app(app_name)
     if app_name not in _WARM:     # once per process: warm_up also counts a small tree
         warm(app_name)
@@ -60,14 +60,14 @@ _WARM: set[str] = set()
 
 def warm(app_name: str) -> float:
     """Compile or load the app's kernels in this process."""
-    from benchmarks.__main__ import load_app
+    from glb.apps.cli import load_app
     seconds = load_app(app_name).warm_up()
     _WARM.add(app_name)
     return seconds
 
 
 def fold_all(app_name: str, params: dict, parts: list) -> Any:
-    from benchmarks.__main__ import load_app
+    from glb.apps.cli import load_app
     total = load_app(app_name).make_result(params)
     for part in parts:
         total.fold(part)
@@ -121,10 +121,10 @@ def have_dask() -> bool:
 
 
 def with_cli(app_name: str, args: list[str]) -> dict:
-    """One run of ``python -m benchmarks``; returns its JSON record."""
+    """One run of ``python -m glb.apps``; returns its JSON record."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "benchmarks", app_name, *args, "--json", str(out)]
+        cmd = [sys.executable, "-m", "glb.apps", app_name, *args, "--json", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -142,7 +142,7 @@ def cases(trees: list[str], apps: list[str], quick: bool) -> list[tuple[str, str
 
 
 def measure(label: str, app_name: str, args: list[str], dask: bool = True) -> list[dict]:
-    from benchmarks.__main__ import build_parser, load_app
+    from glb.apps.cli import build_parser, load_app
     app = load_app(app_name)
     ns = build_parser({app_name: app}).parse_args([app_name, *args])
     params = app.params(ns)
@@ -216,7 +216,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where to write the results (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="fewer Pi samples: a smoke test")
     args = parser.parse_args(argv)
-    from benchmarks.uts import TREES
+    from glb.apps.uts.trees import TREES
     args.trees = [t for t in args.trees.split(",") if t]
     args.apps = [a for a in args.apps.split(",") if a]
     for name in args.trees:

@@ -35,7 +35,7 @@ SIZES = {  # full, quick
 def run_once(app: str, args: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        proc = subprocess.run([sys.executable, "-m", "benchmarks", app, *args, "--json", str(out)],
+        proc = subprocess.run([sys.executable, "-m", "glb.apps", app, *args, "--json", str(out)],
                               capture_output=True, text=True)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"{app} {args} failed ({proc.returncode}): {proc.stderr[-2000:]}")

@@ -8,7 +8,7 @@ returning the result of indices lo..hi-1. RangeBag keeps the bag contract
 (``help(glb.Bag)``): it splits the biggest range in halves for thieves, gives
 all of it away when its place leaves, merges loot, and submits its partial
 result once. Anything else the bag holds (here: nothing; in
-``benchmarks/pi.py``: a seed and a chunk size) travels with every piece, so it
+``glb/apps/pi.py``: a seed and a chunk size) travels with every piece, so it
 must pickle. For work that is not a range (a tree, a graph), write the six
 bag methods yourself: ``tests/glb_bags.py`` has a tree bag, and
 ``glb.testing.check_bag`` checks any bag against the contract.

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import apgas
-from benchmarks import bc
 from glb import GLB, GLBConfig
+from glb.apps import bc
 from glb.testing import check_bag
 from glb_bags import GatedBag
 from orders import orders_then_gate

@@ -1,4 +1,5 @@
-"""The one benchmark CLI: python -m benchmarks {uts,nqueens,bc,pi}."""
+"""The one application CLI: python -m glb.apps {uts,nqueens,bc,pi} (and its old name,
+python -m benchmarks)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ KEYS = {"benchmark", "params", "places", "workers", "result", "correct", "second
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "glb.apps", *args], capture_output=True, text=True,
                           timeout=110)
 
 
@@ -61,3 +62,13 @@ def test_evolving_without_a_scheduler_is_refused(monkeypatch):
     assert "--evolving asks a scheduler for places, but APGAS_SCHEDULER is not set" in proc.stderr
     proc = run("uts", "--depth", "8", "--evolving", "--malleable")
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
+
+
+def test_the_old_name_still_runs_an_app_and_says_it_moved():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "pi", "--samples", "100000", "--sequential"],
+                          capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    assert "python -m glb.apps" in proc.stderr.splitlines()[0] and "correct True" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "pi", "--help"], capture_output=True,
+                          text=True, timeout=110)
+    assert proc.returncode == 0 and "usage: python -m glb.apps pi" in proc.stdout

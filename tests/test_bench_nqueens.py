@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import apgas
-from benchmarks import nqueens
-from benchmarks.nqueens import APP, REFERENCE, NQueensBag, NQueensResult, prefixes
 from glb import GLB, GLBConfig
+from glb.apps import nqueens
+from glb.apps.nqueens import APP, REFERENCE, NQueensBag, NQueensResult, prefixes
 from glb_bags import GatedBag
 from orders import orders_then_gate
 

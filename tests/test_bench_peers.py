@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import peers, uts
+from benchmarks import peers
+from glb.apps import uts
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import apgas
-from benchmarks import pi
-from benchmarks.pi import APP, PiBag, PiResult
 from glb import GLB, GLBConfig
+from glb.apps import pi
+from glb.apps.pi import APP, PiBag, PiResult
 from glb_bags import GatedBag
 from orders import orders_then_gate
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 import apgas
-from benchmarks import uts
 from glb import GLB, GLBConfig
+from glb.apps import uts
 from glb_bags import GatedBag
 from orders import orders_then_gate, random_orders
 
@@ -146,7 +146,7 @@ def test_kernel_matches_hashlib_on_every_tree_type(tree):
     assert 20 < size < 100_000
     assert uts.sequential(tree).nodes == size
     assert uts.APP.check(tree, size) is None
-    p = uts._tree(tree).params()
+    p = uts.tree_of(tree).params()
     assert p == tree
     assert sum(drain(uts.make_static_bag(p, i, 3)) for i in range(3)) == size
 
@@ -177,21 +177,21 @@ def test_kernel_matches_hashlib_on_random_small_trees(tree):
 def test_leaves_are_counted_unhashed_only_where_b_is_zero():
     """The shortcut's heights: every node there has b_h = 0, the level above does not."""
     for shape, leaf in (("fixed", 7), ("linear", 7), ("cyclic", 36)):
-        t, _ = uts._kernel(uts.Tree("geo", shape, 3.0, 7, None, None, 1))
+        t, _ = uts.kernel_of(uts.Tree("geo", shape, 3.0, 7, None, None, 1))
         assert t.leaf == leaf and ref_b(shape, 3.0, 7, leaf) == 0 and ref_b(shape, 3.0, 7, leaf - 1) > 0
         if shape != "linear":                 # linear: no node is deeper than the leaves
             assert all(ref_b(shape, 3.0, 7, h) == 0 for h in range(leaf, leaf + 20))
     for tree in (uts.TREES["T3"], uts.TREES["T4"], uts.Tree("geo", "expdec", 4.0, 10, None, None, 1)):
-        assert uts._kernel(tree)[0].leaf == uts.NEVER
+        assert uts.kernel_of(tree)[0].leaf == uts.NEVER
 
 
 def test_expdec_heights_past_the_table_compute_b():
     tree = uts.Tree("geo", "expdec", 4.0, 3, None, None, 1)
-    t, table = uts._kernel(tree)
+    t, table = uts.kernel_of(tree)
     assert len(table) == uts.EXPDEC_TABLE
     for h in (1, 2, 255, 256, 1000):
         expected = math.log(1 - 1 / (1 + ref_b("expdec", 4.0, 3, h)))
-        assert uts._log_q(t.shape, t.b0, t.depth, h) == expected
+        assert uts.log_q_at(t.shape, t.b0, t.depth, h) == expected
 
 
 def test_binomial_root_has_floor_b0_children_and_no_cap():
@@ -221,7 +221,7 @@ def test_published_sizes_are_the_distributions():
     """sample_trees.sh of the UTS distribution, and T1 is the depth-10 seed-19 tree."""
     assert uts.PUBLISHED == {"T1": 4130071, "T5": 4147582, "T2": 4117769, "T3": 4112897,
                              "T4": 4132453, "T1L": 102181082, "T2L": 96793510, "T3L": 111345631}
-    assert uts.PUBLISHED["T1"] == uts.REFERENCE[10] and uts.TREES["T1"] == uts._tree(params(depth=10))
+    assert uts.PUBLISHED["T1"] == uts.REFERENCE[10] and uts.TREES["T1"] == uts.tree_of(params(depth=10))
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 100, 511])
@@ -391,7 +391,7 @@ def test_bad_options_are_refused_by_name(argv, words):
 
 
 def test_params_dicts_are_validated():
-    assert uts._tree({"tree": "T3", "seed": 42}) == uts.TREES["T3"]
+    assert uts.tree_of({"tree": "T3", "seed": 42}) == uts.TREES["T3"]
     for bad, word in (({"tree": "T3", "seed": 43}, "--seed"), ({"depth": 2.5}, "--depth"),
                       ({"type": "ternary"}, "--type"), ({"shape": "round"}, "--shape"),
                       ({"branching": 3}, "branching"), ({"type": "bin", "m": 1.5}, "--m")):
@@ -411,7 +411,7 @@ def test_check_and_warm_up():
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks", "uts", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "glb.apps", "uts", *args], capture_output=True,
                           text=True, timeout=100)
 
 

@@ -14,8 +14,8 @@ import pytest
 
 import apgas
 import glb
-from benchmarks import bc, nqueens, pi, uts
 from glb import GLB, GLBConfig
+from glb.apps import bc, nqueens, pi, uts
 from glb.testing import BagContractError, check_bag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_readme_states_the_contract_in_the_docstrings_words():
+def test_the_glb_page_states_the_contract_in_the_docstrings_words():
     doc = inspect.cleandoc(glb.Bag.__doc__)
     contract = doc[doc.index("The bag contract."):doc.index("``glb.testing.check_bag``")]
     words = " ".join(contract.replace("``", "`").replace("The bag contract.", "").split())
-    readme = " ".join((ROOT / "README.md").read_text().replace("**The bag contract.**", "").split())
-    assert words in readme
+    page = " ".join((ROOT / "docs" / "glb.md").read_text().replace("**The bag contract.**", "").split())
+    assert words in page, "docs/glb.md and the glb.Bag docstring state the bag contract differently"
 
 
 # -- every bag we ship keeps the contract ----------------------------------------------------

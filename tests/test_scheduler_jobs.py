@@ -15,11 +15,11 @@ GOOD = {"name": "j", "command": "python x.py", "class": "malleable", "min_nodes"
 def test_a_good_file(tmp_path):
     (tmp_path / "run").mkdir()
     path = tmp_path / "job.toml"
-    path.write_text('name = "uts"\ncommand = ["python", "-m", "benchmarks", "uts"]\n'
+    path.write_text('name = "uts"\ncommand = ["python", "-m", "glb.apps", "uts"]\n'
                     'class = "rigid"\nnodes = 2\nwalltime = 30\ncwd = "run"\n[env]\nA = "1"\nB = 2\n')
     spec = load_job_file(path)
     assert (spec.name, spec.command, spec.cls, spec.min_nodes, spec.max_nodes, spec.walltime) == (
-        "uts", ("python", "-m", "benchmarks", "uts"), "rigid", 2, 2, 30.0)
+        "uts", ("python", "-m", "glb.apps", "uts"), "rigid", 2, 2, 30.0)
     assert spec.env == (("A", "1"), ("B", "2")) and spec.cwd == str(tmp_path / "run")
     assert parse_job(spec.to_dict()) == spec  # what submit sends comes back the same
 

@@ -68,7 +68,7 @@ def wait_ended(sched: Scheduler, ids: list[int], timeout: float = 90) -> dict[in
 
 
 def bench(app: str, out: Path, *args: str) -> list[str]:
-    return [PY, "-m", "benchmarks", app, *args, "--json", str(out)]
+    return [PY, "-m", "glb.apps", app, *args, "--json", str(out)]
 
 
 def wait_for(sched: Scheduler, what: str, check, timeout: float = 30) -> dict[int, dict]:
@@ -164,7 +164,7 @@ def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
     broken.write_text('name = "broken\n')
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "scheduler", *args], capture_output=True, text=True,
+        return subprocess.run([PY, "-m", "apgas_scheduler", *args], capture_output=True, text=True,
                               cwd=ROOT, timeout=30)
 
     done = cli("submit", "--to", to, str(good))
@@ -211,7 +211,7 @@ def test_submit_to_no_scheduler_names_the_files_not_submitted(tmp_path):
         files.append(tmp_path / f"{name}.toml")
         files[-1].write_text(f'name = "{name}"\ncommand = "true"\nclass = "rigid"\nnodes = 1\n'
                              'walltime = 5\n')
-    done = subprocess.run([PY, "-m", "scheduler", "submit", "--to", f"127.0.0.1:{port}",
+    done = subprocess.run([PY, "-m", "apgas_scheduler", "submit", "--to", f"127.0.0.1:{port}",
                            *map(str, files)], capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert done.returncode == 1 and done.stdout == "", done
     assert done.stderr.startswith(f"error: cannot reach the scheduler at 127.0.0.1:{port}")

@@ -10,7 +10,7 @@ one prefix. The application's throughput is reported in *solutions*: unlike
 prefixes, they do not depend on ``t``, so runs with different thresholds and
 the C reference (``nqueens_c.c``, timed by :func:`c_reference_seconds`) compare.
 
-    python -m benchmarks.nqueens 14 16    # Numba on one core vs ``cc -O2``
+    python -m glb.apps.nqueens 14 16    # Numba on one core vs ``cc -O2``
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ._app import App
 
 __all__ = ["APP", "NQueensBag", "NQueensResult", "REFERENCE", "c_reference_seconds", "prefixes"]
 
-log = logging.getLogger("benchmarks.nqueens")
+log = logging.getLogger("glb.apps.nqueens")
 
 #: known solution counts (OEIS A000170), used by ``check``
 REFERENCE = {1: 1, 2: 0, 3: 0, 4: 2, 5: 10, 6: 4, 7: 40, 8: 92, 9: 352, 10: 724, 11: 2680,

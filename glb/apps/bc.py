@@ -1,6 +1,6 @@
 """Betweenness centrality (Brandes) of an SSCA2 R-MAT graph, one source vertex per unit.
 
-    python -m benchmarks bc [--scale N] [--seed S] --places P --workers W
+    python -m glb.apps bc [--scale N] [--seed S] --places P --workers W
 
 The graph has ``2**scale`` vertices and is drawn from ``8 * 2**scale`` R-MAT
 edges with probabilities (a, b, c, d) = (0.55, 0.10, 0.10, 0.25), then the
@@ -37,7 +37,7 @@ from ._app import App
 
 __all__ = ["APP", "BCBag", "BCResult", "Graph", "graph", "reference_scores", "sequential"]
 
-log = logging.getLogger("benchmarks.bc")
+log = logging.getLogger("glb.apps.bc")
 
 EDGE_FACTOR = 8
 A, B, C = 0.55, 0.10, 0.10          # d = 0.25

@@ -1,6 +1,6 @@
 """The shape every GLB benchmark application has, so one CLI drives them all.
 
-Each application module (``benchmarks/uts.py`` and so on) defines ``APP``, an
+Each application module (``glb.apps.uts`` and so on) defines ``APP``, an
 :class:`App`. Bags and results follow the ``glb`` protocols and must pickle.
 """
 

@@ -4,7 +4,7 @@
  *
  * Prints the number of solutions. Columns and both diagonals are bitmasks;
  * no symmetry is used, so it does the same search as the Numba kernel in
- * nqueens.py (benchmarks/nqueens.py times it with c_reference_seconds).
+ * nqueens.py (glb/apps/nqueens.py times it with c_reference_seconds).
  */
 #include <stdint.h>
 #include <stdio.h>

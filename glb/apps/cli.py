@@ -1,0 +1,153 @@
+"""Run one GLB benchmark application.
+
+    python -m glb.apps {uts,nqueens,bc,pi} [app options] --places P --workers W
+                       [--sequential] [--static] [--malleable | --evolving] [--json FILE]
+
+Prints the result, whether it is correct against a known reference, the time of
+the computation alone and the throughput; ``--json`` writes one record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import apgas
+from glb import GLB, GLBConfig
+
+from . import APPS
+from ._app import App
+
+__all__ = ["APPS", "App", "load_app", "build_parser", "run_glb", "main"]
+
+log = logging.getLogger("glb.apps")
+
+
+def load_app(name: str) -> App:
+    """The ``APP`` of application ``name`` (one of :data:`APPS`)."""
+    return importlib.import_module(f"glb.apps.{name}").APP
+
+
+def build_parser(apps: dict[str, App], prog: str = "python -m glb.apps") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="app", required=True, metavar="{" + ",".join(apps) + "}")
+    for name, app in apps.items():
+        p = sub.add_parser(name, help=f"the {name} benchmark")
+        app.add_arguments(p)
+        p.add_argument("--places", type=int, default=None,
+                       help="places (processes); default: APGAS_PLACES, one per host slot or "
+                            "MPI rank, else 1")
+        p.add_argument("--workers", type=int, default=1, help="GLB workers per place; default 1")
+        p.add_argument("--sequential", action="store_true", help="run the kernel alone on one core")
+        p.add_argument("--static", action="store_true", help="static initial distribution")
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--malleable", action="store_true",
+                          help="take grow/shrink orders while computing (socket communicator)")
+        mode.add_argument("--evolving", action="store_true",
+                          help="also ask the scheduler for places when busy and release idle "
+                               "ones (needs APGAS_SCHEDULER: run it as an evolving job)")
+        p.add_argument("--n", type=int, default=None, help="GLB units per process() call")
+        p.add_argument("--w", type=int, default=3, help="GLB random steal attempts")
+        p.add_argument("--lifeline", default="hypercube", choices=("hypercube", "binary"))
+        p.add_argument("--json", type=Path, default=None, help="write one JSON record here")
+    return parser
+
+
+def _warm_up_here(name: str) -> tuple[int, float]:
+    return apgas.here().id, load_app(name).warm_up()
+
+
+def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
+    """The computation under apgas.run; returns the measured record fields."""
+    def main() -> dict[str, Any]:
+        first_places = len(apgas.places())
+        first = _warm_up_here(app.name)  # place 0 compiles or loads the kernels first ...
+        with apgas.finish():             # ... the others then load them from the disk cache
+            loads: list = []
+            ref = apgas.GlobalRef(loads)
+            for p in apgas.places()[1:]:
+                apgas.async_at(p, lambda r=ref: _report_warm_up(r, app.name))
+        warm = dict([first, *loads])
+        config = GLBConfig(n=ns.n or app.default_n, w=ns.w, workers=ns.workers, lifeline=ns.lifeline,
+                           malleable=ns.malleable, evolving=ns.evolving)
+        glb = GLB(config)
+        if ns.malleable:
+            log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
+                        os.environ.get("APGAS_MALLEABLE_LISTEN", "a free port; set it to choose"))
+        start = time.perf_counter()
+        if ns.static:
+            result = glb.compute_static(lambda i, k: app.make_static_bag(params, i, k), app.make_result(params))
+        else:
+            result = glb.compute_dynamic(app.make_bag(params), app.make_result(params))
+        seconds = time.perf_counter() - start
+        stats = glb.stats()
+        print(stats, file=sys.stderr)
+        return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
+                "places": first_places, "final_places": len(apgas.places())}
+
+    return apgas.run(main, places=ns.places, threads=ns.workers + 1)
+
+
+def _report_warm_up(ref: apgas.GlobalRef, name: str) -> None:
+    item = _warm_up_here(name)
+    apgas.at(ref.home, lambda: ref.get().append(item))
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    apps = {name: load_app(name) for name in APPS}
+    parser = build_parser(apps, prog)
+    ns = parser.parse_args(argv)
+    app = apps[ns.app]
+    if (ns.places is not None and ns.places < 1) or ns.workers < 1:
+        parser.error(f"--places and --workers must be >= 1, got {ns.places} and {ns.workers}")
+    if ns.evolving and not os.environ.get("APGAS_SCHEDULER"):
+        parser.error("--evolving asks a scheduler for places, but APGAS_SCHEDULER is not set: "
+                     "submit it as an evolving job (python -m apgas_scheduler submit)")
+    try:
+        params = app.params(ns)
+    except ValueError as e:
+        parser.error(str(e))
+    total_start = time.perf_counter()
+    if ns.sequential:
+        warm = {"sequential": app.warm_up()}
+        start = time.perf_counter()
+        result = app.sequential(params)
+        seconds = time.perf_counter() - start
+        places, workers, final = 1, 1, 1
+    else:
+        record = run_glb(app, params, ns)
+        result, seconds, warm = record["result_obj"], record["seconds"], record["warm_up_seconds"]
+        places, workers, final = record["places"], ns.workers, record["final_places"]
+    value = app.value(result)
+    units = app.units(result)
+    correct = app.check(params, value)
+    out = {
+        "benchmark": app.name, "params": params, "places": places, "final_places": final,
+        "workers": workers,
+        "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
+        "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "result": value, "correct": correct,
+        "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
+        "units": units, "unit_name": app.unit_name,
+        "throughput": units / seconds if seconds > 0 else None,
+        "warm_up_seconds": warm,
+    }
+    print(f"{app.name} {params}: result {value}  correct {correct}")
+    print(f"time {seconds:.3f} s (computation), {out['total_seconds']:.3f} s (whole run); "
+          f"{out['throughput']:,.0f} {app.unit_name}/s on {places} place(s)"
+          f"{f' (at the end {final})' if final != places else ''} x {workers} worker(s)")
+    if ns.json:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
+        ns.json.write_text(json.dumps(out, indent=2, default=str))
+    return 0 if correct is not False else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
