@@ -3,7 +3,7 @@
 Used by ``python -m apgas_scheduler simulate`` (one policy) and ``compare``
 (several). Workloads come from an SWF trace or a generator of
 ``apgas_scheduler.workload``; evolving jobs with profiles go to the list
-scheduler of ``apgas_scheduler.evolving`` (policies ``evolving*``), everything else
+scheduler of ``apgas_scheduler.listsched`` (policies ``evolving*``), everything else
 to the discrete-event ``Simulator`` with the live policies.
 """
 
@@ -33,7 +33,7 @@ KEYS = ("makespan", "utilization", "mean_wait", "mean_turnaround", "mean_slowdow
 
 
 def evolving_names() -> dict[str, Any]:
-    from .evolving import evolving_policies
+    from .listsched import evolving_policies
 
     return evolving_policies()
 

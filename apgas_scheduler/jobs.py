@@ -3,7 +3,7 @@
 A job file::
 
     name = "uts-small"
-    command = ["python", "-m", "benchmarks", "uts", "--depth", "11", "--malleable"]
+    command = ["python", "-m", "glb.apps", "uts", "--depth", "11", "--malleable"]
     class = "malleable"          # rigid | moldable | malleable | evolving
     min_nodes = 1                # or: nodes = 2 (rigid: exactly that many)
     max_nodes = 4

@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .stats import JobTimes, mean, summarize
+
 __all__ = ["read_events", "node_intervals", "compute_metrics", "gantt"]
 
 Interval = tuple[float, float, int]
@@ -111,10 +113,6 @@ def _capacity(events: Sequence[dict[str, Any]], lo: float, hi: float) -> float:
     return total
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def compute_metrics(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Makespan, utilisation, waiting and turnaround times, resize counts and
     the node-overlap check of a run (times in seconds, None when undefined)."""
@@ -137,24 +135,22 @@ def compute_metrics(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
             resizes[kind].append(e.get("duration"))
 
     intervals = node_intervals(ordered)
-    makespan = utilization = None
+    used = capacity = None
     if submit and end:
         lo, hi = min(submit.values()), max(end.values())
-        makespan = hi - lo
         capacity = _capacity(ordered, lo, hi)
-        if capacity > 0:
-            held = sum(max(0.0, min(b, hi) - max(a, lo))
-                       for ivs in intervals.values() for a, b, _ in ivs)
-            utilization = held / capacity
+        used = sum(max(0.0, min(b, hi) - max(a, lo)) for ivs in intervals.values() for a, b, _ in ivs)
+    summary = summarize([JobTimes(t, start.get(j), end.get(j)) for j, t in submit.items()],
+                        used=used, capacity=capacity)
 
     def mean_duration(kind: str) -> float | None:
-        return _mean([float(d) for d in resizes[kind] if d is not None])
+        return mean([float(d) for d in resizes[kind] if d is not None])
 
     return {
-        "makespan": makespan,
-        "utilization": utilization,
-        "mean_wait": _mean([start[j] - submit[j] for j in start if j in submit]),
-        "mean_turnaround": _mean([end[j] - submit[j] for j in end if j in submit]),
+        "makespan": summary["makespan"],
+        "utilization": summary["utilization"],
+        "mean_wait": summary["mean_wait"],
+        "mean_turnaround": summary["mean_turnaround"],
         "jobs": len(submit.keys() | start.keys() | end.keys()),
         "by_state": dict(sorted(states.items())),
         "grows": len(resizes["grow"]),

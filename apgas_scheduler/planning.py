@@ -1,9 +1,9 @@
 """What the scheduling policies share: the ``Policy`` base class, EASY's
 reservation, the sizes of moldable jobs, and the grants of evolving requests.
 
-``apgas_scheduler.policies`` (the live four and evolving EASY), ``apgas_scheduler.mebf``
+``apgas_scheduler.classic`` (the live four and evolving EASY), ``apgas_scheduler.mebf``
 and ``apgas_scheduler.dmr`` build on this module and nothing else of each other, so
-the registry in ``apgas_scheduler.policies`` can import them all without a cycle.
+the registry in ``apgas_scheduler.registry`` can import them all without a cycle.
 """
 
 from __future__ import annotations

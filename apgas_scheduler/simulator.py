@@ -21,17 +21,17 @@ import dataclasses
 import heapq
 import itertools
 import logging
-import math
 from typing import Any, Sequence
 
-from ._model import Grow, JobView, Start
-from .policies import Policy
+from ._model import Grow, Start
+from .engine import Engine, Tracked
+from .planning import Policy
+from .stats import TAU, JobTimes, summarize  # noqa: F401 (TAU: where it was)
 
 __all__ = ["Reconfig", "Simulator", "SimResult", "runtime_on"]
 
 log = logging.getLogger("apgas_scheduler.simulator")
 
-TAU = 10.0  # bounded slowdown threshold, seconds
 MAX_PASSES_PER_INSTANT = 1000
 
 
@@ -66,20 +66,20 @@ def runtime_on(job: Any, k: int, seconds: float, model: str = "rho") -> float:
     return seconds * (pref / k) ** (1.0 - job.rho)
 
 
-@dataclasses.dataclass
 class _State:
-    job: Any
-    view: JobView
-    nodes: int = 0
-    names: list[int] = dataclasses.field(default_factory=list)
-    left: float = 1.0  # fraction of the work still to do, as of `anchor`
-    anchor: float = 0.0  # progress resumes here (after a reconfiguration)
-    start: float | None = None
-    end: float | None = None
-    version: int = 0
-    last_resize: float | None = None
-    reconfigs: int = 0
-    reconfig_seconds: float = 0.0
+    """The simulator's side of a job; the engine's record is ``track``."""
+
+    __slots__ = ("job", "track", "nodes", "left", "anchor", "version", "reconfigs",
+                 "reconfig_seconds")
+
+    def __init__(self, job: Any, track: Tracked) -> None:
+        self.job, self.track = job, track
+        self.nodes = 0
+        self.left = 1.0  # fraction of the work still to do, as of `anchor`
+        self.anchor = 0.0  # progress resumes here (after a reconfiguration)
+        self.version = 0
+        self.reconfigs = 0
+        self.reconfig_seconds = 0.0
 
 
 @dataclasses.dataclass
@@ -112,10 +112,7 @@ class Simulator:
         self._heap: list[tuple[float, int, str, int, int]] = []
         self._seq = itertools.count()
         self._states: dict[int, _State] = {}
-        self._queue: dict[int, _State] = {}  # insertion order = submission order
-        self._running: dict[int, _State] = {}
-        self._free = list(range(self.total))  # a heap of free node indices
-        self._free_count = self.total
+        self.engine = Engine(range(self.total), self.policy, log)
         self._busy = 0  # nodes held by jobs, in transit included
         self._busy_area = 0.0
         self._clock = 0.0
@@ -143,7 +140,7 @@ class Simulator:
             while self._heap and self._heap[0][0] == now:
                 _, _, kind, jid, version = heapq.heappop(self._heap)
                 self._handle(now, kind, jid, version, job_by_id)
-            if not self._queue and not self._running and all(k == "tick" for _, _, k, _, _ in self._heap):
+            if not self.engine.queue and not self.engine.running and all(k == "tick" for _, _, k, _, _ in self._heap):
                 self._note(now)
                 break
             self._decide(now)
@@ -168,111 +165,88 @@ class Simulator:
 
     def _handle(self, now: float, kind: str, jid: int, version: int, jobs: dict[int, Any]) -> None:
         if kind == "tick":
-            if self._queue or self._running or len(self._heap) > 0:
+            if self.engine.queue or self.engine.running or len(self._heap) > 0:
                 self._push(now + self.interval, "tick", -1)  # type: ignore[operator]
             return
         if kind == "submit":
             job = jobs[jid]
-            view = JobView(job.id, job.cls, job.min_nodes, job.max_nodes, job.estimate, job.submit,
-                           preferred=job.preferred, rho=job.rho)
-            state = _State(job, view)
-            self._states[jid] = state
-            self._queue[jid] = state
+            track = Tracked(job.id, job.cls, job.min_nodes, job.max_nodes, job.estimate,
+                            job.submit, preferred=job.preferred, rho=job.rho)
+            self._states[jid] = _State(job, track)
+            self.engine.submit(track)
             if self.record:
                 self._event(now, "submit", job=jid, name=job.name or str(jid), **{"class": job.cls})
             return
         state = self._states[jid]
-        if state.end is not None:
+        track = state.track
+        if track.end is not None:
             return  # its nodes all came back when it ended
         if kind == "end":
             if version != state.version:
                 return  # an end that a resize moved
-            self._release(state, len(state.names))
-            state.nodes, state.end = 0, now
-            del self._running[jid]
+            self._busy -= track.held
+            self.engine.end(track, "done", now)
+            state.nodes = 0
             if self.record:
                 self._event(now, "end", job=jid, state="done", reason="")
         elif kind == "reconfigured":
-            self._refresh(state, now)
+            self.engine.finish_grow(track, list(track.reserved), True)
         elif kind.startswith("release:"):
-            freed = self._release(state, int(kind.split(":")[1]))
+            count = int(kind.split(":")[1])  # the most recently taken nodes go back
+            freed = self.engine.finish_shrink(track, count, track.nodes[len(track.nodes) - count:])
+            self._busy -= len(freed)
             if self.record:
                 self._event(now, "shrink", job=jid, nodes=[f"n{i}" for i in freed],
                             duration=self.reconfig.cost(state.nodes + len(freed), state.nodes))
-            self._refresh(state, now)
-
-    def _release(self, state: _State, count: int) -> list[int]:
-        """Give back the job's ``count`` most recently taken nodes."""
-        cut = len(state.names) - count
-        freed, state.names = state.names[cut:], state.names[:cut]
-        for i in freed:
-            heapq.heappush(self._free, i)
-        self._free_count += count
-        self._busy -= count
-        return freed
-
-    def _take(self, count: int) -> list[int]:
-        taken = [heapq.heappop(self._free) for _ in range(count)]
-        self._free_count -= count
-        self._busy += count
-        return taken
 
     # -- the policy ----------------------------------------------------------------------
     def _decide(self, now: float) -> None:
+        engine = self.engine
         for _ in range(MAX_PASSES_PER_INSTANT):
-            queue = [s.view for s in self._queue.values()]
-            running = [s.view for s in self._running.values()]
-            decisions = self.policy.decide(now, queue, running, self._free_count, self.total)
+            decisions = engine.decide(now)
             if not decisions:
                 return
             applied = False
             for d in decisions:
                 self.decisions.append((now, d))
-                applied |= self._apply(now, d)
+                if engine.admit(d, now):
+                    self._apply(now, d)
+                    applied = True
             if not applied or not any(isinstance(d, Start) for d in decisions):
                 return  # resizes complete later; a new pass then
         log.warning("policy %s kept deciding at t=%.1f; moving on", self.policy.name, now)
 
-    def _apply(self, now: float, d: Any) -> bool:
-        state = self._states.get(d.job)
-        if state is None:
-            return False
+    def _apply(self, now: float, d: Any) -> None:
+        """Carry out a decision the engine admitted."""
+        state = self._states[d.job]
+        track = state.track
         if isinstance(d, Start):
-            if d.job not in self._queue or not (state.job.min_nodes <= d.nodes <= self._free_count):
-                log.warning("ignored %s at t=%.1f: not possible", d, now)
-                return False
-            del self._queue[d.job]
-            self._running[d.job] = state
-            state.names = self._take(d.nodes)
-            state.nodes, state.start, state.anchor = d.nodes, now, now
+            names = self.engine.start(track, d.nodes, now)
+            track.ready = track.malleable  # simulated jobs register at once (touched below)
+            self._busy += d.nodes
+            state.nodes, state.anchor = d.nodes, now
             self._schedule_end(state, now)
             if self.record:
-                self._event(now, "start", job=d.job, nodes=[f"n{i}" for i in state.names])
-            return True
-        if d.job not in self._running or now < state.anchor:
-            log.warning("ignored %s at t=%.1f: job not running or still reconfiguring", d, now)
-            return False
+                self._event(now, "start", job=d.job, nodes=[f"n{i}" for i in names])
+            return
         old = state.nodes
         new = old + d.nodes if isinstance(d, Grow) else old - d.nodes
-        if isinstance(d, Grow) and d.nodes > self._free_count or not (
-                state.job.min_nodes <= new <= state.job.max_nodes) or d.nodes < 1:
-            log.warning("ignored %s at t=%.1f: outside the job's range or the free nodes", d, now)
-            return False
         self._settle(state, now)
         cost = self.reconfig.cost(old, new)
-        state.nodes, state.anchor, state.last_resize = new, now + cost, now
+        state.nodes, state.anchor = new, now + cost
+        hold = state.anchor > now  # reconfiguring: no other order until it is over
         state.reconfigs += 1
         state.reconfig_seconds += cost
         if isinstance(d, Grow):
-            added = self._take(d.nodes)
-            state.names += added
+            added, _ = self.engine.begin_grow(track, d.nodes, now, hold)
+            self._busy += d.nodes
             if self.record:
                 self._event(now, "grow", job=d.job, nodes=[f"n{i}" for i in added], duration=cost)
             self._push(now + cost, "reconfigured", d.job)
         else:
+            self.engine.begin_shrink(track, d.nodes, now, hold)
             self._push(now + cost, f"release:{d.nodes}", d.job)
         self._schedule_end(state, now)
-        return True
 
     def _settle(self, state: _State, now: float) -> None:
         """Bring the work left up to ``now`` at the current size."""
@@ -286,41 +260,26 @@ class Simulator:
         state.version += 1
         real = runtime_on(state.job, state.nodes, state.job.runtime, self.model)
         self._push(state.anchor + state.left * real, "end", state.job.id, state.version)
-        self._refresh(state, now)
-
-    def _refresh(self, state: _State, now: float) -> None:
-        """The view policies see: the estimate scaled to the current size, no real run time."""
+        # what policies see: the estimate scaled to the current size, no real run time
         estimate = runtime_on(state.job, state.nodes, state.job.estimate, self.model)
-        state.view = dataclasses.replace(
-            state.view, nodes=state.nodes, start=state.start, last_resize=state.last_resize,
-            resizable=now >= state.anchor and state.job.cls in ("malleable", "evolving"),
-            expected_end=state.anchor + state.left * estimate)
+        state.track.expected_end = state.anchor + state.left * estimate
+        state.track.cached = None
 
     # -- results ---------------------------------------------------------------------------
     def _result(self, first_submit: float, rejected: int) -> SimResult:
-        done = [s for s in self._states.values() if s.end is not None]
-        records = {s.job.id: {"submit": s.job.submit, "start": s.start, "end": s.end,
-                              "reconfigs": s.reconfigs} for s in self._states.values()}
+        states = list(self._states.values())
+        records = {s.job.id: {"submit": s.job.submit, "start": s.track.start, "end": s.track.end,
+                              "reconfigs": s.reconfigs} for s in states}
+        done = [s for s in states if s.track.end is not None]
         if not done:
             metrics: dict[str, Any] = {"jobs": 0, "rejected": rejected}
             return SimResult(metrics, records, self.decisions, self.events, self.timeline)
-        last_end = max(s.end for s in done)  # type: ignore[type-var]
-        makespan = last_end - first_submit
-        waits = [s.start - s.job.submit for s in done]  # type: ignore[operator]
-        turns = [s.end - s.job.submit for s in done]  # type: ignore[operator]
-        runs = [s.end - s.start for s in done]  # type: ignore[operator]
+        summary = summarize([JobTimes(s.job.submit, s.track.start, s.track.end) for s in states],
+                            used=self._busy_area, nodes=self.total)
         metrics = {
             "jobs": len(done), "rejected": rejected, "nodes": self.total,
-            "policy": self.policy.name, "makespan": makespan,
-            "utilization": self._busy_area / (self.total * makespan) if makespan > 0 else None,
-            "mean_wait": _mean(waits), "mean_turnaround": _mean(turns),
-            "mean_slowdown": _mean([t / r if r > 0 else 1.0 for t, r in zip(turns, runs)]),
-            "mean_bounded_slowdown": _mean([max(1.0, t / max(r, TAU)) for t, r in zip(turns, runs)]),
+            "policy": self.policy.name, **summary,
             "reconfigurations": sum(s.reconfigs for s in done),
             "reconfiguration_seconds": sum(s.reconfig_seconds for s in done),
         }
         return SimResult(metrics, records, self.decisions, self.events, self.timeline)
-
-
-def _mean(values: list[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-import apgas_scheduler.daemon as daemon
+import apgas_scheduler.asks as asks
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.metrics import compute_metrics, read_events
@@ -160,7 +160,7 @@ def test_requests_and_checks_are_refused_under_easy(sched_factory, tmp_path):
 
 
 def test_bad_asks_are_refused_with_the_value(sched_factory, tmp_path, monkeypatch):
-    monkeypatch.setattr(daemon, "READY_WAIT", 0.2)
+    monkeypatch.setattr(asks, "READY_WAIT", 0.2)
     sched = sched_factory(nodes=3)
     job = FakeJob(sched, tmp_path, max_nodes=3).wait_listening()
     rigid = FakeJob(sched, tmp_path, "rigid", cls="rigid", nodes=1, max_nodes=1).wait_listening()

@@ -115,7 +115,7 @@ def test_bad_arguments():
 def run_cli(*args):
     import subprocess
     import sys
-    return subprocess.run([sys.executable, "-m", "scheduler", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "apgas_scheduler", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -230,7 +230,7 @@ def test_evolving_timeline_queries_match_a_segment_by_segment_scan():
     scheduler give what the plain left-to-right scans give."""
     import random
 
-    from apgas_scheduler.evolving import _Timeline
+    from apgas_scheduler.listsched import _Timeline
 
     def fit(tl, ts, d, limit):
         k = max(i for i, t in enumerate(tl.times) if t <= ts)

@@ -1,4 +1,4 @@
-"""List scheduling of fully-predictably evolving jobs, after the study of
+"""Offline list scheduling of fully-predictably evolving jobs, after the study of
 scheduling evolving applications in ``papers/`` (COOP project; section
 numbers below are that paper's).
 
@@ -39,16 +39,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .stats import TAU, JobTimes, mean, summarize
+
 __all__ = [
     "EvolvingJob", "Schedule", "schedule_evolving", "schedule_rigid_baseline",
     "evolving_policies", "PAPER_VARIANTS", "TAU",
 ]
 
-TAU = 10.0
 COMPACT_BUDGET = 2000
 """Search steps per profile step before compacting gives up and keeps the base fit: the
 right-to-left search may back off by tiny amounts many times (seen with unbounded limits)."""
-"""Bounded slowdown threshold in seconds (short jobs count as this long)."""
 
 Piece = tuple[float, float, int, int]  # (from, to, job, nodes)
 Step = tuple[float, int]               # (duration, nodes)
@@ -113,30 +113,20 @@ class Schedule:
         jobs = list(jobs)
         used = sum((b - a) * n for a, b, _, n in self.usage)
         held = sum((b - a) * n for a, b, _, n in self.reserved)
-        waits, turnarounds, slowdowns, bounded = [], [], [], []
-        for job in jobs:
-            run = sum(float(d) for d, _ in job.profile)
-            turnaround = self.ends[job.id] - job.submit
-            waits.append(self.starts[job.id] - job.submit)
-            turnarounds.append(turnaround)
-            slowdowns.append(turnaround / run)
-            bounded.append(max(1.0, turnaround / max(run, TAU)))
-        makespan = max(self.ends.values()) - min(j.submit for j in jobs) if jobs else None
-
-        def mean(values: list[float]) -> float | None:
-            return sum(values) / len(values) if values else None
-
+        summary = summarize([JobTimes(float(j.submit), self.starts[j.id], self.ends[j.id],
+                                      sum(float(d) for d, _ in j.profile)) for j in jobs],
+                            used=used, nodes=nodes)
         return {
             "jobs": len(jobs),
-            "makespan": makespan,
-            "utilization": used / (nodes * makespan) if makespan else None,
+            "makespan": summary["makespan"],
+            "utilization": summary["utilization"],
             "waste": (held - used) / held if held else None,
             "used_node_seconds": used,
             "reserved_node_seconds": held,
-            "mean_wait": mean(waits),
-            "mean_turnaround": mean(turnarounds),
-            "mean_slowdown": mean(slowdowns),
-            "mean_bounded_slowdown": mean(bounded),
+            "mean_wait": summary["mean_wait"],
+            "mean_turnaround": summary["mean_turnaround"],
+            "mean_slowdown": summary["mean_slowdown"],
+            "mean_bounded_slowdown": summary["mean_bounded_slowdown"],
             "mean_completion": mean([self.ends[j.id] for j in jobs]),
             "last_completion": max(self.ends.values()) if jobs else None,
         }

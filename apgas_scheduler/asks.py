@@ -1,0 +1,100 @@
+"""Evolving programs' asks on the scheduler's port: a request for more nodes,
+a DMR check (answered through the policy's ``answer`` by the engine) and a
+release of a place the program stopped itself. The answer is one line on the
+same connection; the order that carries out a resize follows from a thread."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from apgas import protocol
+
+from ._model import Grow, Shrink
+from .core import SchedulerCore, log
+from .planning import GATE
+from .records import Job
+
+__all__ = ["AsksMixin", "READY_WAIT"]
+
+READY_WAIT = 2.0
+"""How long an evolving job's ask waits for its ready message: the two come on
+separate connections, served by separate threads, so the ask may overtake it."""
+
+
+class AsksMixin(SchedulerCore):
+    """Answering evolving requests and checks, and taking releases."""
+
+    def _evolving_release(self, job: Job, host: str) -> None:
+        """The job stopped its place on ``host`` itself: the node goes back to the pool."""
+        kind = self.engine.release(job, host)  # held, or reserved for a grow in flight
+        if kind == "shrink":
+            self._event("shrink", job=job.id, nodes=[host], duration=0.0, requested=True)
+        elif kind == "release":
+            self._event("release", job=job.id, nodes=[host])  # before the grow was logged
+        else:
+            self._event("release_ignored", job=job.id, host=host)
+            log.warning("job %d released %r, which it does not hold; ignored", job.id, host)
+
+    def _evolving_ask(self, job: Job, parsed: protocol.JobMessage) -> str:
+        """The one-line answer to an evolving request or check."""
+        kind, message = parsed.kind, parsed.text
+        if not self.policy.grants_requests:
+            answer = "error " + GATE.format(name=self.policy.name)
+            with self._lock:
+                self._event(kind, job=job.id, message=message, answer=answer)
+            log.info("job %d: %s answered %r", job.id, message, answer)
+            return answer
+        with self._ready_cv:  # the job's ready message may still be on its way
+            self._ready_cv.wait_for(lambda: job.ready or job.disabled or not job.malleable
+                                    or job.state != "running", READY_WAIT)
+            answer = (self._answer_request(job, parsed) if kind == "request"
+                      else self._answer_check(job, parsed))
+        log.info("job %d: %s answered %r", job.id, message, answer)
+        self._wake.set()
+        return answer
+
+    def _answer_request(self, job: Job, parsed: protocol.JobMessage) -> str:
+        """Queue ``n`` more nodes for ``job`` (granted by later passes), or refuse."""
+        message = parsed.text
+        field = ";".join(parsed.fields)
+        n = int(field) if re.fullmatch(r"[0-9]+", field) else 0
+        problem = self.engine.ask_refusal(job)
+        if n < 1:
+            answer = f"error bad request {message!r}: the count must be a positive integer"
+        elif problem:
+            answer = f"error {problem}"
+        else:
+            problem = self.engine.request(job, n, self.now())
+            answer = f"error {problem}" if problem else f"ok {n}"
+        self._event("request", job=job.id, nodes=n, answer=answer)
+        return answer
+
+    def _answer_check(self, job: Job, parsed: protocol.JobMessage) -> str:
+        """DMR's check_status for ``job``: the engine decides and sets the resize
+        in motion before the answer leaves (so no pass undoes it); the order
+        follows from a thread."""
+        fields: dict[str, Any] = {}
+        try:
+            low, high, preferred, factor = protocol.parse_check(parsed)
+            fields = dict(min=low, max=high, preferred=preferred, factor=factor)
+            problem = self.engine.ask_refusal(job)
+            if problem:
+                answer = f"error {problem}"
+            elif job.busy or job.kill_reason:
+                answer = "none"  # an order is in flight (or the job is being killed)
+            else:
+                d, hosts, counted = self.engine.answer_check(job, low, high, preferred, factor,
+                                                             self.now())
+                if isinstance(d, Grow):
+                    self._send_grow(job, hosts, counted)
+                    answer = f"expand {job.size}"
+                elif isinstance(d, Shrink):
+                    self._send_shrink(job, d.nodes)
+                    answer = f"shrink {job.size}"
+                else:
+                    answer = "none"
+        except ValueError as e:
+            answer = f"error bad check {parsed.text!r}: {e}"
+        self._event("check", job=job.id, **fields, answer=answer)
+        return answer

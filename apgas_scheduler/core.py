@@ -1,0 +1,108 @@
+"""What every part of the live scheduler shares: the engine (the cluster's
+state), the lock that guards it, the event log, the worker threads and the
+clock. The daemon's parts (processes, orders, asks, server) are mixins on
+this base, each with one job."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from apgas import protocol
+
+from .engine import Engine
+from .jobs import JobSpec
+from .planning import Policy
+from .records import Job
+
+__all__ = ["SchedulerCore", "log"]
+
+log = logging.getLogger("scheduler")
+
+
+class SchedulerCore:
+    """The shared state; the mixins' methods below are what the others call."""
+
+    def __init__(self, nodes: list[str], policy: Policy, events: str | Path | None) -> None:
+        self.policy = policy
+        self.engine = Engine(nodes, policy, log)
+        self._lock = threading.RLock()
+        self._ready_cv = threading.Condition(self._lock)  # a job's ready message came
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._t0 = time.monotonic()
+        self._events = open(events, "a", buffering=1) if events else None
+
+    @property
+    def _jobs(self) -> dict[int, Job]:
+        return self.engine.jobs  # type: ignore[return-value]
+
+    @property
+    def _owner(self) -> dict[Any, int | None]:
+        return self.engine.owner
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        record = {"t": round(self.now(), 6), "event": kind, **fields}
+        log.debug("event %s", record)
+        if self._events is not None:
+            self._events.write(json.dumps(record) + "\n")
+
+    def _spawn(self, target: Callable, name: str, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def _job(self, job_id: Any) -> Job:
+        job = self._jobs.get(job_id) if isinstance(job_id, int) else None
+        if job is None:
+            raise ValueError(f"no job with id {job_id!r}")
+        return job
+
+    def _drop_requests(self, job: Job, reason: str) -> None:
+        """Forget a job's outstanding requests: it takes no more orders."""
+        if job.requested:
+            self._event("request_dropped", job=job.id, nodes=job.requested, reason=reason)
+            log.info("job %d: %d requested node(s) dropped: %s", job.id, job.requested, reason)
+            job.take_requested(job.requested)
+
+    # -- provided by the daemon and its mixins (last in the order, so theirs win) -----
+    def submit(self, spec: JobSpec, where: str = "job", key: str = "") -> int:
+        raise NotImplementedError
+
+    def status(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def cancel(self, job_id: int) -> str:
+        raise NotImplementedError
+
+    def add_nodes(self, names: list[str]) -> list[str]:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def _evolving_ask(self, job: Job, parsed: protocol.JobMessage) -> str:
+        raise NotImplementedError
+
+    def _evolving_release(self, job: Job, host: str) -> None:
+        raise NotImplementedError
+
+    def _end(self, job: Job, state: str, reason: str) -> None:
+        raise NotImplementedError
+
+    def _kill(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def _send_grow(self, job: Job, hosts: list[str], counted: int) -> None:
+        raise NotImplementedError
+
+    def _send_shrink(self, job: Job, n: int) -> None:
+        raise NotImplementedError

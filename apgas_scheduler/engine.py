@@ -1,0 +1,409 @@
+"""The scheduling engine: the cluster's state and its transitions, shared by
+the live daemon and the simulator so that both schedule by the same rules.
+
+Pure state: no I/O, no threads and no clock of its own (``now`` is passed
+in). It holds the nodes and their owners, the queued and running jobs, the
+resizes in flight, the evolving jobs' outstanding requests and DMR's
+priority job; it builds the :class:`JobView` s policies see, checks every
+decision before it is applied (:meth:`Engine.admit`: a decision the state
+does not allow is refused with a logged reason) and answers evolving asks
+through :meth:`Policy.answer`. The daemon adds processes and sockets around
+it, the simulator an event clock and a run-time model.
+
+A resize is two steps, since it takes time: ``begin_grow`` reserves the
+nodes at once (nobody else gets them), ``finish_grow`` confirms or frees
+them; ``begin_shrink`` counts the nodes as on their way back (the views no
+longer show them as the job's), ``finish_shrink`` frees those released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from apgas import protocol
+
+from ._model import Decision, Grow, JobView, Shrink, Start
+from .planning import Policy
+
+__all__ = ["Engine", "Tracked", "Node"]
+
+Node = Hashable
+"""A node's name (the daemon's host names, the simulator's indices)."""
+
+
+@dataclasses.dataclass(eq=False)
+class Tracked:
+    """A job as the engine knows it. Its view is cached (``cached``) so that a
+    pass over thousands of unchanged jobs builds no new views: whoever changes
+    an attribute calls :meth:`touch` (the engine's transitions do; the daemon's
+    record does it on every assignment)."""
+
+    id: int
+    cls: str
+    min_nodes: int
+    max_nodes: int
+    walltime: float  # the user's estimate, at the preferred size
+    submit: float
+    preferred: int = 0
+    rho: float = 0.0
+    asks: bool = False  # it calls check_status itself (live evolving programs)
+    state: str = "queued"  # queued | running | done | failed | cancelled
+    nodes: list[Any] = dataclasses.field(default_factory=list)  # held, confirmed
+    reserved: list[Any] = dataclasses.field(default_factory=list)  # held for grows in flight
+    start: float | None = None
+    end: float | None = None
+    ready: bool = False  # takes orders (a malleable job that registered)
+    disabled: bool = False  # said it takes no more orders
+    busy: bool = False  # a resize (or refusal) is in flight
+    shrinking: int = 0  # nodes shrinks in flight will give back
+    requested: int = 0  # nodes it asked for and was not yet given
+    requested_since: float | None = None  # when the oldest of those requests came
+    last_resize: float | None = None
+    stopping: str = ""  # why it is being stopped; it is then no longer scheduled
+    expected_end: float | None = None  # the driver's estimate (the simulator's)
+    priority: bool = False  # a queued job a check's shrink made room for
+    grows: int = 0
+    shrinks: int = 0
+    cached: JobView | None = dataclasses.field(default=None, repr=False)
+
+    def touch(self) -> None:
+        """Forget the cached view (after a change)."""
+        self.cached = None
+
+    @property
+    def malleable(self) -> bool:
+        return self.cls in ("malleable", "evolving")
+
+    @property
+    def held(self) -> int:
+        """The nodes it owns, grow reservations included."""
+        return len(self.nodes) + len(self.reserved)
+
+    @property
+    def size(self) -> int:
+        """What policies see it hold: a shrink in flight counts as done, so that
+        no pass shrinks twice for one need."""
+        return len(self.nodes) + len(self.reserved) - self.shrinking
+
+    def view(self) -> JobView:
+        view = self.cached
+        if view is None:
+            view = self.cached = JobView(self.id, self.cls, self.min_nodes, self.max_nodes,  # type: ignore[arg-type]
+                           self.walltime, self.submit, self.size, self.start, self.last_resize,
+                           self.malleable and self.ready and not self.busy, self.preferred,
+                           self.rho, self.expected_end, self.requested, self.requested_since,
+                           self.priority, self.asks)
+        return view
+
+    def take_requested(self, k: int) -> None:
+        """``k`` of the outstanding requested nodes are given or refused."""
+        self.requested -= k
+        if self.requested <= 0:
+            self.requested, self.requested_since = 0, None
+        self.cached = None
+
+
+class Engine:
+    """The state of one cluster under one policy; see the module docstring.
+
+    ``log`` receives the refused decisions (the driver's logger, so that each
+    driver's warnings stay where its users look)."""
+
+    def __init__(self, nodes: Iterable[Node], policy: Policy,
+                 log: logging.Logger | None = None) -> None:
+        self.policy = policy
+        self.log = log or logging.getLogger("apgas_scheduler.engine")
+        self.owner: dict[Node, int | None] = {}
+        self._pool: list[Node] = []
+        self._index: dict[Node, int] = {}
+        self._free: list[int] = []  # a heap of pool indices: nodes go out in pool order
+        self.jobs: dict[int, Tracked] = {}
+        self.queue: dict[int, Tracked] = {}  # in submission order
+        self.running: dict[int, Tracked] = {}
+        self.priority: int | None = None
+        self.add_nodes(nodes)
+
+    # -- nodes -------------------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        return len(self._pool)
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def add_nodes(self, names: Iterable[Node]) -> None:
+        names = list(names)
+        if len(set(names)) != len(names) or any(n in self.owner for n in names):
+            raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
+        for n in names:
+            self._index[n] = len(self._pool)
+            self._pool.append(n)
+            self.owner[n] = None
+            heapq.heappush(self._free, self._index[n])
+
+    def free_nodes(self, count: int | None = None) -> list[Node]:
+        """The first ``count`` (all) free nodes, the ones a start would take."""
+        picks = sorted(self._free) if count is None else heapq.nsmallest(count, self._free)
+        return [self._pool[i] for i in picks]
+
+    def _take(self, job: Tracked, count: int) -> list[Node]:
+        taken = [self._pool[heapq.heappop(self._free)] for _ in range(count)]
+        for n in taken:
+            self.owner[n] = job.id
+        return taken
+
+    def _give(self, nodes: Iterable[Node]) -> None:
+        for n in nodes:
+            self.owner[n] = None
+            heapq.heappush(self._free, self._index[n])
+
+    # -- jobs --------------------------------------------------------------------------
+    def submit(self, job: Tracked) -> None:
+        self.jobs[job.id] = job
+        self.queue[job.id] = job
+
+    def start(self, job: Tracked, count: int, now: float) -> list[Node]:
+        """Start a queued job on the first ``count`` free nodes (see :meth:`admit`)."""
+        del self.queue[job.id]
+        self.running[job.id] = job
+        job.nodes = self._take(job, count)
+        job.state, job.start = "running", now
+        job.cached = None
+        return job.nodes
+
+    def end(self, job: Tracked, state: str, now: float) -> int:
+        """The job ended (or left the queue): its nodes come back. Returns how many
+        requested nodes were dropped with it."""
+        self.queue.pop(job.id, None)
+        self.running.pop(job.id, None)
+        self._give([n for n in (*job.nodes, *job.reserved) if self.owner.get(n) == job.id])
+        dropped = job.requested
+        job.take_requested(dropped)
+        job.state, job.end, job.nodes, job.reserved, job.shrinking = state, now, [], [], 0
+        job.cached = None
+        if self.priority == job.id:
+            self.set_priority(None)
+        return dropped
+
+    def overdue(self, now: float, register_timeout: float) -> list[tuple[Tracked, str]]:
+        """Running jobs to stop: past their walltime, or malleable ones that never
+        registered; each is marked ``stopping`` with the reason."""
+        out = []
+        for job in self.running.values():
+            if job.stopping or job.start is None:
+                continue
+            if now - job.start > job.walltime:
+                job.stopping = f"killed: ran past its walltime of {job.walltime:g} s"
+            elif job.malleable and not job.ready and now - job.start > register_timeout:
+                job.stopping = (f"killed: never sent {protocol.READY} within "
+                                f"{register_timeout:g} s")
+            else:
+                continue
+            job.cached = None
+            out.append((job, job.stopping))
+        return out
+
+    # -- the policy ---------------------------------------------------------------------
+    def views(self) -> tuple[list[JobView], list[JobView]]:
+        """What the policy sees: the queue and the running jobs (not those being stopped)."""
+        if self.priority is not None and self.priority not in self.queue:
+            self.set_priority(None)  # started (or gone): requests need not wait for it
+        queue = [j.cached or j.view() for j in self.queue.values()]
+        running = [j.cached or j.view() for j in self.running.values() if not j.stopping]
+        return queue, running
+
+    def decide(self, now: float) -> list[Decision]:
+        queue, running = self.views()
+        return self.policy.decide(now, queue, running, len(self._free), len(self._pool))
+
+    def refusal(self, d: Decision) -> str | None:
+        """Why the state does not allow ``d`` now, or None."""
+        job = self.jobs.get(d.job)
+        if job is None:
+            return f"there is no job {d.job}"
+        if isinstance(d, Start):
+            if job.state != "queued":
+                return f"job {job.id} is {job.state}, not queued"
+            if not job.min_nodes <= d.nodes <= job.max_nodes:
+                return f"{d.nodes} node(s) outside its [{job.min_nodes}, {job.max_nodes}]"
+            if d.nodes > len(self._free):
+                return f"{d.nodes} node(s) asked, {len(self._free)} free"
+            return None
+        if not isinstance(d, (Grow, Shrink)):
+            return f"not a decision: {d!r}"
+        if job.state != "running" or job.stopping:
+            return f"job {job.id} is {job.state}{' and stopping' if job.stopping else ''}"
+        if not job.malleable:
+            return f"job {job.id} is {job.cls}; only malleable and evolving jobs are resized"
+        if not job.ready or job.busy:
+            return f"job {job.id} takes no order now (not registered, or one in flight)"
+        if d.nodes < 1:
+            return f"a resize by {d.nodes} node(s)"
+        new = job.size + (d.nodes if isinstance(d, Grow) else -d.nodes)
+        if not job.min_nodes <= new <= job.max_nodes:
+            return f"{new} node(s) outside its [{job.min_nodes}, {job.max_nodes}]"
+        if isinstance(d, Grow) and d.nodes > len(self._free):
+            return f"{d.nodes} node(s) asked, {len(self._free)} free"
+        return None
+
+    def admit(self, d: Decision, now: float) -> bool:
+        """Whether ``d`` may be applied; a refusal is logged with its reason."""
+        reason = self.refusal(d)
+        if reason is not None:
+            self.log.warning("ignored %s at t=%.1f: %s", d, now, reason)
+        return reason is None
+
+    # -- resizes -----------------------------------------------------------------------
+    def begin_grow(self, job: Tracked, count: int, now: float,
+                   hold: bool = True) -> tuple[list[Node], int]:
+        """Reserve ``count`` free nodes for ``job``; returns them and how many of its
+        outstanding requests they count towards (the job counts every grow so).
+        ``hold``: the job takes no other order until :meth:`finish_grow`."""
+        hosts = self._take(job, count)
+        job.reserved = job.reserved + hosts
+        job.busy = job.busy or hold
+        job.last_resize = now
+        counted = min(job.requested, count)
+        job.take_requested(counted)  # touches
+        return hosts, counted
+
+    def finish_grow(self, job: Tracked, hosts: list[Node], ok: bool,
+                    now: float | None = None) -> list[Node]:
+        """The grow is over: on success the reserved ``hosts`` still held become the
+        job's (returned), else they are freed. ``now``: the resize counts from then."""
+        kept = [h for h in hosts if h in job.reserved and self.owner.get(h) == job.id]
+        job.reserved = [h for h in job.reserved if h not in hosts]
+        job.busy = False
+        if ok and job.state == "running":
+            job.nodes = job.nodes + kept
+            job.grows += 1
+        else:
+            self._give(kept)
+            kept = []
+        if now is not None and job.state == "running":
+            job.last_resize = now
+        job.cached = None
+        return kept
+
+    def begin_shrink(self, job: Tracked, count: int, now: float, hold: bool = True) -> None:
+        job.shrinking += count
+        job.busy = job.busy or hold
+        job.last_resize = now
+        job.cached = None
+
+    def finish_shrink(self, job: Tracked, count: int, released: list[Node] | None,
+                      now: float | None = None) -> list[Node]:
+        """The shrink by ``count`` is over; ``released`` (None: it failed) go back
+        to the pool, those the job does not hold excepted. Returns those freed."""
+        job.shrinking = max(0, job.shrinking - count)
+        job.busy = False
+        if released is None:
+            self.set_priority(None)  # the nodes it was waiting for do not come
+            freed: list[Node] = []
+        else:
+            freed = [h for h in released if h in job.nodes]
+            job.nodes = [h for h in job.nodes if h not in freed]
+            self._give([h for h in freed if self.owner.get(h) == job.id])
+            job.shrinks += 1
+        if now is not None and job.state == "running":
+            job.last_resize = now
+        job.cached = None
+        return freed
+
+    def release(self, job: Tracked, host: Node) -> str:
+        """The job stopped its place on ``host`` itself: "shrink" (a node it held),
+        "release" (one reserved for a grow in flight) or "ignored" (not its)."""
+        if self.owner.get(host) != job.id:
+            return "ignored"
+        kind = "shrink" if host in job.nodes else "release"
+        job.nodes = [h for h in job.nodes if h != host]
+        job.reserved = [h for h in job.reserved if h != host]
+        self._give([host])
+        job.cached = None
+        return kind
+
+    # -- evolving asks -----------------------------------------------------------------
+    def ask_refusal(self, job: Tracked) -> str | None:
+        """Why ``job`` may not ask for nodes now, or None."""
+        if not job.malleable:
+            return (f"job {job.id} is {job.cls}; only evolving and malleable jobs may ask "
+                    "for places")
+        if job.state != "running":
+            return f"job {job.id} is {job.state}, not running"
+        if job.disabled:
+            return f"job {job.id} sent {protocol.NOT_MALLEABLE}; it takes no more orders"
+        if not job.ready:
+            return f"job {job.id} has not sent {protocol.READY}; it takes no orders yet"
+        return None
+
+    def request(self, job: Tracked, n: int, now: float) -> str | None:
+        """Record a request for ``n`` more nodes (granted by later passes), or say
+        why not (the maximum; :meth:`ask_refusal` is the caller's)."""
+        if job.size + job.requested + n > job.max_nodes:  # a shrink in flight counts as done
+            more = f", has asked for {job.requested} more already," if job.requested else ""
+            return (f"job {job.id} asks for {n} more node(s) but holds {job.size}{more} "
+                    f"and may have at most {job.max_nodes}")
+        job.requested += n
+        if job.requested_since is None:
+            job.requested_since = now
+        job.cached = None
+        return None
+
+    def answer_check(self, job: Tracked, low: int, high: int, preferred: int, factor: int,
+                     now: float) -> tuple[Decision | None, list[Node], int]:
+        """DMR's check_status for ``job`` with its own range (within its limits):
+        the policy's answer, already set in motion (a grow's nodes reserved, a
+        shrink counted, the queue's first job given priority), with the grow's
+        nodes and the requests it counts towards. ValueError: the range misses
+        the job's limits."""
+        lo, hi = max(low, job.min_nodes), min(high, job.max_nodes)
+        if lo > hi:
+            raise ValueError(f"[{low}, {high}] does not meet the job's limits "
+                             f"[{job.min_nodes}, {job.max_nodes}]")
+        queue, running = self.views()
+        preferred = min(max(preferred, lo), hi) if preferred else 0
+        view = dataclasses.replace(job.view(), min_nodes=lo, max_nodes=hi, preferred=preferred)
+        d = self.policy.answer(now, view, queue, running, len(self._free), len(self._pool), factor)
+        job.last_resize = now
+        job.cached = None
+        if isinstance(d, Grow) and 0 < d.nodes <= len(self._free):
+            hosts, counted = self.begin_grow(job, d.nodes, now)
+            return d, hosts, counted
+        if isinstance(d, Shrink) and 0 < d.nodes < job.size:
+            self.begin_shrink(job, d.nodes, now)
+            first = min((j for j in self.queue.values() if j.min_nodes <= len(self._pool)),
+                        key=lambda j: (j.submit, j.id), default=None)
+            if first is not None:  # DMR: the job the shrink makes room for comes first
+                self.set_priority(first.id)
+            return d, [], 0
+        return None, [], 0
+
+    def set_priority(self, job_id: int | None) -> None:
+        if self.priority is not None and self.priority in self.jobs:
+            self.jobs[self.priority].priority = False
+            self.jobs[self.priority].cached = None
+        self.priority = job_id
+        if job_id is not None:
+            self.jobs[job_id].priority = True
+            self.jobs[job_id].cached = None
+
+    def excess_requests(self) -> list[tuple[Tracked, int, str]]:
+        """Outstanding requests a job can no longer get (it holds so many nodes
+        now, a shrink failed say, that they would pass its maximum): taken off
+        its requests, the job marked busy for the refusal; (job, count, why)."""
+        out = []
+        for job in self.running.values():
+            if not job.requested or job.busy:
+                continue
+            excess = min(job.requested, job.size + job.requested - job.max_nodes)
+            if excess > 0:
+                job.busy = True
+                job.take_requested(excess)  # touches
+                out.append((job, excess, f"job {job.id} holds {job.size} node(s) and may have "
+                                         f"at most {job.max_nodes}"))
+        return out

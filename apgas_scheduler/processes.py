@@ -1,0 +1,175 @@
+"""Job processes: start a job on its nodes (with the environment that tells a
+malleable job where to take orders and where to report), watch it end, kill
+it (TERM, then KILL after a grace period)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import launcher as launchers
+
+from .core import SchedulerCore, log
+from .records import Job
+
+__all__ = ["ProcessesMixin", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE"]
+
+KILL_GRACE = 3.0
+ORDER_PORT_BASE = 27100
+ORDER_PORT_COUNT = 1000
+"""A malleable job whose first node is another machine listens for orders on
+that node at ``ORDER_PORT_BASE + id`` (wrapping after ``ORDER_PORT_COUNT``
+ports, skipping those our running jobs use there): a port on another
+machine cannot be probed from here, and the protocol lets no job report
+the port it bound."""
+
+
+class ProcessesMixin(SchedulerCore):
+    """Starting, watching and killing job processes."""
+
+    address: tuple[str, int]
+    launcher: launchers.Launcher
+    output_dir: Path
+    node_addresses: dict[str, str]
+    order_port_base: int
+    _local: bool
+    _advertised: str
+    _warned_loopback: bool
+
+    def _start(self, job: Job, nodes: list[str]) -> None:
+        """Start ``job`` on ``nodes`` (the first free ones); a job that cannot
+        start ends as failed and leaves the nodes free."""
+        env = {"APGAS_HOSTS": ",".join(nodes), "APGAS_JOB_ID": str(job.id)}
+        if self._local:
+            env["APGAS_LOCAL_HOSTS"] = ",".join(self._owner)
+        if job.malleable:
+            try:
+                env.update(self._order_env(job, nodes[0]))
+            except OSError as e:
+                self._end(job, "failed", str(e))
+                return
+        env.update(dict(job.spec.env))
+        cwd = job.spec.cwd or os.getcwd()
+        out = self.output_dir / f"job-{job.id}.out"
+        err = self.output_dir / f"job-{job.id}.err"
+        command = list(job.spec.command)
+        if command[0] in ("python", "python3"):  # the scheduler's own Python, with apgas
+            command[0] = sys.executable
+        try:
+            argv = self.launcher.command(nodes[0], command, env)
+            with open(out, "wb") as o, open(err, "wb") as e:
+                job.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=o,
+                                            stderr=e, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+        except OSError as e:
+            self._end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
+            return
+        taken = self.engine.start(job, len(nodes), self.now())
+        assert taken == nodes, (taken, nodes)
+        self._event("start", job=job.id, nodes=list(nodes))
+        log.info("job %d (%s) started on %s", job.id, job.spec.name, ",".join(nodes))
+        self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
+
+    def _order_env(self, job: Job, first: str) -> dict[str, str]:
+        """Where a malleable job listens for orders and sends its messages.
+
+        On this machine (the local launcher, or a first node that
+        ``launcher.is_local_host`` takes for this machine): the scheduler's own
+        address and a port of the order port range (``ORDER_PORT_BASE``) that
+        is free here. On another machine: the first node's address
+        (``node_addresses``, else its name resolved here) and a port of that
+        range; the job is told to send to the scheduler's advertised address.
+        The range lies below the kernel's ephemeral ports, so no outgoing
+        connection takes the port before the job binds it (a port found by
+        binding port 0 could be). OSError if the node has no address or no port
+        of the range is left."""
+        host, port = self.address
+        if self._local or launchers.is_local_host(first):
+            listen, scheduler = (host, self._order_port(job, host, bindable=True)), f"{host}:{port}"
+        else:
+            given = self.node_addresses.get(first)
+            try:
+                address = given or socket.gethostbyname(first)
+            except OSError as e:
+                raise OSError(f"cannot resolve node {first!r}, where the job would listen for "
+                              f"orders: {e}; give its address (serve --node-address "
+                              f"{first}=ADDRESS)") from None
+            listen, scheduler = (address, self._order_port(job, address)), f"{self._advertised}:{port}"
+            if self._advertised.startswith("127.") or self._advertised == "localhost":
+                if not self._warned_loopback:
+                    log.warning("job %d runs on %s but the scheduler listens on %s: unless %s is "
+                                "this machine, its messages cannot reach us (serve --host)",
+                                job.id, first, self._advertised, first)
+                self._warned_loopback = True
+        job.listen = listen
+        try:
+            job.reports = socket.gethostbyname(listen[0])  # as the job's communicator does
+        except OSError:
+            job.reports = listen[0]
+        return {"APGAS_COMMUNICATOR": "socket", "APGAS_SCHEDULER": scheduler,
+                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}"}
+
+    def _order_port(self, job: Job, address: str, bindable: bool = False) -> int:
+        """``order_port_base + id``, or the next port of the range that none of our
+        running jobs listens on at ``address`` (and, if ``bindable``, that nothing
+        on this machine listens on now)."""
+        taken = {j.listen[1] for j in self._jobs.values()
+                 if j.state == "running" and j.listen and j.listen[0] == address}
+        for k in range(ORDER_PORT_COUNT):
+            port = self.order_port_base + 1 + (job.id - 1 + k) % ORDER_PORT_COUNT
+            if port not in taken and (not bindable or _bindable(address, port)):
+                return port
+        raise OSError(f"all {ORDER_PORT_COUNT} order ports from {self.order_port_base + 1} on "
+                      f"{address} are taken by running jobs")
+
+    def _watch(self, job: Job) -> None:
+        assert job.proc is not None
+        code = job.proc.wait()
+        with self._lock:
+            if job.kill_reason:
+                state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
+                self._end(job, state, job.kill_reason)
+            elif code == 0:
+                self._end(job, "done", "")
+            else:
+                self._end(job, "failed", f"exit code {code}; see {self.output_dir}/job-{job.id}.err")
+        self._wake.set()
+
+    def _end(self, job: Job, state: str, reason: str) -> None:
+        job.reason = reason
+        self._drop_requests(job, f"the job ended ({state})")
+        self.engine.end(job, state, self.now())
+        self._event("end", job=job.id, state=state, reason=reason)
+        log.info("job %d (%s) %s%s", job.id, job.spec.name, state, f": {reason}" if reason else "")
+        self._wake.set()
+
+    def _kill(self, job: Job) -> None:
+        if job.proc is None or job.proc.poll() is not None:
+            return
+        try:
+            os.killpg(job.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+
+        def hard_kill(proc: subprocess.Popen = job.proc) -> None:
+            try:
+                proc.wait(KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._spawn(hard_kill, f"scheduler-kill-{job.id}")
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now."""
+    try:
+        with socket.create_server((host, port)):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,50 @@
+"""The live scheduler's job record: the engine's :class:`Tracked` state plus
+what only a real job has (its spec, process and order address), kept in one
+object so that the engine's transitions and the daemon's threads see the
+same job."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from .engine import Tracked
+from .jobs import JobSpec
+
+__all__ = ["Job"]
+
+
+class Job(Tracked):
+    """A job and everything the scheduler knows of it."""
+
+    def __init__(self, id: int, spec: JobSpec, submit: float) -> None:
+        super().__init__(id, spec.cls, spec.min_nodes, spec.max_nodes, spec.walltime, submit,
+                         asks=spec.cls == "evolving")
+        self.spec = spec
+        self.reason = ""  # why it ended as it did
+        self.proc: subprocess.Popen | None = None
+        self.listen: tuple[str, int] | None = None  # where a malleable job takes orders
+        self.reports = ""  # the address a malleable job puts into its messages
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Any change shows in the next view (the daemon's threads set fields)."""
+        object.__setattr__(self, name, value)
+        object.__setattr__(self, "cached", None)
+
+    @property
+    def kill_reason(self) -> str:
+        """Why it is being killed ("" if it is not); a reason starting with
+        "killed" ends it as failed, any other as cancelled."""
+        return self.stopping
+
+    @kill_reason.setter
+    def kill_reason(self, reason: str) -> None:
+        self.stopping = reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.spec.name, "class": self.spec.cls, "state": self.state,
+                "nodes": list(self.nodes), "submit": self.submit, "start": self.start,
+                "end": self.end, "reason": self.reason, "min_nodes": self.spec.min_nodes,
+                "max_nodes": self.spec.max_nodes, "ready": self.ready, "grows": self.grows,
+                "shrinks": self.shrinks, "requested": self.requested,
+                "listen": f"{self.listen[0]}:{self.listen[1]}" if self.listen else None}

@@ -1,0 +1,53 @@
+"""Policies by name: the built-ins, then those other distributions register
+under the entry-point group ``apgas_scheduler.policies`` (as ``launcher`` finds
+launchers under ``apgas.launchers``). An entry point names a :class:`Policy`
+subclass (or any callable returning a ``Policy``), built with the options of
+:func:`get_policy`; a plug-in cannot replace a built-in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from .classic import POLICIES
+from .dmr import DMR_POLICIES
+from .mebf import MEBF_POLICIES
+from .planning import Policy
+
+__all__ = ["get_policy", "policy_names", "GROUP"]
+
+GROUP = "apgas_scheduler.policies"
+
+_BUILTIN: dict[str, Callable[..., Policy]] = {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES}
+"""The live policies, then those from the later studies (MEBF, DMR)."""
+
+
+def policy_names() -> list[str]:
+    """Every policy name: the built-ins, then the installed plugins."""
+    return list(_BUILTIN) + sorted({ep.name for ep in entry_points(group=GROUP)
+                                    if ep.name not in _BUILTIN})
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    """The policy called ``name``, built with ``options``; ``ValueError`` names
+    the known ones, or the entry point that does not give a policy."""
+    factory = _BUILTIN.get(name)
+    if factory is None:
+        found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
+        if not found:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(policy_names()))}")
+        ep = found[0]
+        try:
+            factory = ep.load()
+        except Exception as e:
+            raise ValueError(f"entry point {name!r} of {GROUP} ({ep.value}) cannot be loaded: "
+                             f"{type(e).__name__}: {e}") from e
+        if not callable(factory):
+            raise ValueError(f"entry point {name!r} of {GROUP} ({ep.value}) must name a Policy "
+                             f"subclass, got {factory!r}")
+    policy = factory(**options)
+    if not isinstance(policy, Policy):
+        raise ValueError(f"policy {name!r} ({GROUP}) must build a Policy, got {policy!r}")
+    return policy
