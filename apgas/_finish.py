@@ -1,4 +1,4 @@
-"""Bookkeeping of distributed termination detection (DESIGN.md section 4).
+"""Bookkeeping of distributed termination detection (docs/design.md, section 4).
 
 The counting protocol of X10 and APGAS for Java, refined to edges: the home of
 a finish keeps, per (source place, destination place), tasks spawned minus

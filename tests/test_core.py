@@ -1,4 +1,4 @@
-"""The constructs of DESIGN.md section 2 over real place processes."""
+"""The constructs of docs/design.md, section 2 over real place processes."""
 
 from __future__ import annotations
 
