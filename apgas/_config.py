@@ -11,8 +11,8 @@ import logging
 import os
 from typing import Any, Mapping
 
-from launcher import (HostSpecError, detect_launcher, launcher_names, mpi_rank_from_env,
-                      read_hostfile, slurm_hosts)
+from launcher import (HostSpecError, check_hosts, detect_launcher, launcher_names,
+                      mpi_rank_from_env, read_hostfile, slurm_hosts)
 
 from .errors import ConfigError
 
@@ -39,6 +39,8 @@ class Config:
     ssh: str = "ssh"  # the ssh command, with options
     srun: str = "srun"  # the srun command, with options
     check_inhibit: float = 10.0  # s: check_status calls this soon after the last one are no-ops
+    max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
+    max_places: int = 256  # a grow order that would pass this many places is refused
 
 
 def _parse_int(name: str, value: Any, minimum: int) -> int:
@@ -76,6 +78,7 @@ def _parse_hosts(name: str, value: Any) -> tuple[str, ...]:
     hosts = tuple(str(h).strip() for h in items)
     if not hosts or any(not h for h in hosts):
         raise ConfigError(f"{name} must be a comma-separated list of host names, got {value!r}")
+    check_hosts(hosts, name)  # HostSpecError, a ConfigError for the caller
     return hosts
 
 
@@ -112,13 +115,16 @@ def load_config(overrides: Mapping[str, Any] | None = None,
             raise ConfigError(f"{places[0]} is {places[1]!r} but mpiexec started {world[1]} "
                               "rank(s); under mpiexec every rank is one place")
         values["places"] = world[1]
-    for field in ("threads", "immediate_threads"):
+    for field in ("threads", "immediate_threads", "max_places"):
         found = pick(field)
         if found is not None:
             values[field] = _parse_int(found[0], found[1], 1)
     found = pick("join_timeout")
     if found is not None:
         values["join_timeout"] = _parse_float(*found)
+    found = pick("max_message_bytes")
+    if found is not None:
+        values["max_message_bytes"] = _parse_int(found[0], found[1], 4096)
     found = pick("check_inhibit")
     if found is not None:
         values["check_inhibit"] = _parse_seconds(*found)

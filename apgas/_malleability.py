@@ -113,12 +113,14 @@ class Orders:
             raise
 
     def _grow(self, n: int, hosts: list[str]) -> list[Place]:
+        self._check_max_places(n)
         if len(hosts) != n:
             raise OrderError(f"grow {n} needs {n} host name(s), got {len(hosts)}: {hosts}")
         if len(set(hosts)) != len(hosts):
             raise OrderError(f"grow names a host twice: {hosts}")
         with self._order_lock:
             handler = self._ready_handler()
+            self._check_max_places(n)  # again: an order may have run meanwhile
             start = time.monotonic_ns()
             continued = self._rt.sorted_places()
             self._call("pre_grow", handler.pre_grow, n)
@@ -135,6 +137,14 @@ class Orders:
             end = time.monotonic_ns()
         self._report_phases("Grow", "Start", n, start, t1, t2, end)
         return added
+
+    def _check_max_places(self, n: int) -> None:
+        """OrderError unless ``n`` more places stay within ``max_places`` (APGAS_MAX_PLACES)."""
+        have, limit = len(self._rt.places), self._rt.config.max_places
+        if have + n > limit:
+            raise OrderError(f"grow {n} refused: the program has {have} place(s) and may have at "
+                             f"most {limit} (APGAS_MAX_PLACES), so {have + n} is too many; "
+                             "nothing was started")
 
     def _shrink(self, n: int, released: Callable[[list[str]], None]) -> list[str]:
         with self._order_lock:

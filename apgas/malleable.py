@@ -19,9 +19,10 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Callable
 
-from . import protocol
+from . import auth, protocol
 from ._config import Config, parse_address
 from ._place import Place
+from ._serving import LineTooLong, discard_rest, read_line, serve_connections
 from .errors import ApgasError, ConfigError
 
 if TYPE_CHECKING:
@@ -98,7 +99,16 @@ class MalleableCommunicator(abc.ABC):
 
 
 class SocketMalleableCommunicator(MalleableCommunicator):
-    """The line protocol of ElasticJobScheduler over TCP (see ``docs/protocol.md``)."""
+    """The line protocol of ElasticJobScheduler over TCP (see ``docs/protocol.md``),
+    every line signed (:mod:`apgas.auth`) with the job's secret.
+
+    The secret is ``APGAS_JOB_SECRET``, which the scheduler gives each job. A
+    job started by hand makes one and keeps it in a key file only its user can
+    read (:func:`apgas.auth.order_key_path`), where ``python -m apgas.order``
+    finds it. ``APGAS_PLAIN_PROTOCOL=1`` speaks plain lines instead, as the
+    ElasticJobScheduler does: then anyone who can reach the order port can
+    resize the job (see ``docs/security.md``).
+    """
 
     MAX_LINE = 4096
     READ_TIMEOUT = 10.0
@@ -119,6 +129,17 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         except OSError:
             self._ip = host
         self._job_id = os.environ.get("APGAS_JOB_ID", "")
+        self._plain = os.environ.get("APGAS_PLAIN_PROTOCOL", "").lower() in ("1", "true", "yes")
+        self._secret = os.environ.get("APGAS_JOB_SECRET", "")
+        self._key_file = None
+        if self._plain:
+            log.warning("APGAS_PLAIN_PROTOCOL is set: orders on %s:%d are taken unsigned, so anyone "
+                        "who can reach that port can resize this job", *self.address)
+        elif not self._secret:
+            self._secret = auth.new_secret()
+            self._key_file = auth.write_key_file(auth.order_key_path(self.address[1]), self._secret)
+            log.info("orders must be signed with the key in %s", self._key_file)
+        self._guard = auth.ReplayGuard()
         self._closed = False
         self._outbox: queue.SimpleQueue[tuple[str, concurrent.futures.Future[str] | None] | None] = \
             queue.SimpleQueue()
@@ -127,7 +148,10 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     def start(self) -> None:
         log.info("listening for orders on %s:%d", *self.address)
         self._sender.start()
-        threading.Thread(target=self._accept, name="apgas-orders", daemon=True).start()
+        threading.Thread(target=serve_connections, args=(self._server, self._serve),
+                         kwargs={"name": "apgas-orders", "deadline": self.READ_TIMEOUT,
+                                 "max_connections": 64, "stopped": lambda: self._closed},
+                         name="apgas-orders", daemon=True).start()
 
     def stop(self) -> None:
         """Stop listening; give the last messages up to 3 s to reach the scheduler."""
@@ -139,6 +163,11 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         except OSError:
             pass
         self._server.close()
+        if self._key_file is not None:
+            try:
+                self._key_file.unlink()
+            except OSError:
+                pass
         self._outbox.put(None)
         if self._sender.is_alive():
             self._sender.join(3.0)
@@ -174,7 +203,8 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             line, answer = item
             try:
                 with socket.create_connection(self._scheduler, timeout=2.0) as conn:  # type: ignore[arg-type]
-                    conn.sendall(line.encode() + b"\n")
+                    signed = line if self._plain else auth.sign(self._secret, line)  # as it leaves
+                    conn.sendall(signed.encode() + b"\n")
                     if answer is not None:
                         conn.settimeout(self.ANSWER_TIMEOUT)
                         text = self._read_answer(conn)
@@ -206,27 +236,24 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         return data.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip()
 
     # -- orders -----------------------------------------------------------------------
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), name="apgas-order", daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, read_by: float) -> None:
         with conn:
-            conn.settimeout(self.READ_TIMEOUT)
             try:
-                line = self._read_line(conn)
+                line = self._read_line(conn, read_by)
             except OrderError as e:
                 self._send(conn, [_error_line(e)])
                 return
-            except OSError as e:
+            except OSError as e:  # TimeoutError too: the line did not come in time
                 log.warning("order connection failed before a whole line arrived: %s", e)
                 return
             if line is None:
                 log.warning("an order connection closed before its line ended; nothing changed")
+                return
+            try:
+                line = self._authentic(line)
+            except auth.AuthError as e:
+                log.warning("order refused: %s", e)
+                self._send(conn, [protocol.error_reply(str(e))])
                 return
             log.info("order: %s", line)
             try:
@@ -236,34 +263,29 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                 replies = [_error_line(e)]
             self._send(conn, replies)
 
-    def _read_line(self, conn: socket.socket) -> str | None:
-        data = b""
-        while b"\n" not in data:
-            if len(data) > self.MAX_LINE:
-                self._discard_rest(conn)
-                raise OrderError(f"order line longer than {self.MAX_LINE} bytes")
-            chunk = conn.recv(self.MAX_LINE + 1)
-            if not chunk:
-                return None
-            data += chunk
-        raw = data.split(b"\n", 1)[0]
-        if len(raw) > self.MAX_LINE:
-            raise OrderError(f"order line longer than {self.MAX_LINE} bytes")
+    def _authentic(self, line: str) -> str:
+        """The order in a signed line; a plain one only in plain mode."""
+        if auth.is_signed(line):
+            signed = auth.parse_signed(line)
+            return signed.line if self._plain else self._guard.check(self._secret, signed)
+        if self._plain:
+            return line
+        raise auth.AuthError("this job takes signed orders only (see apgas.auth; python -m "
+                             "apgas.order signs them); plain orders need APGAS_PLAIN_PROTOCOL=1 "
+                             "on the job's side")
+
+    def _read_line(self, conn: socket.socket, read_by: float) -> str | None:
+        try:
+            raw = read_line(conn, self.MAX_LINE, read_by)
+        except LineTooLong:
+            discard_rest(conn, read_by)  # so that the error reply is not lost to a reset
+            raise OrderError(f"order line longer than {self.MAX_LINE} bytes") from None
+        if raw is None:
+            return None
         try:
             return raw.decode("utf-8").strip()
         except UnicodeDecodeError:
             raise OrderError("order line is not UTF-8") from None
-
-    @staticmethod
-    def _discard_rest(conn: socket.socket, limit: int = 1 << 20) -> None:
-        """Read what is left of an over-long line, so that the error reply is not lost
-        to a connection reset."""
-        seen = 0
-        while seen < limit:
-            chunk = conn.recv(65536)
-            if not chunk or b"\n" in chunk:
-                return
-            seen += len(chunk)
 
     def _execute(self, line: str, released: Callable[[list[str]], None]) -> list[str]:
         try:

@@ -15,6 +15,7 @@ import socket
 import sys
 from typing import Callable
 
+from . import auth
 from ._config import parse_address
 
 __all__ = ["send_order", "main"]
@@ -22,15 +23,25 @@ from .errors import ConfigError
 
 
 def send_order(address: tuple[str, int], order: str | list[str] | bytes, timeout: float = 120.0, *,
-               on_first_line: Callable[[], None] | None = None) -> list[str]:
+               secret: str | None = None, on_first_line: Callable[[], None] | None = None
+               ) -> list[str]:
     """Send one order line (``"grow 2 a b"``, its words, or raw bytes, sent as they
     are) to a job listening at ``address``; return the reply lines (none from a job of the ElasticJobScheduler).
+
+    The order is signed with ``secret`` (:mod:`apgas.auth`); without one, with
+    the key a job started by hand keeps for its port (:func:`apgas.auth.order_key_path`),
+    if this user can read it; ``secret=""`` sends it plain (ElasticJobScheduler
+    compatibility; raw bytes always go plain).
 
     The one client of the order protocol: the CLI below, the scheduler, the tests
     and the benchmarks use it. ``on_first_line`` is called as soon as the first
     reply line is in (the malleability benchmark times it). OSError if the job
     cannot be reached or stays silent ``timeout`` seconds."""
     line = order if isinstance(order, (str, bytes)) else " ".join(order)
+    if secret is None:
+        secret = _key_of(address[1])
+    if secret and isinstance(line, str):
+        line = auth.sign(secret, line)
     with socket.create_connection(address, timeout=timeout) as conn:
         conn.sendall((line if isinstance(line, bytes) else line.encode()) + b"\n")
         conn.shutdown(socket.SHUT_WR)
@@ -43,10 +54,22 @@ def send_order(address: tuple[str, int], order: str | list[str] | bytes, timeout
     return data.decode(errors="replace").splitlines()
 
 
+def _key_of(port: int) -> str:
+    try:
+        return auth.read_secret(auth.order_key_path(port))
+    except (OSError, auth.AuthError):
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apgas.order", description=__doc__.split("\n")[0])
     parser.add_argument("--to", required=True, metavar="HOST:PORT", help="where the job listens for orders")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the reply")
+    parser.add_argument("--key-file", metavar="PATH",
+                        help="the job's secret (default: the key file of a job started by hand "
+                             "on that port, ~/.apgas/orders/PORT.key)")
+    parser.add_argument("--plain", action="store_true",
+                        help="send the order unsigned (for a job in APGAS_PLAIN_PROTOCOL mode)")
     parser.add_argument("order", nargs=argparse.REMAINDER, help="grow N HOST..., shrink N, or status")
     ns = parser.parse_args(argv)
     if not ns.order:
@@ -56,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         parser.error(str(e))
     try:
-        lines = send_order(address, ns.order, ns.timeout)
+        secret = "" if ns.plain else auth.read_secret(ns.key_file) if ns.key_file else None
+    except (OSError, auth.AuthError) as e:
+        parser.error(f"cannot read the key file {ns.key_file}: {e}")
+    try:
+        lines = send_order(address, ns.order, ns.timeout, secret=secret)
     except OSError as e:
         print(f"cannot reach the job at {ns.to}: {e}", file=sys.stderr)
         return 2

@@ -19,13 +19,15 @@ The project's own tests and the malleability benchmark use it too::
 from __future__ import annotations
 
 import contextlib
+import errno
 import dataclasses
 import socket
 import threading
 import time
 from typing import Callable
 
-from . import protocol
+from . import auth, protocol
+from ._serving import read_line
 from .order import send_order
 
 __all__ = ["FakeScheduler", "Received", "Script"]
@@ -75,13 +77,22 @@ def _no_answer(message: str, fake: FakeScheduler) -> None:
 class FakeScheduler:
     """Listens on ``host`` like the scheduler, one line per connection (the job's
     communicator opens one per message). ``job`` is where the job takes orders,
-    for :meth:`later`. Use it as a context manager, or call :meth:`close`."""
+    for :meth:`later`. Use it as a context manager, or call :meth:`close`.
+
+    Signed lines (:mod:`apgas.auth`) are recorded without their signature. With
+    ``secret`` (the job's ``APGAS_JOB_SECRET``) the signatures are checked, lines
+    that fail go to :attr:`refused` instead, and orders are signed with it;
+    without, orders are signed with the key of a job started by hand, if any."""
 
     SILENT = "<silent>"
 
     def __init__(self, script: Script | None = None, job: tuple[str, int] | None = None, *,
-                 host: str = "127.0.0.1", silence: float = 1.0) -> None:
+                 host: str = "127.0.0.1", silence: float = 1.0, secret: str | None = None) -> None:
         self.script = script or _no_answer
+        self.secret = secret
+        #: (line, reason) of every line refused for its signature
+        self.refused: list[tuple[str, str]] = []
+        self._guard = auth.ReplayGuard()
         self.job = job
         self.silence = silence
         #: every line received, in order
@@ -102,20 +113,28 @@ class FakeScheduler:
         self.close()
 
     def _accept(self) -> None:
+        """One connection at a time, unlike ``apgas.lowlevel.serve_connections``: the
+        job sends its messages one connection after the other, and tests read
+        them in that order."""
         while True:
             try:
                 conn, _ = self._server.accept()
-            except OSError:
-                return  # closed
+            except OSError as e:
+                if self._server.fileno() < 0 or e.errno in (errno.EBADF, errno.EINVAL):
+                    return  # closed
+                time.sleep(0.05)  # out of descriptors, say: try again
+                continue
             with conn, contextlib.suppress(OSError):  # one bad client ends only its connection
-                self._serve(conn)
+                raw = read_line(conn, _MAX_LINE, time.monotonic() + 5.0, partial=True)
+                if raw is not None:
+                    self._handle(conn, raw.decode(errors="replace").strip())
 
-    def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(5.0)
-        data = b""
-        while b"\n" not in data and len(data) < _MAX_LINE and (chunk := conn.recv(4096)):
-            data += chunk
-        line = data.split(b"\n", 1)[0].decode(errors="replace").strip()
+    def _handle(self, conn: socket.socket, line: str) -> None:
+        try:
+            line = self._authentic(line)
+        except auth.AuthError as e:
+            self.refused.append((line, str(e)))
+            return
         if not line:
             return
         with self._cond:
@@ -127,6 +146,14 @@ class FakeScheduler:
             time.sleep(self.silence)
         elif answer is not None:
             conn.sendall(answer.encode() + b"\n")
+
+    def _authentic(self, line: str) -> str:
+        if auth.is_signed(line):
+            signed = auth.parse_signed(line)
+            return self._guard.check(self.secret, signed) if self.secret else signed.line
+        if self.secret:
+            raise auth.AuthError(f"unsigned line: {line[:60]!r}")
+        return line
 
     def messages(self, prefix: str = "Evolving") -> list[str]:
         """The messages (without their sender) of the lines starting with ``prefix``."""
@@ -156,7 +183,8 @@ class FakeScheduler:
 
         def send() -> None:
             for line in orders:
-                self.replies.append(send_order(self.job, line, timeout=60.0))  # type: ignore[arg-type]
+                self.replies.append(send_order(self.job, line, timeout=60.0,  # type: ignore[arg-type]
+                                               secret=self.secret))
 
         thread = threading.Thread(target=send, name="fake-scheduler-orders", daemon=True)
         thread.start()

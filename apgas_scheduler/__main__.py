@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import launcher as launchers
-from apgas import protocol
+from apgas import auth, protocol
 from apgas.lowlevel import parse_address
 from apgas.errors import ConfigError
 
@@ -50,6 +50,10 @@ def _node_address(value: str) -> dict[str, str]:
     names, sep, address = value.rpartition("=")
     if not sep or not names or not address:
         raise argparse.ArgumentTypeError(f"expected NODES=ADDRESS, got {value!r}")
+    try:
+        protocol.check_host(address)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"NODES=ADDRESS {value!r}: the address: {e}") from None
     return {n: address for n in _nodes(names)}
 
 
@@ -80,11 +84,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--order-port-base", type=int, default=None, metavar="PORT",
                        help="a malleable job listens for orders on PORT + its id (default "
                             "27100; wraps after 1000)")
+    serve.add_argument("--key-file", default=None, metavar="PATH",
+                       help="the operator's key, which TCP requests must be signed with; made "
+                            "(mode 0600) if missing (default: ~/.apgas/scheduler.key)")
+    serve.add_argument("--socket", default=None, metavar="PATH",
+                       help="the Unix socket for clients on this machine (default: "
+                            "/tmp/apgas-scheduler-PORT.sock)")
+    serve.add_argument("--socket-mode", type=lambda v: int(v, 8), default=0o600, metavar="MODE",
+                       help="its file mode: 600 (default) lets only the operator in, 666 every "
+                            "user of the machine (each submits jobs that run as themselves)")
+    serve.add_argument("--allow-plain-jobs", action="store_true",
+                       help="accept jobs with protocol = \"plain\" (the ElasticJobScheduler's "
+                            "unsigned lines): anyone who can reach the ports can speak for them")
     for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
                            ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
                            ("shutdown", "stop the scheduler (running jobs are killed)")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
+        p.add_argument("--key-file", default=None, metavar="PATH",
+                       help="sign with this key (default: ~/.apgas/scheduler.key if readable)")
+        p.add_argument("--socket", default=None, metavar="PATH",
+                       help="use this Unix socket (default, without a readable key: "
+                            "/tmp/apgas-scheduler-PORT.sock)")
         if name == "submit":
             p.add_argument("files", nargs="+", metavar="JOB.toml")
         elif name == "status":
@@ -149,7 +170,11 @@ def _serve(ns: argparse.Namespace) -> int:
         if not os.environ.get("SLURM_JOB_NODELIST"):
             print("error: give --nodes (not inside a Slurm allocation)", file=sys.stderr)
             return 2
-        nodes = launchers.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+        try:
+            nodes = launchers.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+        except launchers.HostSpecError as e:
+            print(f"error: SLURM_JOB_NODELIST: {e}", file=sys.stderr)
+            return 2
     name = ns.launcher or launchers.detect_launcher(os.environ, mpi=False)
     if name == "local":  # the node names all stand for this machine
         known = [h for h in os.environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h]
@@ -160,11 +185,14 @@ def _serve(ns: argparse.Namespace) -> int:
         sched = Scheduler(nodes, get_policy(ns.policy, resize_interval=ns.resize_interval),
                           host=ns.host, port=ns.port, events=ns.log, interval=ns.interval,
                           launcher=name, register_timeout=ns.register_timeout,
-                          output_dir=ns.output_dir, node_addresses=addresses, **ports)
+                          output_dir=ns.output_dir, node_addresses=addresses,
+                          key_file=ns.key_file, socket_path=ns.socket, socket_mode=ns.socket_mode,
+                          allow_plain_jobs=ns.allow_plain_jobs, **ports)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"scheduler listening on {sched.address[0]}:{sched.address[1]}", flush=True)
+    print(f"scheduler listening on {sched.address[0]}:{sched.address[1]} and {sched.socket_path}",
+          flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sched.shutdown())
     try:
         sched.serve_forever()
@@ -175,22 +203,28 @@ def _serve(ns: argparse.Namespace) -> int:
 
 
 def _client(ns: argparse.Namespace) -> int:
+    try:
+        door = {"key": auth.read_secret(ns.key_file) if ns.key_file else None,
+                "socket_path": ns.socket}
+    except (OSError, auth.AuthError) as e:
+        print(f"error: cannot read the key file {ns.key_file}: {e}", file=sys.stderr)
+        return 2
     if ns.command == "submit":
-        return _submit(ns.to, ns.files)
+        return _submit(ns.to, ns.files, door)
     if ns.command == "status":
-        reply = request(ns.to, "status")
+        reply = request(ns.to, "status", **door)
         reply.pop("ok", None)
         print(json.dumps(reply, indent=2) if ns.json else _status_table(reply))
     elif ns.command == "cancel":
-        print(request(ns.to, "cancel", id=ns.id)["state"])
+        print(request(ns.to, "cancel", id=ns.id, **door)["state"])
     elif ns.command == "add-nodes":
-        print(",".join(request(ns.to, "add-nodes", nodes=ns.names)["nodes"]))
+        print(",".join(request(ns.to, "add-nodes", nodes=ns.names, **door)["nodes"]))
     elif ns.command == "shutdown":
-        request(ns.to, "shutdown")
+        request(ns.to, "shutdown", **door)
     return 0
 
 
-def _submit(to: tuple[str, int], files: list[str]) -> int:
+def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any]) -> int:
     """Submit every file, printing each id, or the error naming the file, and go
     on; exit 2 if a file could not be read, else 1 if the scheduler refused one.
     An unreachable scheduler ends it: the files not sent yet are named."""
@@ -203,7 +237,7 @@ def _submit(to: tuple[str, int], files: list[str]) -> int:
             unreadable += 1
             continue
         try:
-            reply = request(to, "submit", job=spec.to_dict(), file=path)
+            reply = request(to, "submit", job=spec.to_dict(), file=path, **door)
         except SchedulerUnreachable as e:
             left = files[k:]
             print(f"error: {e}; not submitted: {', '.join(left)}", file=sys.stderr)

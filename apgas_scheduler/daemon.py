@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import launcher as launchers
+from apgas import auth
+
+from . import access
 
 from ._model import Grow, Start
 from .asks import READY_WAIT, AsksMixin
@@ -46,12 +49,20 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                  launcher: str = "local", register_timeout: float = 60.0,
                  output_dir: str | Path = "scheduler-jobs",
                  node_addresses: dict[str, str] | None = None,
-                 order_port_base: int = ORDER_PORT_BASE) -> None:
+                 order_port_base: int = ORDER_PORT_BASE,
+                 key_file: str | Path | None = None, socket_path: str | Path | None = None,
+                 socket_mode: int = 0o600, allow_plain_jobs: bool = False) -> None:
         """``node_addresses``: where to reach a node that is not this machine, when
         its name does not resolve to it (default: the name, resolved here);
-        ``order_port_base``: see ``ORDER_PORT_BASE``."""
+        ``order_port_base``: see ``ORDER_PORT_BASE``; ``key_file``: the
+        operator's key, which TCP requests must be signed with (made if missing;
+        default ``access.default_key_file()``); ``socket_path``, ``socket_mode``:
+        the Unix socket for clients on this machine (default
+        ``access.default_socket_path(port)``, operator only); ``allow_plain_jobs``:
+        accept jobs that speak the unsigned ElasticJobScheduler protocol."""
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
+        _check_nodes(nodes)
         if not 0 < order_port_base <= 65535 - ORDER_PORT_COUNT:
             raise ValueError(f"the order port base must be in 1..{65535 - ORDER_PORT_COUNT}, "
                              f"got {order_port_base}")
@@ -64,9 +75,17 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         self.launcher = launchers.get_launcher(launcher)
         self._local = launcher == "local"
         self._ids = itertools.count(1)
+        self._key = auth.load_or_create_secret(key_file or access.default_key_file())
+        self._guard = auth.ReplayGuard()
+        self.allow_plain_jobs = allow_plain_jobs
+        if allow_plain_jobs:
+            log.warning("plain jobs allowed: their messages and orders are unsigned, so anyone who "
+                        "can reach this port or their order ports can speak for them")
         self._server = socket.create_server((host, port))
         super().__init__(nodes, policy, events)
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
+        self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
+        self._unix = self._listen_unix(self.socket_path, socket_mode)
         # what jobs on other machines are told to send to: a wildcard is no address
         self._advertised = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
         self._warned_loopback = False
@@ -77,7 +96,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         """Accept requests and messages and schedule, until ``shutdown``."""
         log.info("scheduler on %s:%d with %d node(s), policy %s", *self.address,
                  self.engine.total, self.policy.name)
-        self._spawn(self._accept, "scheduler-accept")
+        self._spawn(self._accept, "scheduler-accept", self._server)
+        self._spawn(self._accept, "scheduler-accept-unix", self._unix)
         while not self._stopped.is_set():
             self._wake.wait(self.interval)
             self._wake.clear()
@@ -109,11 +129,16 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                     job.proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     os.killpg(job.proc.pid, signal.SIGKILL)
+        for server in (self._server, self._unix):
+            try:
+                server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            except OSError:
+                pass
+            server.close()
         try:
-            self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            self.socket_path.unlink()
         except OSError:
             pass
-        self._server.close()
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(2.0)
@@ -122,15 +147,22 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             self._events = None
 
     # -- requests -------------------------------------------------------------------
-    def submit(self, spec: JobSpec, where: str = "job", key: str = "") -> int:
-        """Queue ``spec``; ``where`` (the job file) and ``key`` (the size key it
+    def submit(self, spec: JobSpec, where: str = "job", key: str = "",
+               client: access.Client | None = None) -> int:
+        """Queue ``spec`` for ``client`` (default: the operator), to run as that
+        client's user; ``where`` (the job file) and ``key`` (the size key it
         gave: ``nodes`` or ``min_nodes``) name it in a refusal."""
+        owner = access.run_as(client or access.operator())
+        if spec.protocol == "plain" and not self.allow_plain_jobs:
+            raise ValueError(f"{where}: key 'protocol': job {spec.name!r} speaks the plain "
+                             "protocol, which this scheduler does not accept (serve "
+                             "--allow-plain-jobs)")
         if spec.min_nodes > self.engine.total:
             key = key or ("nodes" if spec.min_nodes == spec.max_nodes else "min_nodes")
             raise ValueError(f"{where}: key {key!r}: job {spec.name!r} needs at least "
                              f"{spec.min_nodes} node(s) and the pool has {self.engine.total}")
         with self._lock:
-            job = Job(next(self._ids), spec, self.now())
+            job = Job(next(self._ids), spec, self.now(), owner)
             self.engine.submit(job)
             self._event("submit", job=job.id, name=spec.name, **{"class": spec.cls},
                         min_nodes=spec.min_nodes, max_nodes=spec.max_nodes)
@@ -138,9 +170,10 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         self._wake.set()
         return job.id
 
-    def cancel(self, job_id: int) -> str:
+    def cancel(self, job_id: int, client: access.Client | None = None) -> str:
         with self._lock:
             job = self._job(job_id)
+            access.authorize(client or access.operator(), "cancel", job.owner)
             if job.state == "queued":
                 self._end(job, "cancelled", "cancelled by the user")
             elif job.state == "running":
@@ -151,6 +184,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             return job.state
 
     def add_nodes(self, names: list[str]) -> list[str]:
+        _check_nodes(names)  # ValueError naming the first that is no host name
         with self._lock:
             if not names:
                 raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
@@ -186,3 +220,15 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 else:
                     self.engine.begin_shrink(job, d.nodes, now)
                     self._send_shrink(job, d.nodes)
+
+
+def _check_nodes(names: list[str]) -> None:
+    """ValueError naming the first of ``names`` that is no host name
+    (``apgas.protocol.check_host``): a node name reaches ssh and srun."""
+    from apgas import protocol
+
+    for name in names:
+        try:
+            protocol.check_host(name)
+        except ValueError as e:
+            raise ValueError(f"node {e}") from None

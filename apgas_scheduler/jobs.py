@@ -15,6 +15,8 @@ A job file::
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -22,9 +24,27 @@ from typing import Any, Mapping
 
 from ._model import CLASSES
 
-__all__ = ["JobSpec", "JobFileError", "load_job_file", "parse_job"]
+__all__ = ["JobSpec", "JobFileError", "load_job_file", "parse_job", "MAX_NODES", "MAX_WALLTIME",
+           "shown"]
 
-_KEYS = {"name", "command", "class", "nodes", "min_nodes", "max_nodes", "walltime", "env", "cwd"}
+_KEYS = {"name", "command", "class", "nodes", "min_nodes", "max_nodes", "walltime", "env", "cwd",
+         "protocol"}
+PROTOCOLS = ("signed", "plain")
+MAX_NODES = 1_000_000
+"""No job asks for more nodes than this (``nodes``, ``min_nodes``, ``max_nodes``)."""
+MAX_WALLTIME = 366 * 24 * 3600.0
+"""No job runs longer than a year (``walltime``, in seconds)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for an error message about
+    a value that may be huge (a 1000-digit number, a megabyte of text)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int past the digit limit, a deep structure
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
 
 
 class JobFileError(ValueError):
@@ -41,13 +61,17 @@ class JobSpec:
     walltime: float
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = ""
+    #: "signed" (apgas.auth), or "plain" for a job speaking the ElasticJobScheduler's
+    #: unsigned lines, which a scheduler accepts only with --allow-plain-jobs
+    protocol: str = "signed"
 
     def to_dict(self) -> dict[str, Any]:
         """The TOML keys again, for the wire (``submit`` sends this)."""
         sizes = ({"nodes": self.min_nodes} if self.min_nodes == self.max_nodes
                  else {"min_nodes": self.min_nodes, "max_nodes": self.max_nodes})
         return {"name": self.name, "command": list(self.command), "class": self.cls, **sizes,
-                "walltime": self.walltime, "env": dict(self.env), "cwd": self.cwd}
+                "walltime": self.walltime, "env": dict(self.env), "cwd": self.cwd,
+                "protocol": self.protocol}
 
 
 def load_job_file(path: str | Path) -> JobSpec:
@@ -68,52 +92,106 @@ def load_job_file(path: str | Path) -> JobSpec:
 
 def parse_job(data: Mapping[str, Any], where: str = "job") -> JobSpec:
     """Check a job description (a job file's table, or what ``submit`` sent)."""
+    where = where if len(where) <= 200 else shown(where, 200)
+
     def bad(key: str, problem: str) -> JobFileError:
         return JobFileError(f"{where}: key {key!r}: {problem}")
 
     if not isinstance(data, Mapping):
         raise JobFileError(f"{where}: a job is a table of keys, got {type(data).__name__}")
-    unknown = sorted(set(data) - _KEYS)
+    unknown = sorted((k for k in data if k not in _KEYS), key=str)
     if unknown:
-        raise bad(unknown[0], f"unknown key; known keys: {sorted(_KEYS)}")
+        raise JobFileError(f"{where}: key {shown(unknown[0])}: unknown key; known keys: "
+                           f"{sorted(_KEYS)}")
     for key in ("name", "command", "class", "walltime"):
         if key not in data:
             raise JobFileError(f"{where}: key {key!r} is missing")
     name = data["name"]
-    if not isinstance(name, str) or not name.strip():
-        raise bad("name", f"must be a non-empty string, got {name!r}")
+    if not isinstance(name, str) or not name.strip() or "\0" in name:
+        raise bad("name", f"must be a non-empty string, got {shown(name)}")
     command = data["command"]
     if isinstance(command, str):
         try:
             command = shlex.split(command)
         except ValueError as e:
-            raise bad("command", f"cannot split {command!r}: {e}") from None
+            raise bad("command", f"cannot split {shown(command)}: {e}") from None
     if (not isinstance(command, list) or not command
-            or not all(isinstance(c, str) and c for c in command)):
-        raise bad("command", f"must be a string or a non-empty list of strings, got {data['command']!r}")
+            or not all(isinstance(c, str) and c and "\0" not in c for c in command)):
+        raise bad("command", f"must be a string or a non-empty list of strings, "
+                             f"got {shown(data['command'])}")
     cls = data["class"]
-    if cls not in CLASSES:
-        raise bad("class", f"must be one of {list(CLASSES)}, got {cls!r}")
+    if not isinstance(cls, str) or cls not in CLASSES:
+        raise bad("class", f"must be one of {list(CLASSES)}, got {shown(cls)}")
     min_nodes, max_nodes = _sizes(data, cls, bad)
-    walltime = data["walltime"]
-    if isinstance(walltime, bool) or not isinstance(walltime, (int, float)) or not walltime > 0:
-        raise bad("walltime", f"must be a positive number of seconds, got {walltime!r}")
-    env = data.get("env", {})
-    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
-                                               and not isinstance(v, bool) for k, v in env.items()):
-        raise bad("env", f"must be a table of NAME = \"value\", got {env!r}")
+    walltime = _walltime(data["walltime"], bad)
+    env = _env(data.get("env", {}), bad)
     cwd = data.get("cwd", "")
-    if not isinstance(cwd, str):
-        raise bad("cwd", f"must be a directory path, got {cwd!r}")
-    return JobSpec(name.strip(), tuple(command), cls, min_nodes, max_nodes, float(walltime),
-                   tuple(sorted((k, str(v)) for k, v in env.items())), cwd)
+    if not isinstance(cwd, str) or "\0" in cwd:
+        raise bad("cwd", f"must be a directory path, got {shown(cwd)}")
+    protocol = data.get("protocol", "signed")
+    if protocol not in PROTOCOLS:
+        raise bad("protocol", f"must be one of {list(PROTOCOLS)}, got {shown(protocol)}")
+    return JobSpec(name.strip(), tuple(command), cls, min_nodes, max_nodes, walltime, env, cwd,
+                   protocol)
+
+
+def _walltime(value: Any, bad) -> float:
+    """A finite number of seconds in (0, MAX_WALLTIME]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad("walltime", f"must be a positive number of seconds, got {shown(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too big for a float
+        seconds = math.inf
+    if math.isnan(seconds) or seconds <= 0:
+        raise bad("walltime", f"must be a positive number of seconds, got {shown(value)}")
+    if seconds > MAX_WALLTIME:  # inf too
+        raise bad("walltime", f"must be at most {MAX_WALLTIME:.0f} seconds (a year), "
+                              f"got {shown(value)}")
+    return seconds
+
+
+def _env(env: Any, bad) -> tuple[tuple[str, str], ...]:
+    """NAME = value pairs: names a process environment takes, values without NUL."""
+    if not isinstance(env, Mapping):
+        raise bad("env", f"must be a table of NAME = \"value\", got {shown(env)}")
+    pairs = []
+    for k, v in env.items():
+        if not isinstance(k, str) or _ENV_NAME.fullmatch(k) is None:
+            raise bad("env", f"{shown(k)} is not a variable name (letters, digits and _)")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise bad("env", f"must be a table of NAME = \"value\", got {k} = {shown(v)}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise bad("env", f"{k} = {shown(v)} is not a finite number")
+        try:
+            text = str(v)
+        except ValueError:  # an int past Python's digit limit
+            raise bad("env", f"{k} = {shown(v)} is too long a number") from None
+        if "\0" in text:
+            raise bad("env", f"{k} = {shown(v)} contains a NUL character")
+        if k == "APGAS_HOSTS":
+            _env_hosts(text, bad)
+        pairs.append((k, text))
+    return tuple(sorted(pairs))
+
+
+def _env_hosts(value: str, bad) -> None:
+    from apgas.protocol import check_host
+
+    for host in value.split(","):
+        try:
+            check_host(host.strip())
+        except ValueError as e:
+            raise bad("env", f"APGAS_HOSTS: {e}") from None
 
 
 def _sizes(data: Mapping[str, Any], cls: str, bad) -> tuple[int, int]:
     def count(key: str) -> int:
         value = data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise bad(key, f"must be a whole number >= 1, got {value!r}")
+            raise bad(key, f"must be a whole number >= 1, got {shown(value)}")
+        if value > MAX_NODES:
+            raise bad(key, f"must be a whole number from 1 to {MAX_NODES}, got {shown(value)}")
         return value
 
     if "nodes" in data:

@@ -42,7 +42,7 @@ class OrdersMixin(SchedulerCore):
 
     def _order(self, job: Job, line: str) -> list[str]:
         assert job.listen is not None
-        return send_order(job.listen, line, ORDER_TIMEOUT)
+        return send_order(job.listen, line, ORDER_TIMEOUT, secret="" if job.plain else job.secret)
 
     def _grow(self, job: Job, hosts: list[str], counted: int = 0) -> None:
         """The grow order; ``counted`` of its nodes were outstanding requests,

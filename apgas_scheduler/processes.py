@@ -5,6 +5,7 @@ it (TERM, then KILL after a grace period)."""
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -53,6 +54,9 @@ class ProcessesMixin(SchedulerCore):
                 self._end(job, "failed", str(e))
                 return
         env.update(dict(job.spec.env))
+        private = {} if job.plain else {"APGAS_JOB_SECRET": job.secret}  # never in an argv
+        if job.plain:
+            env["APGAS_PLAIN_PROTOCOL"] = "1"
         cwd = job.spec.cwd or os.getcwd()
         out = self.output_dir / f"job-{job.id}.out"
         err = self.output_dir / f"job-{job.id}.err"
@@ -61,10 +65,17 @@ class ProcessesMixin(SchedulerCore):
             command[0] = sys.executable
         try:
             argv = self.launcher.command(nodes[0], command, env)
+            user = _user_of(job.owner)
             with open(out, "wb") as o, open(err, "wb") as e:
-                job.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env}, stdout=o,
-                                            stderr=e, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                if user:
+                    os.chown(out, job.owner, user["group"])
+                    os.chown(err, job.owner, user["group"])
+                job.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env, **private,
+                                                                **user.get("env", {})},
+                                            stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, user=user.get("uid"),
+                                            group=user.get("group"),
+                                            extra_groups=user.get("groups"))
         except OSError as e:
             self._end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
             return
@@ -86,7 +97,8 @@ class ProcessesMixin(SchedulerCore):
         The range lies below the kernel's ephemeral ports, so no outgoing
         connection takes the port before the job binds it (a port found by
         binding port 0 could be). OSError if the node has no address or no port
-        of the range is left."""
+        of the range is left. ``APGAS_MAX_PLACES`` is the job's ``max_nodes`` (one
+        place per node): the job refuses a grow order past it, whoever sends it."""
         host, port = self.address
         if self._local or launchers.is_local_host(first):
             listen, scheduler = (host, self._order_port(job, host, bindable=True)), f"{host}:{port}"
@@ -111,7 +123,8 @@ class ProcessesMixin(SchedulerCore):
         except OSError:
             job.reports = listen[0]
         return {"APGAS_COMMUNICATOR": "socket", "APGAS_SCHEDULER": scheduler,
-                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}"}
+                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}",
+                "APGAS_MAX_PLACES": str(job.spec.max_nodes)}
 
     def _order_port(self, job: Job, address: str, bindable: bool = False) -> int:
         """``order_port_base + id``, or the next port of the range that none of our
@@ -173,3 +186,14 @@ def _bindable(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _user_of(uid: int) -> dict:
+    """How to run a process as ``uid`` when that is not us (we are root then,
+    ``access.run_as`` saw to it): its uid, group, groups and login variables."""
+    if uid == os.geteuid():
+        return {}
+    entry = pwd.getpwuid(uid)
+    return {"uid": uid, "group": entry.pw_gid,
+            "groups": os.getgrouplist(entry.pw_name, entry.pw_gid),
+            "env": {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}}

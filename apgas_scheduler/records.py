@@ -5,8 +5,11 @@ same job."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from typing import Any
+
+from apgas import auth
 
 from .engine import Tracked
 from .jobs import JobSpec
@@ -17,7 +20,7 @@ __all__ = ["Job"]
 class Job(Tracked):
     """A job and everything the scheduler knows of it."""
 
-    def __init__(self, id: int, spec: JobSpec, submit: float) -> None:
+    def __init__(self, id: int, spec: JobSpec, submit: float, owner: int | None = None) -> None:
         super().__init__(id, spec.cls, spec.min_nodes, spec.max_nodes, spec.walltime, submit,
                          asks=spec.cls == "evolving")
         self.spec = spec
@@ -25,6 +28,9 @@ class Job(Tracked):
         self.proc: subprocess.Popen | None = None
         self.listen: tuple[str, int] | None = None  # where a malleable job takes orders
         self.reports = ""  # the address a malleable job puts into its messages
+        self.owner = os.geteuid() if owner is None else owner  # the uid it runs as: its submitter's
+        self.secret = auth.new_secret()  # signs its messages and our orders (APGAS_JOB_SECRET)
+        self.plain = spec.protocol == "plain"  # unsigned, as the ElasticJobScheduler speaks
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Any change shows in the next view (the daemon's threads set fields)."""
@@ -45,6 +51,6 @@ class Job(Tracked):
         return {"id": self.id, "name": self.spec.name, "class": self.spec.cls, "state": self.state,
                 "nodes": list(self.nodes), "submit": self.submit, "start": self.start,
                 "end": self.end, "reason": self.reason, "min_nodes": self.spec.min_nodes,
-                "max_nodes": self.spec.max_nodes, "ready": self.ready, "grows": self.grows,
+                "max_nodes": self.spec.max_nodes, "owner": self.owner, "ready": self.ready, "grows": self.grows,
                 "shrinks": self.shrinks, "requested": self.requested,
                 "listen": f"{self.listen[0]}:{self.listen[1]}" if self.listen else None}

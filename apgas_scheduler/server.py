@@ -1,77 +1,147 @@
-"""The scheduler's port: one TCP accept loop whose lines are either a client
-request (a JSON object: submit, status, cancel, add-nodes, shutdown, answered
-by one JSON line) or a job's message in the APGAS socket protocol (ready,
-not malleable, timing reports, and evolving asks, see :mod:`.asks`)."""
+"""The scheduler's doors: a TCP port whose lines are either a client request
+(a JSON object: submit, status, cancel, add-nodes, shutdown, answered by one
+JSON line) or a job's message in the APGAS socket protocol (ready, not
+malleable, timing reports, and evolving asks, see :mod:`.asks`); and a Unix
+socket for clients on this machine.
+
+Every line must show who sent it (:mod:`.access`): over TCP, a request is
+signed with the operator's key and a job's message with that job's own key
+(so a job speaks only for itself); over the Unix socket the kernel names the
+client. Anything else is refused, logged, and changes nothing; only a job
+submitted as ``protocol = "plain"`` to a scheduler serving with
+``--allow-plain-jobs`` may send plain lines."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+from pathlib import Path
 from typing import Any
 
-from apgas import protocol
+from apgas import auth, protocol
 
+from apgas.lowlevel import LineTooLong, discard_rest, read_line, serve_connections
+
+from . import access
+from .requests import MAX_REQUEST, parse_request
 from .core import SchedulerCore, log
 from .jobs import JobFileError, parse_job
 from .records import Job
 
 __all__ = ["ServerMixin", "MAX_LINE"]
 
-MAX_LINE = 1 << 20
+MAX_LINE = MAX_REQUEST
+READ_DEADLINE = 10.0  # s from connecting to the end of its line
 
 
 class ServerMixin(SchedulerCore):
     """Accepting connections and dispatching what comes in on them."""
 
     _server: socket.socket
+    _unix: socket.socket
+    _key: str
+    _guard: auth.ReplayGuard
+    allow_plain_jobs: bool
 
-    def _accept(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            self._spawn(self._serve, "scheduler-conn", conn)
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(10.0)
-            data = b""
-            try:
-                while b"\n" not in data and len(data) <= MAX_LINE:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-            except OSError:
-                return
-            line = data.split(b"\n", 1)[0].decode(errors="replace").strip()
-            if line.startswith("{"):
-                reply = self._request(line)
-                try:
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                except OSError:
-                    pass
-            elif line:
-                answer = self._message(line)
-                if answer is not None:
-                    try:
-                        conn.sendall(answer.encode() + b"\n")
-                    except OSError:
-                        pass  # Java's jobs close without reading the answer
-
-    def _request(self, line: str) -> dict[str, Any]:
+    @staticmethod
+    def _listen_unix(path: Path, mode: int) -> socket.socket:
+        """The Unix socket at ``path`` with file mode ``mode`` (replacing a stale
+        socket file, refusing to replace anything else)."""
+        if path.is_socket() or path.is_symlink():
+            path.unlink()
+        elif path.exists():
+            raise OSError(f"{path} exists and is not a socket; refusing to replace it")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o777)  # no moment in which others could connect
         try:
-            request = json.loads(line)
-            op = request.get("op") if isinstance(request, dict) else None
+            server.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, mode)
+        server.listen(128)
+        return server
+
+    def _accept(self, server: socket.socket) -> None:
+        unix = server.family == socket.AF_UNIX
+        serve_connections(server, lambda conn, read_by: self._serve(conn, read_by, unix),
+                          name="scheduler-unix" if unix else "scheduler", max_connections=256,
+                          deadline=READ_DEADLINE, stopped=self._stopped.is_set)
+
+    def _serve(self, conn: socket.socket, read_by: float, unix: bool = False) -> None:
+        with conn:
+            try:
+                raw = read_line(conn, MAX_LINE, read_by, partial=True)  # EOF ends a line too
+            except LineTooLong as e:
+                discard_rest(conn, read_by)
+                self._reply(conn, {"ok": False, "error": f"request {e}"})
+                return
+            except OSError:
+                return
+            if raw is None:
+                return
+            line = raw.decode(errors="replace").strip()
+            if unix:
+                reply = self._unix_request(conn, line)
+            elif auth.is_signed(line) or line.startswith("{"):
+                reply = self._tcp_line(line)
+            else:
+                reply = self._message(line, None) if line else None
+            if reply is not None:
+                self._reply(conn, reply)
+
+    @staticmethod
+    def _reply(conn: socket.socket, reply: dict[str, Any] | str) -> None:
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        try:
+            conn.sendall(text.encode() + b"\n")
+        except OSError:
+            pass  # Java's jobs close without reading the answer
+
+    def _unix_request(self, conn: socket.socket, line: str) -> dict[str, Any]:
+        try:
+            client = access.unix_client(conn)
+        except OSError as e:
+            return {"ok": False, "error": f"cannot tell who is asking: {e}"}
+        if not line.startswith("{"):
+            return {"ok": False, "error": "the Unix socket takes JSON requests only"}
+        return self._request(line, client)
+
+    def _tcp_line(self, line: str) -> dict[str, Any] | str | None:
+        """A signed request or job message; an unsigned request is refused."""
+        if line.startswith("{"):
+            log.warning("unsigned request over TCP refused")
+            return {"ok": False, "error": "unsigned request refused: over TCP, requests must be "
+                    "signed with the operator's key (python -m apgas_scheduler does that with "
+                    f"{access.default_key_file()}); on this machine, use the Unix socket "
+                    f"{self.socket_path}"}  # type: ignore[attr-defined]
+        try:
+            signed = auth.parse_signed(line)
+        except auth.AuthError as e:
+            log.warning("line refused: %s", e)
+            return {"ok": False, "error": str(e)}
+        if not signed.line.startswith("{"):
+            return self._message(signed.line, signed)
+        try:
+            self._guard.check(self._key, signed)
+        except auth.AuthError as e:
+            log.warning("request refused: %s", e)
+            return {"ok": False, "error": f"request refused: {e}"}
+        return self._request(signed.line, access.operator())
+
+    def _request(self, line: str, client: access.Client) -> dict[str, Any]:
+        try:
+            request = parse_request(line)
+            op = request.get("op")
+            access.authorize(client, str(op))
             if op == "submit":
                 data, where = request.get("job"), str(request.get("file", "job"))
                 key = "min_nodes" if isinstance(data, dict) and "min_nodes" in data else "nodes"
-                return {"ok": True, "id": self.submit(parse_job(data, where), where, key)}
+                return {"ok": True, "id": self.submit(parse_job(data, where), where, key, client)}
             if op == "status":
                 return {"ok": True, **self.status()}
             if op == "cancel":
-                return {"ok": True, "state": self.cancel(request.get("id"))}
+                return {"ok": True, "state": self.cancel(request.get("id"), client)}
             if op == "add-nodes":
                 names = request.get("nodes")
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -82,18 +152,31 @@ class ServerMixin(SchedulerCore):
                 return {"ok": True}
             raise ValueError(f"unknown request {op!r}; expected submit, status, cancel, "
                              "add-nodes or shutdown")
+        except PermissionError as e:
+            log.warning("request refused: %s", e)
+            return {"ok": False, "error": f"not allowed: {e}"}
         except (ValueError, JobFileError) as e:
             return {"ok": False, "error": str(e)}
 
-    def _message(self, line: str) -> str | None:
-        """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md); the
-        answer to an evolving job's request or check, None for the others."""
+    def _message(self, line: str, signed: auth.Signed | None) -> str | None:
+        """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md), signed
+        with that job's key (or plain, from a plain job); the answer to an
+        evolving job's request or check, None for the others."""
         parsed = protocol.parse_message(line)
         message, rest = parsed.text, parsed.sender
         job = self._find_job(rest)
         if job is None:
             log.warning("message %r from no job of ours ignored", line)
             return f"error no job of ours matches {rest}" if parsed.is_ask else None
+        try:
+            if signed is not None:
+                self._guard.check(job.secret, signed)
+            elif not (job.plain and self.allow_plain_jobs):
+                raise auth.AuthError(f"unsigned message {line[:60]!r}: job {job.id} must sign "
+                                     "its messages (APGAS_JOB_SECRET)")
+        except auth.AuthError as e:
+            log.warning("message for job %d refused: %s", job.id, e)
+            return f"error {e}" if parsed.is_ask else None
         if parsed.is_ask:
             return self._evolving_ask(job, parsed)
         with self._lock:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any, Mapping
 
-from ._base import Launcher, LaunchedPlace, PlaceProcess, child_environment, place_command
-from ._hosts import HostSpecError, expand_hostlist, read_hostfile, slurm_hosts
+from ._base import (Launcher, LaunchedPlace, PlaceProcess, checked_host, child_environment,
+                    place_command)
+from ._hosts import HostSpecError, check_hosts, expand_hostlist, read_hostfile, slurm_hosts
 from .local import LocalLauncher, is_local_host
 from .mpi import MpiLauncher, mpi_rank_from_env
 from .srun import SrunLauncher
@@ -20,7 +21,7 @@ from .ssh import SshLauncher
 
 __all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "LocalLauncher", "SshLauncher",
            "SrunLauncher", "MpiLauncher", "HostSpecError", "is_local_host", "place_command",
-           "child_environment",
+           "child_environment", "check_hosts", "checked_host",
            "get_launcher", "launcher_names", "detect_launcher", "read_hostfile",
            "expand_hostlist", "slurm_hosts", "mpi_rank_from_env"]
 

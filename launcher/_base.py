@@ -11,7 +11,8 @@ import sys
 import threading
 from typing import Any, Mapping, Protocol, Sequence
 
-__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "place_command", "child_environment"]
+__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "place_command", "child_environment",
+           "checked_host"]
 
 
 class PlaceProcess(Protocol):
@@ -43,6 +44,7 @@ class Launcher(abc.ABC):
     def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
                python: str = "") -> PlaceProcess:
         """Start place ``place_id`` on ``host``; raise ``OSError`` with the reason if it cannot."""
+        checked_host(host)
         return LaunchedPlace(self.command(host, place_command(place_id, python)), bootstrap)
 
     def command(self, host: str, argv: Sequence[str],
@@ -55,6 +57,17 @@ class Launcher(abc.ABC):
         its jobs with this; raise ``OSError`` if ``host`` cannot be reached.
         """
         raise OSError(f"the {self.name} launcher cannot run a command on a host")
+
+
+def checked_host(host: str) -> str:
+    """``host`` if it is a host name (``apgas.protocol.check_host``), else OSError naming it:
+    a name such as ``-oProxyCommand=...`` must never reach ssh or srun."""
+    from apgas.protocol import check_host  # here: apgas imports this package on its way in
+
+    try:
+        return check_host(host)
+    except ValueError as e:
+        raise OSError(f"refused to start anything: {e}") from None
 
 
 def place_command(place_id: int, python: str = "") -> list[str]:

@@ -5,11 +5,31 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["read_hostfile", "expand_hostlist", "expand_tasks_per_node", "slurm_hosts"]
+__all__ = ["read_hostfile", "expand_hostlist", "expand_tasks_per_node", "slurm_hosts",
+           "check_hosts", "MAX_HOSTS"]
+
+MAX_HOSTS = 100_000
+"""At most this many hosts (slots counted) from one host file, node list or task count."""
 
 
 class HostSpecError(ValueError):
     """A host file or node list that cannot be read; the message names the culprit."""
+
+
+def _check_host(name: str) -> str:
+    from apgas.protocol import check_host  # here: apgas imports this package on its way in
+
+    return check_host(name)
+
+
+def check_hosts(names: "list[str] | tuple[str, ...]", where: str) -> None:
+    """HostSpecError naming ``where`` and the first name that is no host name
+    (``apgas.protocol.check_host``: one that starts with ``-`` would reach ssh as an option)."""
+    for name in names:
+        try:
+            _check_host(name)
+        except ValueError as e:
+            raise HostSpecError(f"{where}: {e}") from None
 
 
 def read_hostfile(path: str | Path) -> tuple[str, ...]:
@@ -27,6 +47,8 @@ def read_hostfile(path: str | Path) -> tuple[str, ...]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
+        where = f"host file {str(path)!r} line {number}"
+        check_hosts([re.sub(r":[0-9]+$", "", line.split()[0])], where)  # before the shape: -o...=
         match = re.fullmatch(r"([^\s:=]+)(?::(\d+)|\s+slots\s*=\s*(\d+))?", line)
         if match is None:
             raise HostSpecError(f"host file {str(path)!r} line {number}: expected 'host', "
@@ -35,6 +57,9 @@ def read_hostfile(path: str | Path) -> tuple[str, ...]:
         if slots < 1:
             raise HostSpecError(f"host file {str(path)!r} line {number}: slots must be >= 1, "
                                 f"got {raw.strip()!r}")
+        if len(hosts) + slots > MAX_HOSTS:
+            raise HostSpecError(f"host file {str(path)!r} line {number}: more than {MAX_HOSTS} "
+                                "slots in all")
         hosts += [match.group(1)] * slots
     if not hosts:
         raise HostSpecError(f"host file {str(path)!r} names no host")
@@ -45,23 +70,39 @@ def expand_hostlist(spec: str) -> list[str]:
     """Expand a Slurm host list such as ``node[1-3,07],login`` (zero padding kept)."""
     hosts: list[str] = []
     for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", spec):
-        hosts += _expand_one(part, spec)
+        hosts += _expand_one(part, spec, MAX_HOSTS - len(hosts))
     if not hosts:
-        raise HostSpecError(f"empty Slurm host list {spec!r}")
+        raise HostSpecError(f"empty Slurm host list {_cut(spec)}")
+    check_hosts(hosts, f"Slurm host list {_cut(spec)}")
     return hosts
 
 
-def _expand_one(part: str, spec: str) -> list[str]:
+def _cut(spec: str, limit: int = 60) -> str:
+    text = repr(spec)
+    return text if len(text) <= limit else f"{text[:limit]}...({len(spec)} chars)"
+
+
+def _too_many(spec: str) -> HostSpecError:
+    return HostSpecError(f"Slurm host list {_cut(spec)} names more than {MAX_HOSTS} hosts")
+
+
+def _expand_one(part: str, spec: str, room: int) -> list[str]:
+    """The names of one part, at most ``room`` of them (else HostSpecError)."""
     match = re.match(r"([^\[]*)\[([^\]]*)\](.*)", part)
     if match is None:
+        if room < 1:
+            raise _too_many(spec)
         return [part]
     prefix, ranges, rest = match.groups()
-    tails = _expand_one(rest, spec) if rest else [""]
-    names = []
+    tails = _expand_one(rest, spec, room) if rest else [""]
+    names: list[str] = []
     for item in ranges.split(","):
         low, _, high = item.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise HostSpecError(f"bad range {item!r} in Slurm host list {spec!r}")
+        if not re.fullmatch(r"[0-9]{1,9}", low) or (high and not re.fullmatch(r"[0-9]{1,9}", high)):
+            raise HostSpecError(f"bad range {_cut(item)} in Slurm host list {_cut(spec)}")
+        count = (int(high or low) - int(low) + 1) * len(tails)
+        if len(names) + max(count, 0) > room:
+            raise _too_many(spec)
         for n in range(int(low), int(high or low) + 1):
             names += [f"{prefix}{n:0{len(low)}d}{tail}" for tail in tails]
     return names
@@ -71,10 +112,13 @@ def expand_tasks_per_node(spec: str) -> list[int]:
     """Expand ``SLURM_TASKS_PER_NODE`` such as ``2(x3),1`` into ``[2, 2, 2, 1]``."""
     counts: list[int] = []
     for item in spec.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        match = re.fullmatch(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?", item.strip())
         if match is None:
-            raise HostSpecError(f"bad SLURM_TASKS_PER_NODE {spec!r}")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
+            raise HostSpecError(f"bad SLURM_TASKS_PER_NODE {_cut(spec)}")
+        repeat = int(match.group(2) or 1)
+        if len(counts) + repeat > MAX_HOSTS:
+            raise HostSpecError(f"SLURM_TASKS_PER_NODE {_cut(spec)} names more than {MAX_HOSTS} nodes")
+        counts += [int(match.group(1))] * repeat
     return counts
 
 
@@ -84,4 +128,7 @@ def slurm_hosts(nodelist: str, tasks_per_node: str = "") -> tuple[str, ...]:
     counts = expand_tasks_per_node(tasks_per_node) if tasks_per_node else [1] * len(nodes)
     if len(counts) != len(nodes):
         counts = [1] * len(nodes)
+    if sum(max(1, k) for k in counts) > MAX_HOSTS:
+        raise HostSpecError(f"SLURM_TASKS_PER_NODE {_cut(tasks_per_node)} gives more than "
+                            f"{MAX_HOSTS} tasks")
     return tuple(node for node, k in zip(nodes, counts) for _ in range(max(1, k)))

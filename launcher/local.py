@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Mapping, Sequence
 
-from ._base import Launcher
+from ._base import Launcher, checked_host
 
 __all__ = ["LocalLauncher", "is_local_host"]
 
@@ -36,6 +36,7 @@ class LocalLauncher(Launcher):
 
     def command(self, host: str, argv: Sequence[str],
                 env: Mapping[str, str] | None = None) -> list[str]:
+        checked_host(host)
         if not is_local_host(host):
             raise OSError(f"host {host!r} is not this machine; list it in APGAS_LOCAL_HOSTS "
                           "to run its places here, or choose a launcher that reaches it "

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ._base import Launcher
+from ._base import Launcher, checked_host
 
 __all__ = ["SrunLauncher"]
 
@@ -28,6 +28,7 @@ class SrunLauncher(Launcher):
         if not os.environ.get("SLURM_JOB_ID"):
             raise OSError("the srun launcher works inside a Slurm allocation (salloc or sbatch), "
                           "and SLURM_JOB_ID is not set")
+        checked_host(host)  # and it goes as an option's value (--nodelist=host), never alone
         srun = shlex.split(getattr(self.config, "srun", "") or "srun")
         flags = ["--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
                  "--input=0", "--kill-on-bad-exit=1", "--quiet", "--mpi=none",

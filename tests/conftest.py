@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -25,6 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def pytest_configure(config):
+    """Keys (the scheduler's, those of jobs started by hand) go to a directory of this
+    run, not to ~/.apgas; jobs and CLIs started by the tests inherit it."""
+    config._apgas_runtime = tempfile.mkdtemp(prefix="apgas-runtime-")
+    os.environ["APGAS_RUNTIME_DIR"] = config._apgas_runtime
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "_apgas_runtime", ""), ignore_errors=True)
 
 
 def alive(pid: int) -> bool:

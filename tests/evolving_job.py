@@ -62,6 +62,8 @@ def main() -> None:
                 continue
             with conn:
                 line = conn.makefile().readline().strip()
+                if line.startswith("A1 "):  # signed by the scheduler: the order is the rest
+                    line = line.split(" ", 4)[4] if line.count(" ") >= 4 else ""
                 time.sleep(delay)
                 reply, hosts, next_id = answer(line.split(), hosts, next_id)
                 log.write(json.dumps({"order": line, "hosts": hosts}) + "\n")

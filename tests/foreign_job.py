@@ -6,12 +6,21 @@ back after a grow), takes grow and shrink orders for
 ``FOREIGN_SECONDS`` seconds (answering a shrink with the hosts it gives back,
 a grow with nothing, as ElasticJobScheduler's jobs do), writes what it held
 after each order to ``FOREIGN_LOG`` as JSON lines, and exits 0.
+
+It signs its lines as ``docs/security.md`` describes (HMAC-SHA256 with
+``APGAS_JOB_SECRET``), written out here as a job in another language would;
+with ``APGAS_PLAIN_PROTOCOL=1`` it speaks plain lines, as Java's jobs do.
 """
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import socket
 import time
+
+PLAIN = os.environ.get("APGAS_PLAIN_PROTOCOL") == "1"
 
 
 def address(value):
@@ -19,9 +28,24 @@ def address(value):
     return host, int(port)
 
 
+def signed(line):
+    if PLAIN:
+        return line
+    t, nonce = time.time_ns(), secrets.token_hex(8)
+    mac = hmac.new(os.environ["APGAS_JOB_SECRET"].encode(), f"{t} {nonce} {line}".encode(),
+                   hashlib.sha256).hexdigest()[:32]
+    return f"A1 {t} {nonce} {mac} {line}"
+
+
+def order_words(line):
+    """The order's words (a signed order's signature is not checked by this test job)."""
+    words = line.split()
+    return words[4:] if words and words[0] == "A1" else words
+
+
 def tell(line):
     with socket.create_connection(address(os.environ["APGAS_SCHEDULER"]), timeout=10) as conn:
-        conn.sendall(line.encode() + b"\n")
+        conn.sendall(signed(line).encode() + b"\n")
 
 
 hosts = os.environ["APGAS_HOSTS"].split(",")
@@ -40,7 +64,7 @@ with open(os.environ["FOREIGN_LOG"], "a") as log:
         except socket.timeout:
             continue
         with conn:
-            line = conn.makefile().readline().split()
+            line = order_words(conn.makefile().readline())
             if line[0] == "grow":
                 hosts += line[2:]
                 if os.environ.get("FOREIGN_RELEASE"):  # ... and gives one back itself

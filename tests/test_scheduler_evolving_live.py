@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 
 import apgas_scheduler.asks as asks
+from apgas import auth
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.metrics import compute_metrics, read_events
@@ -71,8 +72,10 @@ class FakeJob:
         return self
 
     def ask(self, message: str) -> str:
-        """Send ``<message>:<ip>:<id>`` as the job does and return the answer line ('' if none)."""
-        return ask(self.sched, f"{message}:127.0.0.1:{self.id}")
+        """Send ``<message>:<ip>:<id>`` signed with the job's key, as the job does, and
+        return the answer line ('' if none)."""
+        return ask(self.sched, auth.sign(self.sched._jobs[self.id].secret,
+                                         f"{message}:127.0.0.1:{self.id}"))
 
     def ready(self) -> "FakeJob":
         self.ask("APGAS-Ready")
@@ -184,7 +187,7 @@ def test_bad_asks_are_refused_with_the_value(sched_factory, tmp_path, monkeypatc
     }
     for fields, reason in bad_checks.items():
         assert job.ask(f"Evolving;Check;{fields}") == f"error bad check 'Evolving;Check;{fields}': {reason}"
-    assert ask(sched, f"Evolving;Request;1:127.0.0.1:{rigid.id}") == (
+    assert rigid.ask("Evolving;Request;1") == (
         f"error job {rigid.id} is rigid; only evolving and malleable jobs may ask for places")
     assert ask(sched, "Evolving;Request;1:10.0.0.1:99") == "error no job of ours matches 10.0.0.1:99"
     assert ask(sched, "Evolving;Check;1;2;0;1:10.0.0.1:99") == "error no job of ours matches 10.0.0.1:99"

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from orders import free_port
+from apgas import auth
+from apgas_scheduler import access
 from apgas_scheduler.client import SchedulerError, request
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
@@ -237,7 +239,8 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
         assert 30001 <= local.listen[1] <= 31000  # type: ignore[index]
         env = sched._order_env(far, "far")
         assert env == {"APGAS_COMMUNICATOR": "socket", "APGAS_MALLEABLE_LISTEN": "192.0.2.7:30005",
-                       "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}"}
+                       "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}",
+                       "APGAS_MAX_PLACES": "3"}  # max_nodes: a grow past it is refused
         assert far.listen == ("192.0.2.7", 30005)
         far.state, sched._jobs[5] = "running", far
         assert sched._order_env(Job(1005, spec, 0.0), "far")["APGAS_MALLEABLE_LISTEN"] == \
@@ -270,12 +273,13 @@ def test_evolving_job_request_is_granted_and_a_release_returns_the_node(make_sch
 def test_garbage_on_the_port_is_refused_and_the_scheduler_goes_on(make_scheduler):
     import socket
     sched = make_scheduler(nodes=1, policy="fcfs")
+    key = auth.read_secret(access.default_key_file())
     with socket.create_connection(sched.address) as conn:
-        conn.sendall(b'{"op": "submit", "job"\n')
+        conn.sendall(auth.sign(key, '{"op": "submit", "job"').encode() + b"\n")
         reply = json.loads(conn.makefile().readline())
     assert not reply["ok"] and "Expecting" in reply["error"]
     with socket.create_connection(sched.address) as conn:
-        conn.sendall(b'{"op": "submit", "job": 7}\n')
+        conn.sendall(auth.sign(key, '{"op": "submit", "job": 7}').encode() + b"\n")
         reply = json.loads(conn.makefile().readline())
     assert reply == {"ok": False, "error": "job: a job is a table of keys, got int"}
     with socket.create_connection(sched.address) as conn:

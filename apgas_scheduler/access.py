@@ -1,0 +1,98 @@
+"""Who is asking, and what they may do: the scheduler's clients and their rights.
+
+Two doors lead in. The **Unix socket** (on the scheduler's machine) names the
+client by the peer's uid, which the kernel vouches for (``SO_PEERCRED``); its
+file mode says who may connect (0600: the operator only; 0666: every user of
+the machine). The **TCP port** takes only requests signed (:mod:`apgas.auth`)
+with the operator's key, a file only the operator can read, so whoever signs
+is the operator. Nothing else is answered.
+
+The rules: the operator (the scheduler's own user, or root) may do everything;
+another user may submit jobs (they run as that user), see the status, and
+cancel their own jobs; adding nodes and shutting down are the operator's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import socket
+import struct
+import tempfile
+from pathlib import Path
+
+from apgas import auth
+
+__all__ = ["Client", "authorize", "peer_uid", "default_key_file", "default_socket_path",
+           "OPERATOR_ONLY"]
+
+OPERATOR_ONLY = ("add-nodes", "shutdown")
+_UCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+@dataclasses.dataclass(frozen=True)
+class Client:
+    """An authenticated client: its uid, and whether it is the operator."""
+
+    uid: int
+    operator: bool
+    via: str  # "unix", "tcp" or "api"
+
+    @property
+    def user(self) -> str:
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return f"uid {self.uid}"
+
+
+def operator_uids() -> set[int]:
+    return {os.geteuid(), 0}
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket."""
+    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return _UCRED.unpack(data)[1]
+
+
+def unix_client(conn: socket.socket) -> Client:
+    uid = peer_uid(conn)
+    return Client(uid, uid in operator_uids(), "unix")
+
+
+def operator() -> Client:
+    """The client that signed with the operator's key (or calls the Python API)."""
+    return Client(os.geteuid(), True, "tcp")
+
+
+def authorize(client: Client, op: str, owner: int | None = None) -> None:
+    """PermissionError, saying why, unless ``client`` may do ``op`` (on a job of ``owner``)."""
+    if client.operator:
+        return
+    if op in OPERATOR_ONLY:
+        raise PermissionError(f"{op} is for the scheduler's operator, not {client.user}")
+    if op == "cancel" and owner is not None and owner != client.uid:
+        raise PermissionError(f"{client.user} may cancel only their own jobs; this one is "
+                              f"{Client(owner, False, client.via).user}'s")
+
+
+def run_as(client: Client) -> int:
+    """The uid a job of ``client`` runs as: the client's own. PermissionError if
+    this scheduler cannot run jobs as that user (it is not root)."""
+    if client.uid != os.geteuid() and os.geteuid() != 0:
+        raise PermissionError(f"this scheduler runs as {Client(os.geteuid(), True, 'api').user} and "
+                              f"can run jobs only as that user, not as {client.user}; to serve "
+                              "several users it must run as root")
+    return client.uid
+
+
+def default_key_file() -> Path:
+    """The operator's key: ``~/.apgas/scheduler.key`` (``$APGAS_RUNTIME_DIR`` overrides ``~/.apgas``)."""
+    return auth.runtime_dir() / "scheduler.key"
+
+
+def default_socket_path(port: int) -> Path:
+    """Where the scheduler serving TCP ``port`` listens on its Unix socket."""
+    return Path(tempfile.gettempdir()) / f"apgas-scheduler-{port}.sock"
