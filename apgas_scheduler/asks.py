@@ -26,7 +26,12 @@ class AsksMixin(SchedulerCore):
     """Answering evolving requests and checks, and taking releases."""
 
     def _evolving_release(self, job: Job, host: str) -> None:
-        """The job stopped its place on ``host`` itself: the node goes back to the pool."""
+        """The job stopped its place on ``host`` itself: the node goes back to the pool.
+        Only a malleable or evolving job may: a rigid one still runs on all its nodes."""
+        if not job.malleable:
+            self._event("release_ignored", job=job.id, host=host)
+            log.warning("job %d is %s and may not release %r; ignored", job.id, job.spec.cls, host)
+            return
         kind = self.engine.release(job, host)  # held, or reserved for a grow in flight
         if kind == "shrink":
             self._event("shrink", job=job.id, nodes=[host], duration=0.0, requested=True)

@@ -64,18 +64,28 @@ class ProcessesMixin(SchedulerCore):
         if command[0] in ("python", "python3"):  # the scheduler's own Python, with apgas
             command[0] = sys.executable
         try:
-            argv = self.launcher.command(nodes[0], command, env)
+            stdin = self.launcher.secret_input(nodes[0], private)
+            if stdin is None:
+                argv = self.launcher.command(nodes[0], command, env)
+            else:  # ssh: the key goes over ssh's stdin, never into a command line
+                argv = self.launcher.command(nodes[0], command, env, secret_names=list(private))
             user = _user_of(job.owner)
             with open(out, "wb") as o, open(err, "wb") as e:
                 if user:
                     os.chown(out, job.owner, user["group"])
                     os.chown(err, job.owner, user["group"])
-                job.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env, **private,
+                base = os.environ if not user else {"PATH": os.environ.get("PATH", os.defpath)}
+                job.proc = subprocess.Popen(argv, cwd=cwd, env={**base, **env, **private,
                                                                 **user.get("env", {})},
-                                            stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                            stdout=o, stderr=e,
+                                            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                             start_new_session=True, user=user.get("uid"),
                                             group=user.get("group"),
                                             extra_groups=user.get("groups"))
+            if stdin is not None:
+                assert job.proc.stdin is not None
+                job.proc.stdin.write(stdin)
+                job.proc.stdin.close()
         except OSError as e:
             self._end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
             return

@@ -58,6 +58,14 @@ class Launcher(abc.ABC):
         """
         raise OSError(f"the {self.name} launcher cannot run a command on a host")
 
+    def secret_input(self, host: str, secret_env: Mapping[str, str]) -> bytes | None:
+        """How ``secret_env`` (a job's key) reaches the program on ``host`` without
+        showing in any command line: ``None`` if the local environment does
+        (the caller sets it there; local and srun carry it along), else the
+        bytes to write to the process's stdin, for a command made by
+        :meth:`command` with ``secret_names``."""
+        return None
+
 
 def checked_host(host: str) -> str:
     """``host`` if it is a host name (``apgas.protocol.check_host``), else OSError naming it:

@@ -27,12 +27,21 @@ class SshLauncher(Launcher):
     name = "ssh"
 
     def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None) -> list[str]:
+                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
+        """``secret_names``: variables read from stdin on the remote side, one line
+        each, in this order (see :meth:`secret_input`); never in the command."""
         checked_host(host)
         if is_local_host(host):
             return list(argv)
         ssh = shlex.split(getattr(self.config, "ssh", "") or "ssh")
         variables = [f"{k}={v}" for k, v in (env or {}).items()]
         run = shlex.join(["env", *variables, *argv] if variables else list(argv))
-        remote = f"cd {shlex.quote(os.getcwd())} && exec {run}"  # a missing directory says so
+        secrets = "".join(f"IFS= read -r {shlex.quote(name)} && export {shlex.quote(name)} && "
+                          for name in secret_names)
+        remote = f"cd {shlex.quote(os.getcwd())} && {secrets}exec {run}"  # a missing directory says so
         return [*ssh, "-T", "-o", "BatchMode=yes", "--", host, remote]
+
+    def secret_input(self, host: str, secret_env: Mapping[str, str]) -> bytes | None:
+        if is_local_host(host) or not secret_env:
+            return None
+        return "".join(f"{value}\n" for value in secret_env.values()).encode()
