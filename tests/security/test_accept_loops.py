@@ -221,3 +221,70 @@ def test_read_line_enforces_size_deadline_and_close():
         b.close()
         assert read_line(a, 100, time.monotonic() + 1, partial=True) == b"no newline"
         assert a.gettimeout() == 7.0  # as it was, for the reply
+
+
+# -- the real servers: the scheduler's port and a job's order port ---------------------------
+
+SERVERS = {
+    "scheduler": """
+        from apgas_scheduler.daemon import Scheduler
+        from apgas_scheduler.policies import get_policy
+        s = Scheduler(["n0"], get_policy("fcfs"), port=0, output_dir=sys.argv[2])
+        print(s.address[1], flush=True)
+        s.serve_forever()
+    """,
+    "job": """
+        import apgas
+        from launch_prog import Newest
+        def main():
+            print(apgas.define_malleable_handler(Newest()).address[1], flush=True)
+            sys.stdin.readline()
+        apgas.run(main, places=1)
+    """,
+}
+
+
+@pytest.mark.parametrize("server", sorted(SERVERS))
+def test_the_real_servers_serve_again_after_every_descriptor_was_taken(server, tmp_path):
+    """The attack of issue 16 on the scheduler and on a job's order port: more idle
+    connections than the process may hold files, then closed; it answers again."""
+    import os
+    from pathlib import Path
+
+    from apgas.order import send_order
+    from apgas_scheduler.client import request
+
+    program = tmp_path / "serve.py"
+    program.write_text("import resource, sys\n"
+                       "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+                       "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))\n"
+                       + textwrap.dedent(SERVERS[server]))
+    tests = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+           "APGAS_MALLEABLE_LISTEN": "127.0.0.1:0"}
+    proc = subprocess.Popen([sys.executable, str(program), "128", str(tmp_path)], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        port = int(proc.stdout.readline())
+        idle = []
+        for _ in range(300):
+            with contextlib.suppress(OSError):
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        time.sleep(0.5)  # it has met EMFILE by now
+        for conn in idle:
+            conn.close()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if server == "scheduler":
+                    assert request(("127.0.0.1", port), "status", timeout=3)["ok"]
+                else:
+                    assert send_order(("127.0.0.1", port), "status", 3)[0] == "status malleable 1"
+                break
+            except (OSError, AssertionError):
+                assert time.monotonic() < deadline, f"the {server} stopped serving"
+                time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
