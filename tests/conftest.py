@@ -133,3 +133,33 @@ def fake_scheduler(monkeypatch, malleable_address):
     yield make
     for fake in made:
         fake.close()
+
+
+@pytest.fixture
+def make_scheduler(tmp_path):
+    """Start a scheduler in this process on ``nodes`` fake node names (all this machine)."""
+    from apgas_scheduler.daemon import Scheduler
+    from apgas_scheduler.policies import get_policy
+
+    running: list[Scheduler] = []
+
+    def start(nodes: int = 4, policy: str = "malleable", **options) -> Scheduler:
+        monkey_hosts = [f"node{i}" for i in range(nodes)]
+        sched = Scheduler(monkey_hosts, get_policy(policy, resize_interval=options.pop("resize", 0.5)),
+                          port=0, events=tmp_path / "events.jsonl", interval=0.2,
+                          output_dir=tmp_path / "out", **options)
+        running.append(sched.start())
+        return sched
+
+    old = os.environ.get("APGAS_LOCAL_HOSTS")
+    os.environ["APGAS_LOCAL_HOSTS"] = "*"
+    yield start
+    for sched in running:
+        sched.shutdown()
+    for sched in running:
+        for t in list(sched._threads):
+            t.join(10)
+    if old is None:
+        os.environ.pop("APGAS_LOCAL_HOSTS", None)
+    else:
+        os.environ["APGAS_LOCAL_HOSTS"] = old

@@ -21,9 +21,7 @@ from apgas import auth
 from apgas.order import send_order
 from apgas_scheduler import access
 from apgas_scheduler.client import request
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
-from apgas_scheduler.policies import get_policy
 from launch_prog import Newest
 
 pytestmark = pytest.mark.timeout(90)
@@ -33,22 +31,8 @@ AS_ROOT = os.geteuid() == 0
 
 
 @pytest.fixture
-def sched(tmp_path, monkeypatch):
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    made: list[Scheduler] = []
-
-    def make(**options) -> Scheduler:
-        s = Scheduler([f"node{i}" for i in range(3)], get_policy("fcfs"), port=0, interval=0.1,
-                      output_dir=tmp_path / "out", events=tmp_path / "events.jsonl", **options)
-        made.append(s.start())
-        return s
-
-    yield make
-    for s in made:
-        s.shutdown()
-    for s in made:
-        for t in list(s._threads):
-            t.join(10)
+def sched(make_scheduler):
+    return lambda **options: make_scheduler(nodes=3, policy="fcfs", **options)
 
 
 @pytest.fixture
