@@ -30,7 +30,7 @@ from ._config import Config, parse_chaos
 from ._finish import HomeFinish, RemoteFinish
 from ._place import Place
 from ._pool import WorkerPool, blocking
-from ._transport import Transport
+from ._transport import MessageTooLarge, Transport
 from .errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 
 __all__ = ["Runtime", "current", "current_finish", "Finish"]
@@ -105,7 +105,8 @@ class Runtime:
         self.pool = WorkerPool(config.threads, f"apgas-worker-p{place_id}")
         self.immediate = WorkerPool(config.immediate_threads, f"apgas-immediate-p{place_id}")
         chaos = parse_chaos(config.chaos) if config.chaos else None
-        self.transport = Transport(place_id, secret, config.interface, self._on_message, chaos)
+        self.transport = Transport(place_id, secret, config.interface, self._on_message, chaos,
+                                   config.max_message_bytes)
         # place 0 only
         self._children: dict[int, Any] = {}
         self._joined: dict[int, tuple[str, int, str]] = {}
@@ -156,8 +157,14 @@ class Runtime:
         if dst != self.id:
             # The table is checked under the link's lock, which also orders the FENCE
             # that a shrink sends: no task reaches a place after its fence.
-            if not self.transport.send(dst, kind, *(fref or (0, 0)), payload,
-                                       guard=lambda: dst in self.places):
+            try:
+                sent = self.transport.send(dst, kind, *(fref or (0, 0)), payload,
+                                           guard=lambda: dst in self.places)
+            except BaseException:  # MessageTooLarge: nothing sent, take the count back
+                if kind == TASK:
+                    self._count_spawn(fref, dst, -1)  # type: ignore[arg-type]
+                raise
+            if not sent:
                 if kind == TASK:
                     self._count_spawn(fref, dst, -1)  # type: ignore[arg-type]
                 raise DeadPlaceError(dst, "it died or left while the task was prepared")
@@ -241,7 +248,12 @@ class Runtime:
                 del self._remote[fref]
                 # sent under the lock: reports of this place leave in order
                 payload = ser.dumps((state.spawned, state.completed, state.exceptions))
-                self.transport.send(home, REPORT, home, fid, payload)
+                try:
+                    self.transport.send(home, REPORT, home, fid, payload)
+                except MessageTooLarge as e:  # the counts must arrive, or the finish hangs
+                    err = ApgasError(f"{len(state.exceptions)} task exception(s) too large to report: {e}")
+                    payload = ser.dumps((state.spawned, state.completed, [self.capture(err, True)]))
+                    self.transport.send(home, REPORT, home, fid, payload)
 
     def capture(self, exc: BaseException, portable: bool) -> Exception:
         """Note where ``exc`` was raised; make it picklable if it must travel."""
@@ -299,10 +311,15 @@ class Runtime:
         pending = _Pending(dst)
         with self._lock:
             self._pending[req] = pending
-        if not self.transport.send(dst, AT, int(immediate), req, payload,
-                                   guard=lambda: dst in self.places):  # see spawn()
-            with self._lock:
-                self._pending.pop(req, None)
+        sent = False
+        try:
+            sent = self.transport.send(dst, AT, int(immediate), req, payload,
+                                       guard=lambda: dst in self.places)  # see spawn()
+        finally:
+            if not sent:  # not sent, or MessageTooLarge
+                with self._lock:
+                    self._pending.pop(req, None)
+        if not sent:
             raise DeadPlaceError(dst, "it died or left before at() could be sent")
         try:
             with blocking():
@@ -326,11 +343,13 @@ class Runtime:
         except BaseException as e:
             reply = (False, self.capture(e, portable=True))
         try:
-            payload = ser.dumps(reply)
+            self.transport.send(src, AT_REPLY, 0, req, ser.dumps(reply))
+            return
+        except MessageTooLarge as e:
+            err = ApgasError(f"the value returned by at() is too large to send back: {e}")
         except Exception as e:
             err = ApgasError(f"the value returned by at() could not be pickled: {e!r}")
-            payload = ser.dumps((False, self.capture(err, portable=True)))
-        self.transport.send(src, AT_REPLY, 0, req, payload)
+        self.transport.send(src, AT_REPLY, 0, req, ser.dumps((False, self.capture(err, portable=True))))
 
     # -- messages (network thread) ------------------------------------------------
     def _on_message(self, kind: int, src: int, a: int, b: int, body, buffers: list) -> None:
@@ -487,7 +506,8 @@ class Runtime:
             "secret": self._secret.hex(), "sys_path": list(sys.path),
             "config": {"threads": self.config.threads, "interface": self.config.interface,
                        "immediate_threads": self.config.immediate_threads,
-                       "log_level": self.config.log_level, "chaos": self.config.chaos},
+                       "log_level": self.config.log_level, "chaos": self.config.chaos,
+                       "max_message_bytes": self.config.max_message_bytes},
         }
 
     def removable(self, place_id: int) -> bool:

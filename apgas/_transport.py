@@ -7,10 +7,76 @@ that socket's lock (a lock is the memory barrier ZeroMQ asks for when a
 socket changes threads); skipping a hop through the network thread halves
 the latency of ``at``.
 
-Frames on the wire: ``[mac + header, body, *buffers]``. ``mac`` is an
-HMAC-SHA256 of the header and all other frames under the run's secret; a
-message whose MAC does not verify is dropped and logged before anything is
-unpickled.
+Frames on the wire: ``[mac + header + route, body, *buffers]``.
+
+* ``header`` (:data:`HEADER`): kind, source place, and the two integers
+  ``a`` and ``b`` the runtime gives every message;
+* ``route`` (:data:`ROUTE`): the destination place and a sequence number;
+* ``mac``: HMAC-SHA256 under the run's secret of ``header + route + tail``.
+  For a payload of one frame under 4 KiB (most messages), ``tail`` is
+  ``0x01 + body``; otherwise it is ``0x02 + digest``, the SHA-256 of the
+  number of payload frames, their lengths and their bytes, computed outside
+  the link's lock so that large payloads are hashed in parallel. The HMAC
+  itself is taken under the lock, where the sequence number is assigned.
+
+Sequence numbers count per link (one DEALER towards one place): a link's
+first message has number ``(generation << 40) + 1`` and each next one is one
+more, assigned under the link's lock in the order the messages go on the
+wire (the chaos hook assigns them when it releases a message, which keeps
+the order of the pair). The generation grows each time a link to the same
+place is made again (:meth:`Transport.connect` with a new endpoint, or after
+:meth:`Transport.disconnect`), so a new link's numbers are above its
+predecessor's. A receiver accepts a message only if
+
+1. it has the right shape and its payload is at most ``max_message_bytes``
+   (ZeroMQ's ``MAXMSGSIZE`` also cuts off, before reading it, any single
+   frame above that limit, and disconnects its sender);
+2. its destination is this place;
+3. its sequence number is above the last one accepted from its source;
+4. its MAC verifies.
+
+Anything else is dropped, counted in :attr:`Transport.rejected` (and per
+reason in :attr:`Transport.rejected_by`) and logged, rate-limited, before
+anything is unpickled. Numbers may have gaps (a message lost with a closed
+socket); they are not used to detect loss.
+
+What this protects against, for an attacker who can read and write the
+network (or loopback) but does not know the run's secret:
+
+* forged or altered messages (the MAC covers every frame, their number and
+  lengths, the destination and the sequence number);
+* a captured message sent again, from any socket, to the same place: its
+  number is not above the last accepted one (replays of a place table from
+  before a shrink included);
+* a message captured on its way to one place sent to another: wrong
+  destination;
+* a message captured in an earlier run: every run has a fresh secret, which
+  is the epoch between runs (within a run the sequence numbers do that
+  work; there is no separate epoch number);
+* huge frames: dropped before they are read, and a sender gets
+  :class:`MessageTooLarge` (an :class:`~apgas.errors.ApgasError` naming the
+  size, the limit and the option) instead of its link being cut.
+
+What it does not protect:
+
+* confidentiality: payloads are not encrypted, anyone on the path reads them;
+* the secret itself: it travels to the places on their stdin (over ssh for
+  remote hosts, by MPI broadcast under mpiexec) and sits in their memory;
+  whoever can read those, or ptrace the processes, owns the run;
+* suppression and delay: an attacker who can drop or hold back messages on
+  the path makes work get lost or wait (a gap in the numbers is accepted);
+* denial of service in general: junk still costs a receive and, with a valid
+  shape, up to one hash of ``max_message_bytes``; ZeroMQ limits single
+  frames only, so a peer can still make a place buffer a message of many
+  frames each under the limit before it is counted and dropped;
+* ordering across a link's replacement: a message of the old link that
+  arrives after the first message of the new one is dropped as stale (it
+  would have broken the order of the pair anyway).
+
+A place never sends a message to itself through the transport (the runtime
+runs local work directly); if it did, the message would go through a link
+like any other and be checked the same way.
+
 Messages between one pair of places arrive in the order they were sent (one
 TCP connection per pair); nothing else about order is promised. The chaos
 test hook keeps exactly that promise and nothing more: it delays every
@@ -19,6 +85,7 @@ message at random, so messages of different pairs overtake each other.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import heapq
 import hmac
@@ -32,51 +99,88 @@ from typing import Callable, Sequence
 
 import zmq
 
-__all__ = ["Transport", "HEADER"]
+from .errors import ApgasError
+
+__all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
 
 log = logging.getLogger(__name__)
 
 #: kind (uint8), source place (int32), a (int64), b (int64)
 HEADER = struct.Struct("!Biqq")
+#: destination place (int32), sequence number (uint64)
+ROUTE = struct.Struct("!iQ")
 MAC_BYTES = 32
+ENVELOPE_BYTES = MAC_BYTES + HEADER.size + ROUTE.size
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+GENERATION_SHIFT = 40  # a link's sequence numbers: (generation << 40) + 1, + 2, ...
 _ZERO_COPY_MIN = 64 * 1024
+_DIRECT_MAX = 4096  # a body this short is MACed itself: one hash instead of two
+_DIRECT, _DIGESTED = b"\x01", b"\x02"
+_LOG_FIRST = 5  # dropped messages logged one by one; later ones are summarized
+_LOG_INTERVAL = 10.0  # s between two summary lines
 
 Handler = Callable[[int, int, int, int, memoryview, list], None]
 
 
-def _mac(secret: bytes, header: bytes, frames: Sequence) -> bytes:
-    if len(frames) == 1 and len(frames[0]) < 4096:  # one short digest is cheapest
-        return hmac.digest(secret, header + bytes(frames[0]), hashlib.sha256)
-    h = hmac.new(secret, header, digestmod=hashlib.sha256)
+class MessageTooLarge(ApgasError):
+    """A message is larger than ``max_message_bytes``; it was not sent."""
+
+
+def _nbytes(frame) -> int:
+    if isinstance(frame, memoryview):
+        return frame.nbytes
+    if isinstance(frame, (bytes, bytearray)):
+        return len(frame)
+    return memoryview(frame).nbytes
+
+
+def _tail(frames: Sequence, sizes: Sequence[int]) -> bytes:
+    """What the MAC covers after the header and route: a short body itself, else a digest
+    of the frames, their number and their lengths (the first byte tells which)."""
+    if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
+        return _DIRECT + frames[0]
+    h = hashlib.sha256(struct.pack(f"!{len(sizes) + 1}Q", len(sizes), *sizes))
     for frame in frames:
         h.update(frame)
-    return h.digest()
+    return _DIGESTED + h.digest()
+
+
+def _mac(secret: bytes, signed: bytes, tail: bytes) -> bytes:
+    return hmac.digest(secret, signed + tail, hashlib.sha256)
 
 
 class _Link:
-    """The DEALER towards one place, and the lock its users take."""
+    """The DEALER towards one place, the lock its users take, and its sequence numbers."""
 
-    __slots__ = ("sock", "lock", "endpoint")
+    __slots__ = ("sock", "lock", "endpoint", "seq")
 
-    def __init__(self, sock: zmq.Socket, endpoint: str) -> None:
+    def __init__(self, sock: zmq.Socket, endpoint: str, generation: int) -> None:
         self.sock = sock
         self.lock = threading.Lock()
         self.endpoint = endpoint
+        self.seq = generation << GENERATION_SHIFT  # of the last message sent; under ``lock``
 
 
 class Transport:
     """Sends and receives authenticated multipart messages for one place."""
 
     def __init__(self, place_id: int, secret: bytes, interface: str, handler: Handler,
-                 chaos: tuple[int, float] | None = None) -> None:
+                 chaos: tuple[int, float] | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.place_id = place_id
         self.rejected = 0
+        self.rejected_by: collections.Counter[str] = collections.Counter()
+        self.max_message_bytes = max_message_bytes
         self._secret = secret
         self._handler = handler
+        self._last_seq: dict[int, int] = {}  # source place -> last sequence number accepted
+        self._unlogged: collections.Counter[str] = collections.Counter()
+        self._summary_at = 0.0
         self._ctx = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
+        self._router.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # per frame
         wildcard = interface in ("*", "0.0.0.0")
         port = self._router.bind_to_random_port("tcp://*" if wildcard else f"tcp://{interface}")
         # bound to every interface: others reach this place by its host name
@@ -84,12 +188,13 @@ class Transport:
         self._stop_endpoint = f"inproc://apgas-stop-{id(self)}"
         self._router.bind(self._stop_endpoint)
         self._links: dict[int, _Link] = {}
+        self._generations: dict[int, int] = {}  # place -> links made to it so far
         self._links_lock = threading.Lock()
         self._running = True
         self._chaos = random.Random(chaos[0] * 1000 + place_id) if chaos else None
         self._chaos_delay = chaos[1] if chaos else 0.0
         self._chaos_cond = threading.Condition()
-        self._held: list = []  # chaos: heap of (due, seq, dst, header, payload)
+        self._held: list = []  # chaos: heap of (due, n, dst, kind, a, b, payload, tail)
         self._held_last: dict[int, float] = {}
         self._held_seq = 0
         self._thread = threading.Thread(target=self._loop, name=f"apgas-net-{place_id}", daemon=True)
@@ -110,7 +215,9 @@ class Transport:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.connect(endpoint)
-            self._links[place_id] = _Link(sock, endpoint)
+            generation = self._generations.get(place_id, -1) + 1
+            self._generations[place_id] = generation  # numbers above every earlier link's
+            self._links[place_id] = _Link(sock, endpoint, generation)
         if link is not None:
             self._close_link(link)
 
@@ -129,11 +236,22 @@ class Transport:
         if it is false, nothing is sent and False is returned. A message sent
         after ``guard`` turned false (and after the message that made it so)
         can therefore never overtake that message.
+
+        Raises :class:`MessageTooLarge` (nothing is sent) if the payload is
+        larger than ``max_message_bytes``: the receiver would drop it and cut
+        the link.
         """
-        header = HEADER.pack(kind, self.place_id, a, b)
+        sizes = [_nbytes(payload[0])] if len(payload) == 1 else [_nbytes(f) for f in payload]
+        total = sum(sizes)
+        if total > self.max_message_bytes:
+            raise MessageTooLarge(
+                f"a message of {total:,} bytes from place {self.place_id} to place {dst} is larger "
+                f"than the limit of {self.max_message_bytes:,} bytes; raise the option "
+                "max_message_bytes (APGAS_MAX_MESSAGE_BYTES) or send the data in smaller pieces")
+        tail = _tail(payload, sizes)
         if self._chaos is None:
-            return self._send_now(dst, header, payload, guard)
-        return self._hold(dst, header, payload, guard)
+            return self._send_now(dst, kind, a, b, payload, tail, guard)
+        return self._hold(dst, kind, a, b, payload, tail, guard)
 
     def close(self, linger_ms: int = 0) -> None:
         """Stop; with ``linger_ms`` > 0, wait that long for queued messages to leave."""
@@ -157,15 +275,17 @@ class Transport:
             self._close_link(link, linger_ms)
         self._router.close(linger=0)
         self._ctx.term()
+        if self._unlogged:
+            self._log_summary(time.monotonic())
 
     # -- sending ----------------------------------------------------------------
-    def _send_now(self, dst: int, header: bytes, payload: Sequence,
+    def _send_now(self, dst: int, kind: int, a: int, b: int, payload: Sequence, tail: bytes,
                   guard: Callable[[], bool] | None = None) -> bool:
         link = self._links.get(dst)
         if link is None:
             log.debug("message to place %d dropped: no link (place gone)", dst)
             return guard is None
-        envelope = _mac(self._secret, header, payload) + header
+        header = HEADER.pack(kind, self.place_id, a, b)
         last = len(payload) - 1
         try:
             with link.lock:
@@ -174,7 +294,10 @@ class Transport:
                 sock = link.sock
                 if sock.closed:
                     return True
-                sock.send(envelope, zmq.SNDMORE)
+                # numbered here, under the lock: in the order the messages go on the wire
+                link.seq += 1
+                signed = header + ROUTE.pack(dst, link.seq)
+                sock.send(_mac(self._secret, signed, tail) + signed, zmq.SNDMORE)
                 for i, frame in enumerate(payload):
                     big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
                     sock.send(frame, zmq.SNDMORE if i < last else 0, copy=not big)
@@ -188,9 +311,13 @@ class Transport:
         with link.lock:
             link.sock.close(linger=linger_ms)
 
-    def _hold(self, dst: int, header: bytes, payload: Sequence,
+    def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence, tail: bytes,
               guard: Callable[[], bool] | None = None) -> bool:
-        """Chaos hook: delay at random, keeping the order within each pair."""
+        """Chaos hook: delay at random, keeping the order within each pair.
+
+        The sequence number is given when the message is released (by
+        :meth:`_send_now`), which happens in the order of the pair.
+        """
         with self._chaos_cond:
             if guard is not None and not guard():
                 return False
@@ -198,7 +325,7 @@ class Transport:
                       self._held_last.get(dst, 0.0))
             self._held_last[dst] = due
             self._held_seq += 1
-            heapq.heappush(self._held, (due, self._held_seq, dst, header, payload))
+            heapq.heappush(self._held, (due, self._held_seq, dst, kind, a, b, payload, tail))
             self._chaos_cond.notify()
         return True
 
@@ -214,15 +341,13 @@ class Transport:
                 if not self._running:
                     return
                 # sent under the lock: a flush at close must not overtake it
-                _, _, dst, header, payload = heapq.heappop(self._held)
-                self._send_now(dst, header, payload)
+                self._send_now(*heapq.heappop(self._held)[2:])
 
     def _flush_held(self) -> None:
         """Chaos hook: send everything still held, in order, before an orderly close."""
         with self._chaos_cond:
             while self._held:
-                _, _, dst, header, payload = heapq.heappop(self._held)
-                self._send_now(dst, header, payload)
+                self._send_now(*heapq.heappop(self._held)[2:])
 
     # -- receiving (network thread) -------------------------------------------------
     def _loop(self) -> None:
@@ -240,23 +365,55 @@ class Transport:
             raise
 
     def _deliver(self, frames: list) -> None:
-        # frames: [routing id, mac + header, body, *buffers]
-        if len(frames) < 3 or len(frames[1]) != MAC_BYTES + HEADER.size:
+        # frames: [routing id, mac + header + route, body, *buffers]
+        if len(frames) < 3 or len(frames[1]) != ENVELOPE_BYTES:
             self._reject(frames, "malformed frames")
             return
-        envelope = frames[1].bytes
         parts = [f.buffer for f in frames[2:]]
-        header = envelope[MAC_BYTES:]
-        if not hmac.compare_digest(_mac(self._secret, header, parts), envelope[:MAC_BYTES]):
+        sizes = [parts[0].nbytes] if len(parts) == 1 else [p.nbytes for p in parts]
+        if sum(sizes) > self.max_message_bytes:
+            self._reject(frames, "too large")
+            return
+        envelope = frames[1].bytes
+        signed = envelope[MAC_BYTES:]
+        dst, seq = ROUTE.unpack_from(signed, HEADER.size)
+        if dst != self.place_id:
+            self._reject(frames, "wrong destination")
+            return
+        kind, src, a, b = HEADER.unpack_from(signed)
+        if seq <= self._last_seq.get(src, 0):
+            self._reject(frames, "replayed or stale: old sequence number")
+            return
+        if not hmac.compare_digest(_mac(self._secret, signed, _tail(parts, sizes)),
+                                   envelope[:MAC_BYTES]):
             self._reject(frames, "bad MAC")
             return
-        kind, src, a, b = HEADER.unpack(header)
+        self._last_seq[src] = seq
         try:
             self._handler(kind, src, a, b, parts[0], parts[1:])
         except Exception:
             log.exception("handling message kind %d from place %d failed", kind, src)
 
     def _reject(self, frames: list, why: str) -> None:
+        """Count a dropped message; log the first few, then a summary every interval."""
         self.rejected += 1
-        log.warning("dropped an unauthenticated message (%s, %d frames); it was not unpickled",
-                    why, len(frames) - 1)
+        self.rejected_by[why] += 1
+        if self.rejected <= _LOG_FIRST:
+            more = f"; later drops are summarized every {_LOG_INTERVAL:.0f} s" \
+                if self.rejected == _LOG_FIRST else ""
+            log.warning("dropped a message (%s, %d frames); it was not unpickled%s", why,
+                        len(frames) - 1, more)
+            self._summary_at = time.monotonic()
+            return
+        self._unlogged[why] += 1
+        now = time.monotonic()
+        if now - self._summary_at >= _LOG_INTERVAL:
+            self._log_summary(now)
+
+    def _log_summary(self, now: float) -> None:
+        counts = ", ".join(f"{n} {why}" for why, n in self._unlogged.most_common())
+        log.warning("dropped %d more message(s) in %.0f s (%s); %d dropped in all; none was "
+                    "unpickled", sum(self._unlogged.values()), now - self._summary_at, counts,
+                    self.rejected)
+        self._unlogged.clear()
+        self._summary_at = now
