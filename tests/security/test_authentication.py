@@ -235,3 +235,21 @@ def test_the_job_key_goes_over_ssh_stdin_not_the_command_line(sshd):
     out = subprocess.run(argv, input=stdin, capture_output=True, timeout=60)
     assert out.stdout.decode().strip() == secret["APGAS_JOB_SECRET"], out.stderr
     assert launcher.secret_input("localhost", secret) is None  # local: the environment carries it
+
+
+def test_malformed_requests_get_clear_errors_and_the_scheduler_goes_on(sched, shared_dir):
+    """The deep JSON, infinite walltime and 1000-digit count of issue 16, signed by the
+    operator so that they reach the parser."""
+    s = sched()
+    key = auth.read_secret(access.default_key_file())
+    deep = '{"op": "submit", "job": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    assert "nested deeper than" in json.loads(raw(s.address, auth.sign(key, deep)))["error"]
+    job = marker_job(shared_dir / "never")
+    for key_name, value, words in (("walltime", "Infinity", "Infinity"),
+                                   ("max_nodes", "9" * 1000, "digits")):
+        line = json.dumps({"op": "submit", "job": {**job, "class": "moldable"}})
+        line = line.replace('"nodes": 1', f'"min_nodes": 1, "{key_name}": {value}', 1) \
+            if key_name == "max_nodes" else line.replace('"walltime": 60', f'"walltime": {value}')
+        reply = json.loads(raw(s.address, auth.sign(key, line)))
+        assert not reply["ok"] and words in reply["error"], reply
+    assert request(s.address, "status")["jobs"] == []
