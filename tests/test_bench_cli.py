@@ -72,3 +72,12 @@ def test_the_old_name_still_runs_an_app_and_says_it_moved():
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "pi", "--help"], capture_output=True,
                           text=True, timeout=110)
     assert proc.returncode == 0 and "usage: python -m glb.apps pi" in proc.stdout
+
+
+def test_versus_refuses_a_bad_revision_and_bad_counts(tmp_path):
+    run = [sys.executable, "-m", "benchmarks.versus"]
+    out = subprocess.run([*run, "no-such-rev-xyz", "--json", str(tmp_path / "v.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "cannot check out 'no-such-rev-xyz'" in out.stderr
+    out = subprocess.run([*run, "HEAD", "--rounds", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "at least 1" in out.stderr

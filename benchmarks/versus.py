@@ -1,0 +1,120 @@
+"""This tree against an earlier commit, side by side in one run: the runtime's micro-benchmarks.
+
+    python -m benchmarks.versus REV [--rounds 2] [--repeats 5] [--json FILE]
+
+Checks REV out into a temporary git worktree and runs ``benchmarks.micro``'s
+APGAS measurement (round trips, fire-and-forget throughput, a counted batch;
+no Dask, no start-up) in a fresh process for each tree, alternating
+``--rounds`` times so that the machine's noise falls on both. Each tree
+measures with its own code, so REV must have ``benchmarks.micro`` (it has
+since the first release). Prints before, after and the ratio per metric
+(> 1: this tree is better) and writes JSON. The worktree is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import fmt, machine_info, setup_logging, write_json
+from benchmarks.micro import METRICS
+
+log = logging.getLogger("benchmarks.versus")
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 1800
+
+# Runs in the measured tree's own Python path: its apgas, its benchmarks.micro.
+DRIVER = """
+import json, sys
+import apgas, benchmarks.micro as micro
+samples, failures = micro.apgas_measure(micro.make_params(int(sys.argv[1]), False))
+print(json.dumps({"apgas": apgas.__file__, "samples": samples, "failures": failures}))
+"""
+
+
+def measure(tree: Path, repeats: int) -> dict[str, Any]:
+    """One measurement run with ``tree``'s code (its directory first on the path)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", DRIVER, str(repeats)], cwd=tree, env=env,
+                         capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if out.returncode != 0:
+        raise RuntimeError(f"the measurement in {tree} failed: {out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if not Path(result["apgas"]).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"the run in {tree} imported apgas from {result['apgas']}")
+    return result
+
+
+def compare(rev: str, rounds: int, repeats: int) -> dict[str, Any]:
+    """Alternate the two trees ``rounds`` times; medians over every sample of each."""
+    with tempfile.TemporaryDirectory(prefix="apgas-versus-") as tmp:
+        old = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), rev],
+                       check=True, capture_output=True, text=True)
+        try:
+            runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            for r in range(rounds):
+                for side, tree in (("before", old), ("after", ROOT)):
+                    log.info("round %d/%d: %s (%s)", r + 1, rounds, side,
+                             rev if side == "before" else "this tree")
+                    runs[side].append(measure(tree, repeats))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
+                           capture_output=True, text=True)
+    rows = []
+    for m in METRICS:
+        pooled = {side: [v for run in runs[side] for v in run["samples"].get(m.key, [])]
+                  for side in runs}
+        if not pooled["before"] or not pooled["after"]:
+            continue  # start-up metrics: not measured here
+        before, after = (statistics.median(pooled[s]) for s in ("before", "after"))
+        ratio = after / before if m.higher_is_better else before / after
+        rows.append({"metric": m.key, "label": m.label, "unit": m.unit, "before": before,
+                     "after": after, "ratio": ratio, "samples": pooled})
+    failures = {side: sum(run["failures"] for run in runs[side]) for side in runs}
+    return {"rev": rev, "rounds": rounds, "repeats": repeats, "rows": rows, "failures": failures}
+
+
+def render(report: dict[str, Any]) -> str:
+    header = f"{'metric':<40} {report['rev'][:12]:>14} {'this tree':>14} {'ratio':>7}"
+    lines = [header, "-" * len(header)]
+    for row in report["rows"]:
+        lines.append(f"{row['label']:<40} {fmt(row['before'], row['unit']):>14} "
+                     f"{fmt(row['after'], row['unit']):>14} {row['ratio']:>6.3f}x")
+    lines += ["", f"medians over {report['rounds']} alternating run(s) of {report['repeats']} "
+              "repeat(s) per tree; ratio > 1: this tree is better",
+              f"failed measurement runs (retried): {report['failures']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.versus",
+                                     description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("rev", help="the commit to compare with (e.g. HEAD~3, a tag)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs per tree")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats within one run")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/versus.json"))
+    ns = parser.parse_args(argv)
+    if ns.rounds < 1 or ns.repeats < 1:
+        parser.error(f"--rounds and --repeats must be at least 1, got {ns.rounds}, {ns.repeats}")
+    setup_logging(log.name)
+    try:
+        report = compare(ns.rev, ns.rounds, ns.repeats)
+    except subprocess.CalledProcessError as e:
+        print(f"error: cannot check out {ns.rev!r}: {e.stderr.strip()}", file=sys.stderr)
+        return 2
+    write_json(ns.json, {"machine": machine_info(), **report}, log)
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
