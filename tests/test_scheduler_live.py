@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -90,11 +91,15 @@ def test_six_real_jobs_two_malleable_resized(make_scheduler, tmp_path):
     assert metrics["by_state"] == {"done": 6}
 
 
-def test_foreign_job_is_grown_and_shrunk(make_scheduler, tmp_path):
-    sched = make_scheduler(nodes=3, policy="malleable")
+@pytest.mark.parametrize("protocol", ["signed", "plain"])
+def test_foreign_job_is_grown_and_shrunk(make_scheduler, tmp_path, protocol):
+    """A job written without apgas, signing its lines, or speaking them plain as
+    Java's jobs do (the scheduler then needs --allow-plain-jobs)."""
+    sched = make_scheduler(nodes=3, policy="malleable", allow_plain_jobs=protocol == "plain")
     log = tmp_path / "foreign.jsonl"
-    first = sched.submit(job("foreign", [PY, str(ROOT / "tests" / "foreign_job.py")], "malleable",
-                             1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="6"))
+    spec = job("foreign", [PY, str(ROOT / "tests" / "foreign_job.py")], "malleable", 1, 3,
+               FOREIGN_LOG=str(log), FOREIGN_SECONDS="6")
+    first = sched.submit(dataclasses.replace(spec, protocol=protocol))
     wait_for(sched, "the foreign job registers and gets the two idle nodes",
              lambda jobs: len(jobs[first]["nodes"]) == 3)
     second = sched.submit(job("rigid", [PY, "-c", "import time; time.sleep(0.5)"], "rigid", 2))
