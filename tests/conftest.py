@@ -159,6 +159,8 @@ def make_scheduler(tmp_path):
     for sched in running:
         for t in list(sched._threads):
             t.join(10)
+        for job in sched._jobs.values():
+            assert job.proc is None or job.proc.poll() is not None, f"job {job.id} left running"
     if old is None:
         os.environ.pop("APGAS_LOCAL_HOSTS", None)
     else:

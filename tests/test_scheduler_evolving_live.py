@@ -21,7 +21,6 @@ from apgas import auth
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.metrics import compute_metrics, read_events
-from apgas_scheduler.policies import get_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -33,27 +32,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def sched_factory(tmp_path, monkeypatch):
+def sched_factory(make_scheduler):
     """Start a scheduler on ``nodes`` fake node names (all this machine); shut down after."""
-    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    started: list[Scheduler] = []
-
-    def start(nodes: int = 4, policy: str = "evolving") -> Scheduler:
-        sched = Scheduler([f"node{i}" for i in range(nodes)],
-                          get_policy(policy, resize_interval=0.5), port=0,
-                          events=tmp_path / "events.jsonl", interval=0.2,
-                          output_dir=tmp_path / "out")
-        started.append(sched.start())
-        return sched
-
-    yield start
-    for sched in started:
-        sched.shutdown()
-    for sched in started:
-        for t in list(sched._threads):
-            t.join(10)
-        for job in sched._jobs.values():
-            assert job.proc is None or job.proc.poll() is not None, f"job {job.id} left running"
+    return lambda nodes=4, policy="evolving": make_scheduler(nodes=nodes, policy=policy)
 
 
 class FakeJob:
