@@ -27,6 +27,7 @@ from apgas.errors import ConfigError
 
 from .client import SchedulerError, SchedulerUnreachable, request
 from .jobs import JobFileError, load_job_file
+from .state import StateError
 from .policies import get_policy, policy_names
 
 log = logging.getLogger("scheduler")
@@ -76,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
                        help="how job commands start on their first node (default: detected)")
     serve.add_argument("--output-dir", default="scheduler-jobs", help="where job-N.out/.err go")
+    serve.add_argument("--state-dir", default=None, metavar="DIR",
+                       help="the durable state (SQLite): jobs, pool, events; a scheduler started "
+                            "on an earlier one's state resumes it (default: OUTPUT_DIR.state, "
+                            "beside the output directory)")
     serve.add_argument("--node-address", action="append", type=_node_address, default=[],
                        metavar="NODES=ADDRESS",
                        help="where the scheduler reaches nodes that are not this machine, when "
@@ -127,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", default=None)
     compare.add_argument("--plot", default=None, help="PNG: turnaround, slowdown, utilization over time")
     report = sub.add_parser("report", help="metrics and a Gantt chart from an event log")
-    report.add_argument("events")
+    report.add_argument("events", help="a JSON-lines event log (--log), or the scheduler's "
+                                       "state directory or its scheduler.db")
     report.add_argument("--gantt", default=None, help="write a Gantt chart PNG here")
     report.add_argument("--json", action="store_true")
     return parser
@@ -187,8 +193,8 @@ def _serve(ns: argparse.Namespace) -> int:
                           launcher=name, register_timeout=ns.register_timeout,
                           output_dir=ns.output_dir, node_addresses=addresses,
                           key_file=ns.key_file, socket_path=ns.socket, socket_mode=ns.socket_mode,
-                          allow_plain_jobs=ns.allow_plain_jobs, **ports)
-    except (OSError, ValueError) as e:
+                          allow_plain_jobs=ns.allow_plain_jobs, state_dir=ns.state_dir, **ports)
+    except (OSError, ValueError, StateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"scheduler listening on {sched.address[0]}:{sched.address[1]} and {sched.socket_path}",

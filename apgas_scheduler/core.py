@@ -1,7 +1,7 @@
 """What every part of the live scheduler shares: the engine (the cluster's
-state), the lock that guards it, the event log, the worker threads and the
-clock. The daemon's parts (processes, orders, asks, server) are mixins on
-this base, each with one job."""
+state), the lock that guards it, the durable state and event log (:mod:`.state`),
+the worker threads and the clock. The daemon's parts (processes, orders, asks,
+server) are mixins on this base, each with one job."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .engine import Engine
 from .jobs import JobSpec
 from .planning import Policy
 from .records import Job
+from .state import StateStore
 
 __all__ = ["SchedulerCore", "log"]
 
@@ -27,15 +28,20 @@ log = logging.getLogger("scheduler")
 class SchedulerCore:
     """The shared state; the mixins' methods below are what the others call."""
 
-    def __init__(self, nodes: list[str], policy: Policy, events: str | Path | None) -> None:
+    def __init__(self, nodes: list[str], policy: Policy, events: str | Path | None,
+                 state_dir: str | Path) -> None:
         self.policy = policy
-        self.engine = Engine(nodes, policy, log)
+        self._store = StateStore(state_dir)
+        known = self._store.nodes()  # after a restart: the pool as it was, then new names
+        pool = known + [n for n in nodes if n not in known]
+        self.engine = Engine(pool, policy, log)
         self._lock = threading.RLock()
         self._ready_cv = threading.Condition(self._lock)  # a job's ready message came
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._t0 = time.monotonic()
+        # the clock counts from the first start, across restarts
+        self._t0 = time.monotonic() - (time.time() - self._store.started)
         self._events = open(events, "a", buffering=1) if events else None
 
     @property
@@ -50,8 +56,11 @@ class SchedulerCore:
         return time.monotonic() - self._t0
 
     def _event(self, kind: str, **fields: Any) -> None:
+        """Log an event; with it, durably, the job it names (or the pool)."""
         record = {"t": round(self.now(), 6), "event": kind, **fields}
         log.debug("event %s", record)
+        self._store.record(record, job=self.engine.jobs.get(fields.get("job", -1)),
+                           nodes=list(self.engine.owner) if kind == "pool" else None)
         if self._events is not None:
             self._events.write(json.dumps(record) + "\n")
 

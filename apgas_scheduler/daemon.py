@@ -13,8 +13,6 @@ programs' asks are answered only under policies with ``grants_requests``
 from __future__ import annotations
 
 import itertools
-import os
-import signal
 import socket
 import subprocess
 import threading
@@ -25,7 +23,7 @@ from typing import Any
 import launcher as launchers
 from apgas import auth
 
-from . import access
+from . import access, containment
 
 from ._model import Grow, Start
 from .asks import READY_WAIT, AsksMixin
@@ -51,7 +49,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                  node_addresses: dict[str, str] | None = None,
                  order_port_base: int = ORDER_PORT_BASE,
                  key_file: str | Path | None = None, socket_path: str | Path | None = None,
-                 socket_mode: int = 0o600, allow_plain_jobs: bool = False) -> None:
+                 socket_mode: int = 0o600, allow_plain_jobs: bool = False,
+                 state_dir: str | Path | None = None) -> None:
         """``node_addresses``: where to reach a node that is not this machine, when
         its name does not resolve to it (default: the name, resolved here);
         ``order_port_base``: see ``ORDER_PORT_BASE``; ``key_file``: the
@@ -59,7 +58,10 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         default ``access.default_key_file()``); ``socket_path``, ``socket_mode``:
         the Unix socket for clients on this machine (default
         ``access.default_socket_path(port)``, operator only); ``allow_plain_jobs``:
-        accept jobs that speak the unsigned ElasticJobScheduler protocol."""
+        accept jobs that speak the unsigned ElasticJobScheduler protocol;
+        ``state_dir``: where the durable state lives (default: beside the output
+        directory, named like it plus ``.state``); a scheduler started on the state of an
+        earlier one resumes it (see :meth:`_resume`)."""
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
         _check_nodes(nodes)
@@ -74,7 +76,6 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.launcher = launchers.get_launcher(launcher)
         self._local = launcher == "local"
-        self._ids = itertools.count(1)
         self._key = auth.load_or_create_secret(key_file or access.default_key_file())
         self._guard = auth.ReplayGuard()
         self.allow_plain_jobs = allow_plain_jobs
@@ -82,14 +83,18 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             log.warning("plain jobs allowed: their messages and orders are unsigned, so anyone who "
                         "can reach this port or their order ports can speak for them")
         self._server = socket.create_server((host, port))
-        super().__init__(nodes, policy, events)
+        out = self.output_dir.resolve()
+        state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
+        super().__init__(nodes, policy, events, state_dir)
+        self._ids = itertools.count(self._store.last_id() + 1)  # ids are never reused
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
         self._unix = self._listen_unix(self.socket_path, socket_mode)
         # what jobs on other machines are told to send to: a wildcard is no address
         self._advertised = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
         self._warned_loopback = False
-        self._event("pool", nodes=list(nodes))
+        self._event("pool", nodes=list(self._owner))
+        self._adopted = self._resume()
 
     # -- life cycle ----------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -98,6 +103,9 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                  self.engine.total, self.policy.name)
         self._spawn(self._accept, "scheduler-accept", self._server)
         self._spawn(self._accept, "scheduler-accept-unix", self._unix)
+        for job in self._adopted:
+            self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
+        self._adopted = []
         while not self._stopped.is_set():
             self._wake.wait(self.interval)
             self._wake.clear()
@@ -128,7 +136,12 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 try:
                     job.proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    os.killpg(job.proc.pid, signal.SIGKILL)
+                    pass
+                if getattr(job, "identity", None):
+                    try:
+                        containment.kill(job.identity, 0)  # whatever is left, at once
+                    except containment.StillRunning as e:
+                        log.error("job %d: %s", job.id, e)
         for server in (self._server, self._unix):
             try:
                 server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
@@ -145,6 +158,47 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         if self._events is not None:
             self._events.close()
             self._events = None
+        self._store.close()
+
+    def _resume(self) -> list[Job]:
+        """Take up the jobs of an earlier run of this state (after a crash, a
+        ``kill -9``, a reboot). Queued jobs stay queued, in order. A running job
+        whose processes are provably still the same ones is adopted again, on its
+        nodes, with its key and order address; any other is killed (whatever may
+        be left of it) and recorded as failed, before its nodes are free. Ended
+        jobs stay in the status. Returns the adopted jobs, to watch."""
+        adopted: list[Job] = []
+        stored = self._store.jobs()
+        with self._lock:
+            for s in stored:
+                job = Job(s.id, s.spec, s.submit, s.owner)
+                job.secret, job.reason, job.listen, job.reports = s.secret, s.reason, s.listen, s.reports
+                job.ready, job.disabled, job.grows, job.shrinks = s.ready, s.disabled, s.grows, s.shrinks
+                job.identity = s.identity
+                if s.state == "queued":
+                    self.engine.submit(job)
+                elif s.state == "running" and s.identity and containment.leader_alive(s.identity):
+                    self.engine.submit(job)
+                    self.engine.resume(job, s.nodes, s.start if s.start is not None else self.now())
+                    job.proc = containment.adopt(s.identity)
+                    adopted.append(job)
+                    self._event("adopt", job=job.id, nodes=list(s.nodes))
+                    log.info("job %d (%s) still runs on %s: adopted", job.id, s.spec.name,
+                             ",".join(s.nodes))
+                elif s.state == "running":
+                    if s.identity:
+                        containment.kill(s.identity, KILL_GRACE)  # before its nodes are free
+                    self.engine.submit(job)
+                    self._end(job, "failed", "the scheduler restarted and the job's first process "
+                              "had ended meanwhile (exit status unknown) or was not provably the "
+                              "same; what was left of it was killed")
+                else:
+                    job.state, job.start, job.end, job.nodes = s.state, s.start, s.end, []
+                    self.engine.jobs[job.id] = job
+        if stored:
+            log.info("resumed %d job(s) from %s; %d adopted", len(stored), self._store.path,
+                     len(adopted))
+        return adopted
 
     # -- requests -------------------------------------------------------------------
     def submit(self, spec: JobSpec, where: str = "job", key: str = "",

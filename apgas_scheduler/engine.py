@@ -27,7 +27,7 @@ from typing import Any
 from apgas import protocol
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .planning import Policy
+from .planning import JobQueue, Policy
 
 __all__ = ["Engine", "Tracked", "Node"]
 
@@ -123,6 +123,7 @@ class Engine:
         self._free: list[int] = []  # a heap of pool indices: nodes go out in pool order
         self.jobs: dict[int, Tracked] = {}
         self.queue: dict[int, Tracked] = {}  # in submission order
+        self._order = JobQueue()  # the queue sorted, as policies see it (see decide)
         self.running: dict[int, Tracked] = {}
         self.priority: int | None = None
         self.add_nodes(nodes)
@@ -166,20 +167,39 @@ class Engine:
     def submit(self, job: Tracked) -> None:
         self.jobs[job.id] = job
         self.queue[job.id] = job
+        self._order.add(job)
 
     def start(self, job: Tracked, count: int, now: float) -> list[Node]:
         """Start a queued job on the first ``count`` free nodes (see :meth:`admit`)."""
         del self.queue[job.id]
+        self._order.remove(job.id)
         self.running[job.id] = job
         job.nodes = self._take(job, count)
         job.state, job.start = "running", now
         job.cached = None
         return job.nodes
 
+    def resume(self, job: Tracked, nodes: list[Node], start: float) -> None:
+        """A queued job runs already on exactly ``nodes`` (a live scheduler adopts
+        it after a restart): they leave the free set, whoever was first in line."""
+        taken = set(nodes)
+        if any(self.owner.get(n, -1) is not None for n in taken):
+            raise ValueError(f"job {job.id} cannot resume on {sorted(taken)}: not all free nodes of the pool")
+        del self.queue[job.id]
+        self._order.remove(job.id)
+        self.running[job.id] = job
+        self._free = [i for i in self._free if self._pool[i] not in taken]
+        heapq.heapify(self._free)
+        for n in nodes:
+            self.owner[n] = job.id
+        job.nodes, job.state, job.start = list(nodes), "running", start
+        job.cached = None
+
     def end(self, job: Tracked, state: str, now: float) -> int:
         """The job ended (or left the queue): its nodes come back. Returns how many
         requested nodes were dropped with it."""
-        self.queue.pop(job.id, None)
+        if self.queue.pop(job.id, None) is not None:
+            self._order.remove(job.id)
         self.running.pop(job.id, None)
         self._give([n for n in (*job.nodes, *job.reserved) if self.owner.get(n) == job.id])
         dropped = job.requested
@@ -218,8 +238,17 @@ class Engine:
         return queue, running
 
     def decide(self, now: float) -> list[Decision]:
-        queue, running = self.views()
-        return self.policy.decide(now, queue, running, len(self._free), len(self._pool))
+        """The policy's decisions. It gets the queue as a :class:`JobQueue`: a
+        sequence of views kept sorted as jobs come and go, read lazily, so that
+        a pass costs what the policy reads (FCFS: the head; EASY: the head and
+        the jobs that fit), not the whole queue."""
+        if self.priority is not None and self.priority not in self.queue:
+            self.set_priority(None)
+        if len(self._order) != len(self.queue):  # someone changed the dict directly
+            self._order = JobQueue(self.queue.values())
+            self._order.flagged_id = self.priority
+        running = [j.cached or j.view() for j in self.running.values() if not j.stopping]
+        return self.policy.decide(now, self._order, running, len(self._free), len(self._pool))
 
     def refusal(self, d: Decision) -> str | None:
         """Why the state does not allow ``d`` now, or None."""
@@ -387,7 +416,7 @@ class Engine:
         if self.priority is not None and self.priority in self.jobs:
             self.jobs[self.priority].priority = False
             self.jobs[self.priority].cached = None
-        self.priority = job_id
+        self.priority = self._order.flagged_id = job_id
         if job_id is not None:
             self.jobs[job_id].priority = True
             self.jobs[job_id].cached = None

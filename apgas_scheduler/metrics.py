@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .state import DB_NAME, read_db_events
+
 from .stats import JobTimes, mean, summarize
 
 __all__ = ["read_events", "node_intervals", "compute_metrics", "gantt"]
@@ -31,7 +33,13 @@ Interval = tuple[float, float, int]
 
 
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The events of a JSON-lines log; blank lines are skipped."""
+    """The events of a JSON-lines log (blank lines are skipped), or of a
+    scheduler's database (``scheduler.db``, or its state directory)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, DB_NAME)
+    with open(path, "rb") as f:
+        if f.read(16) == b"SQLite format 3\x00":
+            return read_db_events(path)
     events = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

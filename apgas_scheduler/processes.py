@@ -1,6 +1,15 @@
 """Job processes: start a job on its nodes (with the environment that tells a
 malleable job where to take orders and where to report), watch it end, kill
-it (TERM, then KILL after a grace period)."""
+it (TERM, then KILL after a grace period).
+
+Every job is started through :mod:`.containment`: its own session, process
+group and (where possible) cgroup, a tag in its environment, and under Slurm
+steps named after the tag. Killing a job (cancel, walltime, registration,
+shutdown, a failed start) ends every process of it, and a job's nodes are
+free only once every process of it is gone: when its first process exits,
+whatever it left behind is ended too (TERM, KILL after ``KILL_GRACE``) before
+its end is recorded. ``job.identity`` (a JSON-able dict) names the job's
+processes for a restarted daemon (``containment.alive``/``adopt``/``kill``)."""
 
 from __future__ import annotations
 
@@ -10,10 +19,12 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import launcher as launchers
 
+from . import containment
 from .core import SchedulerCore, log
 from .records import Job
 
@@ -44,7 +55,13 @@ class ProcessesMixin(SchedulerCore):
     def _start(self, job: Job, nodes: list[str]) -> None:
         """Start ``job`` on ``nodes`` (the first free ones); a job that cannot
         start ends as failed and leaves the nodes free."""
-        env = {"APGAS_HOSTS": ",".join(nodes), "APGAS_JOB_ID": str(job.id)}
+        tag = containment.new_tag(job.id)
+        env = {"APGAS_HOSTS": ",".join(nodes), "APGAS_JOB_ID": str(job.id),
+               containment.TAG_ENV: tag}
+        slurm_job = None
+        if self.launcher.name == "srun":  # its steps (and those it starts) are named after the tag
+            env[containment.STEP_ENV] = containment.step_name(tag)
+            slurm_job = os.environ.get("SLURM_JOB_ID")
         if self._local:
             env["APGAS_LOCAL_HOSTS"] = ",".join(self._owner)
         if job.malleable:
@@ -75,18 +92,22 @@ class ProcessesMixin(SchedulerCore):
                     os.chown(out, job.owner, user["group"])
                     os.chown(err, job.owner, user["group"])
                 base = os.environ if not user else {"PATH": os.environ.get("PATH", os.defpath)}
-                job.proc = subprocess.Popen(argv, cwd=cwd, env={**base, **env, **private,
-                                                                **user.get("env", {})},
-                                            stdout=o, stderr=e,
-                                            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                            start_new_session=True, user=user.get("uid"),
-                                            group=user.get("group"),
-                                            extra_groups=user.get("groups"))
+                handle = containment.start(
+                    job.id, argv, tag=tag, slurm_job=slurm_job,
+                    popen_kwargs=dict(cwd=cwd, env={**base, **env, **private, **user.get("env", {})},
+                                      stdout=o, stderr=e,
+                                      stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                      user=user.get("uid"), group=user.get("group"),
+                                      extra_groups=user.get("groups")))
+            job.proc, job.identity = handle.proc, handle.identity
             if stdin is not None:
                 assert job.proc.stdin is not None
                 job.proc.stdin.write(stdin)
                 job.proc.stdin.close()
         except OSError as e:
+            if job.proc is not None:  # started, but the key did not go through: end all of it
+                self._end_all(job, 0.0)
+                job.proc.wait()
             self._end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
             return
         taken = self.engine.start(job, len(nodes), self.now())
@@ -150,17 +171,39 @@ class ProcessesMixin(SchedulerCore):
                       f"{address} are taken by running jobs")
 
     def _watch(self, job: Job) -> None:
+        """Wait for the job's first process, then end whatever it left behind (or
+        what a kill is ending), and only then record its end (its nodes are free)."""
         assert job.proc is not None
         code = job.proc.wait()
+        while not self._end_all(job, KILL_GRACE) and not self._stopped.is_set():
+            time.sleep(1.0)  # a process that will not die (D state): its nodes stay taken
         with self._lock:
             if job.kill_reason:
                 state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
                 self._end(job, state, job.kill_reason)
             elif code == 0:
                 self._end(job, "done", "")
+            elif code is None:  # adopted after a restart: no parent of it can tell
+                self._end(job, "done", "exit status unknown (adopted after a scheduler restart)")
             else:
                 self._end(job, "failed", f"exit code {code}; see {self.output_dir}/job-{job.id}.err")
         self._wake.set()
+
+    def _end_all(self, job: Job, grace: float) -> bool:
+        """End every process of ``job`` (TERM, KILL after ``grace``); False if some
+        outlived the bound (logged)."""
+        identity = getattr(job, "identity", None)
+        if not identity:
+            return True
+        try:
+            containment.kill(identity, grace)
+        except containment.StillRunning as e:
+            log.error("job %d: %s", job.id, e)
+            return False
+        except OSError as e:
+            log.error("job %d: could not end its processes: %s", job.id, e)
+            return False
+        return True
 
     def _end(self, job: Job, state: str, reason: str) -> None:
         job.reason = reason
@@ -171,22 +214,17 @@ class ProcessesMixin(SchedulerCore):
         self._wake.set()
 
     def _kill(self, job: Job) -> None:
+        """Start ending every process of ``job`` (TERM, then KILL after
+        ``KILL_GRACE``); its watch records the end once none is left."""
         if job.proc is None or job.proc.poll() is not None:
-            return
-        try:
-            os.killpg(job.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-
-        def hard_kill(proc: subprocess.Popen = job.proc) -> None:
+            return  # not started, or its watch is already ending what is left
+        if not getattr(job, "identity", None):
             try:
-                proc.wait(KILL_GRACE)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self._spawn(hard_kill, f"scheduler-kill-{job.id}")
+                os.killpg(job.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            return
+        self._spawn(self._end_all, f"scheduler-kill-{job.id}", job, KILL_GRACE)
 
 
 def _bindable(host: str, port: int) -> bool:

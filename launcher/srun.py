@@ -19,6 +19,11 @@ class SrunLauncher(Launcher):
     that several places may share a node, stdin goes to the one task so that
     the place sees end of file when its parent dies, and killing the srun
     client ends the step.
+
+    Steps are named ``apgas-<program>``, or ``$APGAS_STEP_NAME`` (from ``env``, else
+    this process's environment) when set: the scheduler names a job's steps
+    after the job, and the steps the job starts inherit the name, so that
+    cancelling the job can ``scancel`` all of them.
     """
 
     name = "srun"
@@ -32,5 +37,12 @@ class SrunLauncher(Launcher):
         srun = shlex.split(getattr(self.config, "srun", "") or "srun")
         flags = ["--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
                  "--input=0", "--kill-on-bad-exit=1", "--quiet", "--mpi=none",
-                 f"--job-name=apgas-{Path(argv[0]).name}", f"--chdir={os.getcwd()}"]
+                 f"--job-name={_step_name(env) or 'apgas-' + Path(argv[0]).name}",
+                 f"--chdir={os.getcwd()}"]
         return [*srun, *flags, *argv]  # srun carries the local environment along
+
+
+def _step_name(env: Mapping[str, str] | None) -> str:
+    """``APGAS_STEP_NAME`` from ``env`` or our environment, if it is a safe name."""
+    name = (env or {}).get("APGAS_STEP_NAME") or os.environ.get("APGAS_STEP_NAME", "")
+    return name if name.replace("-", "").replace("_", "").isalnum() else ""

@@ -59,7 +59,8 @@ def live(tmp_path, monkeypatch):
     def start(nodes: int, policy: str) -> Scheduler:
         sched = Scheduler([f"node{i}" for i in range(nodes)],
                           get_policy(policy, resize_interval=0.5), events=tmp_path / "events.jsonl",
-                          interval=0.2, output_dir=tmp_path / "out")
+                          interval=0.2, output_dir=tmp_path / "out",
+                          state_dir=tmp_path / f"state-{len(running)}")
         running.append(sched.start())
         return sched
 

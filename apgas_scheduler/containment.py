@@ -1,0 +1,577 @@
+"""Containment: keep a job's processes together, tell whether they are still
+the same ones, end them all.
+
+A job is started (:func:`start`) in a session and process group of its own
+and, where the machine allows it, in a cgroup (v2) of its own; every process
+also carries a tag in its environment (``APGAS_SCHEDULER_JOB=<token>``). The
+job's processes are then:
+
+* with a cgroup: every process in it. Nothing a job does without privileges
+  takes a process out (``setsid``, double forks, ignoring SIGTERM: all stay);
+  the first process enters it *before* it can fork, through a tiny wrapper
+  that writes its own pid to ``cgroup.procs`` and then ``exec``\\ s the job
+  (never ``preexec_fn``: the daemon is threaded).
+* without one (no writable ``cgroup2`` mount: not root and no delegation, a
+  container; or ``APGAS_SCHEDULER_CGROUPS=0``): every process whose
+  environment holds the tag (``/proc/<pid>/environ``: a ``setsid`` or
+  double-forked child keeps it), plus every process still in the job's
+  process group or session (those that cleared their environment). A process
+  that both leaves the session and drops the tag escapes this fallback; a
+  cgroup is the only complete answer.
+* in both cases, every process tagged so (a Slurm step's processes, started
+  by ``slurmstepd``, are in no cgroup of ours; on this machine the tag finds
+  them).
+* under Slurm (the job's command runs through ``srun`` in the allocation):
+  also every step of the allocation named after the tag
+  (``apgas-job-<tag>``, :func:`step_name`); ``srun`` names the job's own step
+  so, and the srun launcher names the steps the job itself starts so too
+  (it reads ``APGAS_STEP_NAME`` from the environment). :func:`kill` ends them
+  with ``scancel`` and waits until ``squeue`` no longer lists them.
+
+:func:`kill` sends TERM to every process of the job (again to those that
+appear while it waits), KILL to what is left after the grace time (with a
+cgroup: ``cgroup.kill``, which also catches a fork racing the signal), and
+returns only when none is left; it raises :class:`StillRunning`, naming the
+pids, after a bound. Signals go through pidfds, so a pid reused meanwhile is
+never hit.
+
+**When the daemon dies.** Nothing ties a job's lifetime to the daemon: the
+job runs in its own session (no SIGHUP from a terminal), its own cgroup (not
+the daemon's: a ``systemctl stop`` of a unit whose cgroup is the daemon's
+does not reach it; put the scheduler unit under ``KillMode=process`` or
+``Delegate=yes``), no ``PR_SET_PDEATHSIG``; its stdin is ``/dev/null`` (or a
+pipe already closed after the ssh key went through). Its output goes to files.
+So a job keeps running when the daemon is killed (``kill -9``, a crash), and a
+restarted daemon re-adopts it from the persisted :attr:`Handle.identity`:
+:func:`alive` tells whether its processes are provably the same ones (same
+boot; the pid exists with the same start time, or the cgroup, the tag or the
+Slurm steps still have processes), :func:`adopt` watches it although it is no
+child of ours, and :func:`kill` ends it. An adopted job's exit status cannot
+be known (it is another process's child): :class:`Adopted` reports ``None``.
+
+Why one module: starting a job contained, telling its processes apart from
+others and ending them are one mechanism seen from three sides (what
+:func:`start` puts into a job is what :func:`members` looks for); split, each
+part would have to know the others' conventions.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["Handle", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
+           "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV", "CGROUPS_ENV"]
+
+TAG_ENV = "APGAS_SCHEDULER_JOB"
+"""The environment variable holding a job's tag, in each of its processes."""
+STEP_ENV = "APGAS_STEP_NAME"
+"""The name the srun launcher gives its steps (a job's own steps: :func:`step_name`)."""
+CGROUPS_ENV = "APGAS_SCHEDULER_CGROUPS"
+"""``0``: never use a cgroup (the fallback); anything else or unset: use one where possible."""
+CGROUP_DIR = "apgas-scheduler"
+"""Jobs' cgroups are ``<the daemon's cgroup>/apgas-scheduler/job-<tag>``."""
+KILL_BOUND = 10.0
+"""How long :func:`kill` goes on after the grace time before it gives up."""
+
+_WRAP = 'echo $$ > "$1/cgroup.procs" || exit 126; shift; exec "$@"'
+"""Into the cgroup, then the job (same pid): nothing of the job runs outside it."""
+_WRAP_AS_USER = """\
+import os, shutil, sys
+cgroup, uid, gid, groups = sys.argv[1:5]
+program = sys.argv[5] if "/" in sys.argv[5] else shutil.which(sys.argv[5]) or sys.argv[5]
+with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+    f.write(str(os.getpid()))
+if groups != "-":
+    os.setgroups([int(g) for g in groups.split(",") if g])
+if gid != "-":
+    os.setregid(int(gid), int(gid))
+if uid != "-":
+    os.setreuid(int(uid), int(uid))
+os.execv(program, sys.argv[5:])  # found first: the user may not read our stdlib
+"""
+"""The same for a job of another user: into the cgroup as root, then that user
+(as ``subprocess.Popen``'s ``user``, ``group``, ``extra_groups`` would)."""
+
+
+class StillRunning(RuntimeError):
+    """Processes of a job outlived :func:`kill`'s bound; ``pids`` names them."""
+
+    def __init__(self, message: str, pids: list[int]) -> None:
+        super().__init__(message)
+        self.pids = pids
+
+
+@dataclass
+class Handle:
+    """A started job: ``proc`` is its first process (our child), ``identity`` a
+    JSON-able dict naming all of it, for :func:`alive`, :func:`kill`,
+    :func:`adopt`, also in another daemon process (keys: ``pid``,
+    ``start_time``, ``boot_id``, ``cgroup`` (path or None), ``tag``, ``slurm``
+    (``{"job": id, "step_name": name}`` or None))."""
+
+    proc: subprocess.Popen
+    identity: dict[str, Any] = field(default_factory=dict)
+
+
+# -- identity -------------------------------------------------------------------------------
+
+def new_tag(job_id: int | str) -> str:
+    """A tag for a job: its id and a random token (never reused)."""
+    return f"{job_id}-{secrets.token_hex(8)}"
+
+
+def step_name(tag: str) -> str:
+    """The Slurm step name of the job tagged ``tag``."""
+    return f"apgas-job-{tag}"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` from the state on (field 3 is index 0), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:].decode().split()
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of ``pid`` (clock ticks since boot, ``/proc/<pid>/stat`` field 22)."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _running(fields: list[str] | None) -> bool:
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+# -- cgroups ----------------------------------------------------------------------------------
+
+def _cgroup2_mounts() -> list[Path]:
+    found = []
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2] == "cgroup2":
+                    found.append(Path(parts[1].replace("\\040", " ")))
+    except OSError:
+        pass
+    return found
+
+
+def _own_cgroup() -> str:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return "/"
+
+
+def cgroup_base() -> Path | None:
+    """Where jobs' cgroups go (``<mount><our cgroup>/apgas-scheduler``, made if
+    missing), or None when no cgroup2 mount is there to write to, or
+    ``APGAS_SCHEDULER_CGROUPS=0``."""
+    if os.environ.get(CGROUPS_ENV, "").strip() in ("0", "no", "off", "false"):
+        return None
+    own = _own_cgroup().lstrip("/")
+    for mount in _cgroup2_mounts():
+        for parent in (mount / own, mount):  # ours if it is visible here, else the root
+            if not (parent / "cgroup.procs").exists():
+                continue
+            base = parent / CGROUP_DIR
+            try:
+                base.mkdir(exist_ok=True)
+            except OSError:
+                continue
+            if os.access(base, os.W_OK) and os.access(parent / "cgroup.procs", os.W_OK):
+                return base
+    return None
+
+
+def _make_cgroup(tag: str, use: bool | None) -> Path | None:
+    base = cgroup_base() if use is not False else None
+    if base is None:
+        if use:
+            raise OSError(errno.ENOTSUP, "no writable cgroup2 mount for the job's cgroup")
+        return None
+    path = base / f"job-{tag}"
+    try:
+        path.mkdir()
+    except OSError:
+        if use:
+            raise
+        return None
+    if not os.access(path / "cgroup.procs", os.W_OK):
+        _remove_cgroup(path)
+        if use:
+            raise OSError(errno.EACCES, "cannot write to cgroup.procs", str(path))
+        return None
+    return path
+
+
+def _cgroup_pids(path: str | Path) -> set[int]:
+    try:
+        return {int(p) for p in Path(path, "cgroup.procs").read_text().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def _remove_cgroup(path: str | Path) -> None:
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return
+            time.sleep(0.02)
+
+
+# -- starting ------------------------------------------------------------------------------------
+
+def _resolve(argv0: str, cwd: str | None, env: Mapping[str, str]) -> str:
+    """Check that ``argv0`` can be run, as Popen would (FileNotFoundError or
+    PermissionError otherwise): behind a wrapper, the error would only be the
+    wrapper's exit code."""
+    if "/" in argv0:
+        path = os.path.join(cwd or os.getcwd(), argv0)
+        if not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
+        return argv0
+    found = shutil.which(argv0, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+    return argv0
+
+
+def start(job_id: int | str, argv: Sequence[str], *, popen_kwargs: Mapping[str, Any] | None = None,
+          tag: str | None = None, cgroup: bool | None = None,
+          slurm_job: str | None = None) -> Handle:
+    """Start ``argv`` as job ``job_id``, contained: its own session and process
+    group, its own cgroup when possible (``cgroup``: None where possible, False
+    never, True or OSError), the tag ``tag`` (default: :func:`new_tag`) in its
+    environment. ``popen_kwargs`` go to :class:`subprocess.Popen` (``env``,
+    ``cwd``, ``stdin``, ``stdout``, ``stderr``, ``user``, ``group``,
+    ``extra_groups``...; ``start_new_session`` is forced). ``slurm_job``: the
+    allocation whose steps named :func:`step_name` belong to the job (the
+    command runs through srun). OSError if it cannot start (nothing is left
+    behind then)."""
+    tag = tag or new_tag(job_id)
+    kwargs = dict(popen_kwargs or {})
+    env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
+    env[TAG_ENV] = tag
+    kwargs["env"] = env
+    kwargs["start_new_session"] = True
+    kwargs.pop("preexec_fn", None)
+    argv = list(argv)
+    _resolve(argv[0], kwargs.get("cwd"), env)
+    path = _make_cgroup(tag, cgroup)
+    if path is not None:
+        user = {k: kwargs.pop(k, None) for k in ("user", "group", "extra_groups")}
+        if all(v is None for v in user.values()):
+            argv = ["/bin/sh", "-c", _WRAP, "sh", str(path), *argv]
+        else:  # the cgroup as root first, then the user: Popen would switch before our wrapper
+            uid, gid, groups = user["user"], user["group"], user["extra_groups"]
+            argv = [sys.executable, "-I", "-S", "-c", _WRAP_AS_USER, str(path),
+                    "-" if uid is None else str(uid), "-" if gid is None else str(gid),
+                    "-" if groups is None else ",".join(str(g) for g in groups), *argv]
+    try:
+        proc = subprocess.Popen(argv, **kwargs)
+    except BaseException:
+        if path is not None:
+            _remove_cgroup(path)
+        raise
+    identity = {"pid": proc.pid, "start_time": start_time(proc.pid), "boot_id": boot_id(),
+                "cgroup": str(path) if path is not None else None, "tag": tag,
+                "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None}
+    return Handle(proc, identity)
+
+
+# -- finding the processes ---------------------------------------------------------------------------
+
+def _same_boot(identity: Mapping[str, Any]) -> bool:
+    return not identity.get("boot_id") or identity["boot_id"] == boot_id()
+
+
+def _tagged(tag: str) -> Iterable[int]:
+    entry = f"{TAG_ENV}={tag}".encode()
+    mine = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == mine:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if entry in data.split(b"\0"):
+            yield int(name)
+
+
+def _grouped(leader: int, since: int | None) -> Iterable[int]:
+    """Processes in the process group or session ``leader`` started no earlier than ``since``."""
+    mine = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == mine:
+            continue
+        fields = _stat(int(name))
+        if fields and (int(fields[2]) == leader or int(fields[3]) == leader) \
+                and (since is None or int(fields[19]) >= since):
+            yield int(name)
+
+
+def _group_is_ours(leader: int, since: int | None) -> bool:
+    """Whether the process group and session numbered ``leader`` are still the
+    job's: yes if the leader runs with its start time, or is gone (a pid stays
+    taken while a group or session of that number has a member); no if another
+    process has its pid now (then our group had emptied first)."""
+    now = start_time(leader)
+    return now is None or since is None or now == since
+
+
+def members(identity: Mapping[str, Any]) -> set[int]:
+    """The live (not zombie) processes of the job on this machine."""
+    if not _same_boot(identity):
+        return set()
+    found: set[int] = set()
+    pid, since = identity.get("pid"), identity.get("start_time")
+    if identity.get("cgroup"):
+        found |= _cgroup_pids(identity["cgroup"])
+    elif pid and _group_is_ours(pid, since):
+        found |= set(_grouped(pid, since))
+    if identity.get("tag"):  # also with a cgroup: a Slurm step's processes are not in it
+        found |= set(_tagged(identity["tag"]))
+    if pid and since is not None and start_time(pid) == since:
+        found.add(pid)
+    found.discard(os.getpid())
+    return {p for p in found if _running(_stat(p))}
+
+
+def _slurm_steps(identity: Mapping[str, Any]) -> list[str]:
+    """The ids (``job.step``) of the job's Slurm steps still listed ([] without Slurm)."""
+    slurm = identity.get("slurm")
+    if not slurm:
+        return []
+    try:
+        out = subprocess.run(["squeue", "--steps", "--noheader", f"--jobs={slurm['job']}",
+                              "--format=%i %j"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    steps = []
+    for line in out.stdout.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[1].strip() == slurm["step_name"]:
+            steps.append(parts[0])
+    return steps
+
+
+def leader_alive(identity: Mapping[str, Any]) -> bool:
+    """Whether the job's first process (the one the scheduler started) still runs:
+    same boot, and its pid exists with the same start time."""
+    if not identity or not _same_boot(identity):
+        return False
+    fields = _stat(int(identity["pid"]))
+    return _running(fields) and int(fields[19]) == identity.get("start_time")  # type: ignore[index]
+
+
+def alive(identity: Mapping[str, Any]) -> bool:
+    """Whether the job is provably still the same processes: same boot, and its
+    first pid exists with the same start time, or its cgroup (or, without one,
+    its tag) still has processes, or its Slurm steps are still listed."""
+    if not identity or not _same_boot(identity):
+        return False
+    return bool(members(identity)) or bool(_slurm_steps(identity))
+
+
+# -- ending ----------------------------------------------------------------------------------------------
+
+def _signal(pids: Iterable[int], sig: int, identity: Mapping[str, Any]) -> None:
+    """Send ``sig`` to each of ``pids`` that is still the job's (checked after its
+    pidfd is open, so a reused pid is never hit)."""
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            if _belongs(pid, identity):
+                signal.pidfd_send_signal(fd, sig)
+                if sig == signal.SIGTERM:
+                    signal.pidfd_send_signal(fd, signal.SIGCONT)  # a stopped process must see it
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _belongs(pid: int, identity: Mapping[str, Any]) -> bool:
+    if pid == os.getpid():
+        return False
+    if pid == identity.get("pid") and start_time(pid) == identity.get("start_time"):
+        return True
+    if identity.get("cgroup") and pid in _cgroup_pids(identity["cgroup"]):
+        return True
+    tag = identity.get("tag")
+    if tag:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"{TAG_ENV}={tag}".encode() in f.read().split(b"\0"):
+                    return True
+        except OSError:
+            pass
+    if identity.get("cgroup"):
+        return False
+    fields = _stat(pid)
+    leader, since = identity.get("pid"), identity.get("start_time")
+    return bool(fields) and leader is not None and _group_is_ours(leader, since) and \
+        (int(fields[2]) == leader or int(fields[3]) == leader) and \
+        (since is None or int(fields[19]) >= since)
+
+
+def _cancel_steps(identity: Mapping[str, Any]) -> None:
+    steps = _slurm_steps(identity)
+    if steps:
+        try:
+            subprocess.run(["scancel", "--quiet", *steps], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def kill(identity: Mapping[str, Any], grace: float, bound: float = KILL_BOUND) -> None:
+    """End every process of the job: TERM (and its Slurm steps: ``scancel``),
+    KILL what is left after ``grace`` seconds; return when none is left (and the
+    steps are gone), then remove the cgroup. :class:`StillRunning` (naming the
+    pids) if some outlive ``grace + bound`` seconds. Safe to call from several
+    threads at once and on a job already gone."""
+    if not identity or not _same_boot(identity):
+        return
+    cgroup = identity.get("cgroup")
+    _cancel_steps(identity)
+    t0 = time.monotonic()
+    termed: set[int] = set()
+    killed = False
+    pause = 0.01
+    while True:
+        left = members(identity)
+        steps = _slurm_steps(identity) if identity.get("slurm") else []
+        if not left and not steps:
+            break
+        elapsed = time.monotonic() - t0
+        if elapsed >= grace:
+            if cgroup and not killed:
+                try:
+                    Path(cgroup, "cgroup.kill").write_text("1")
+                except OSError:
+                    pass
+            _signal(left, signal.SIGKILL, identity)
+            if steps and not killed:
+                _cancel_steps(identity)
+            killed = True
+        else:
+            _signal(left - termed, signal.SIGTERM, identity)
+            termed |= left
+        if elapsed >= grace + bound:
+            raise StillRunning(f"job {identity.get('tag')}: processes {sorted(left)}"
+                               + (f" and Slurm steps {steps}" if steps else "")
+                               + f" still run {elapsed:.1f} s after they were told to end",
+                               sorted(left))
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1 if not steps else 0.5)
+    if cgroup:
+        _remove_cgroup(cgroup)
+
+
+# -- adopting ----------------------------------------------------------------------------------------------
+
+class Adopted:
+    """A job started by another daemon process (ours no longer knows it as a
+    child): ``poll()``/``wait(timeout)`` in the shape of Popen's, ``None`` while
+    it runs... and also once it has ended, with no exit status to tell (only its
+    parent could reap it): ``ended`` says which. It has ended when no process of
+    it is left (:func:`alive` is false). ``pid`` is its first process."""
+
+    def __init__(self, identity: Mapping[str, Any]) -> None:
+        self.identity = dict(identity)
+        self.pid: int = int(identity.get("pid") or 0)
+        self.returncode: int | None = None
+        self.ended = False
+        self._fd: int | None = None
+        if self.pid and _same_boot(identity) and start_time(self.pid) == identity.get("start_time"):
+            try:
+                self._fd = os.pidfd_open(self.pid)
+            except OSError:
+                self._fd = None
+            if self._fd is not None and start_time(self.pid) != identity.get("start_time"):
+                os.close(self._fd)  # reused between the check and the open
+                self._fd = None
+
+    def poll(self) -> int | None:
+        if not self.ended and not alive(self.identity):
+            self.ended = True
+            self._close()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Until the job has ended (``subprocess.TimeoutExpired`` after ``timeout``);
+        returns None: the exit status is unknown."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.poll()
+            if self.ended:
+                return self.returncode
+            left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if left <= 0:
+                raise subprocess.TimeoutExpired(f"job {self.identity.get('tag')}", timeout or 0)
+            if self._fd is None:
+                time.sleep(left)
+            elif select.select([self._fd], [], [], left)[0]:  # the first process ended
+                self._close()
+
+    def kill(self) -> None:
+        kill(self.identity, 0.0)
+
+    def send_signal(self, sig: int) -> None:
+        _signal(members(self.identity), sig, self.identity)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self._close()
+
+
+def adopt(identity: Mapping[str, Any]) -> Adopted:
+    """Watch the job named by ``identity`` although it is not our child (after a
+    daemon restart); see :class:`Adopted`."""
+    return Adopted(identity)

@@ -1,0 +1,197 @@
+"""The live scheduler's durable state: an SQLite database under its state directory.
+
+It holds the pool, every job (its spec, owner, key, state, nodes, times, order
+address and the identity of its processes) and the event log. Each event is
+written together with the job it changed in one transaction (SQLite's WAL
+journal, synchronous commits), so a crash loses at most the request being
+answered, whose client then sees no reply. A restarted scheduler reads it back
+(:meth:`StateStore.load`) and resumes; ids are never reused.
+
+The database holds the jobs' keys: it is made with mode 0600 in a directory of
+mode 0700, and a lock file keeps a second scheduler off the same directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .jobs import JobSpec
+
+__all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
+
+DB_NAME = "scheduler.db"
+SCHEMA = 1
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (position INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY, spec TEXT NOT NULL, owner INTEGER NOT NULL, secret TEXT NOT NULL,
+    state TEXT NOT NULL, submit REAL NOT NULL, start REAL, end_time REAL, reason TEXT NOT NULL,
+    nodes TEXT NOT NULL, listen TEXT, reports TEXT NOT NULL, ready INTEGER NOT NULL,
+    disabled INTEGER NOT NULL, grows INTEGER NOT NULL, shrinks INTEGER NOT NULL,
+    identity TEXT);
+CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, record TEXT NOT NULL);
+"""
+
+
+class StateError(RuntimeError):
+    """The state directory cannot be used (in use by another scheduler, unreadable, newer)."""
+
+
+@dataclasses.dataclass
+class StoredJob:
+    """One job as the database keeps it."""
+
+    id: int
+    spec: JobSpec
+    owner: int
+    secret: str
+    state: str
+    submit: float
+    start: float | None
+    end: float | None
+    reason: str
+    nodes: list[str]
+    listen: tuple[str, int] | None
+    reports: str
+    ready: bool
+    disabled: bool
+    grows: int
+    shrinks: int
+    identity: dict[str, Any] | None
+
+
+class StateStore:
+    """The database of one scheduler; thread-safe (one connection, one lock)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_file = open(self.directory / "lock", "w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock_file.close()
+            raise StateError(f"another scheduler uses the state directory {self.directory}") from None
+        self.path = self.directory / DB_NAME
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # made private before any secret
+        os.close(fd)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_TABLES)
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise StateError(f"cannot use {self.path}: {e}") from None
+        self._mutex = threading.Lock()
+        version = self._meta("schema")
+        if version is None:
+            self._set_meta("schema", str(SCHEMA))
+            self._set_meta("started", repr(time.time()))
+        elif int(version) > SCHEMA:
+            raise StateError(f"{self.path} was written by a newer scheduler (schema {version})")
+
+    # -- reading -----------------------------------------------------------------------
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @property
+    def started(self) -> float:
+        """The wall-clock time of the first start: the scheduler's clock counts from it."""
+        return float(self._meta("started") or time.time())
+
+    def nodes(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM nodes ORDER BY position")]
+
+    def jobs(self) -> list[StoredJob]:
+        """Every job, in id order (the order they were submitted)."""
+        return [_stored(row) for row in self._db.execute("SELECT * FROM jobs ORDER BY id")]
+
+    def last_id(self) -> int:
+        """The highest job id ever given (0 for none): ids are never reused."""
+        return int(self._meta("last_id") or 0)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        for (record,) in self._db.execute("SELECT record FROM events ORDER BY seq"):
+            yield json.loads(record)
+
+    # -- writing (each call is one transaction) ------------------------------------------
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def record(self, event: dict[str, Any], job: Any = None, nodes: list[str] | None = None) -> None:
+        """Log ``event`` and, in the same transaction, the job it changed (a
+        :class:`~.records.Job`) or the pool."""
+        with self._mutex:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT INTO events (record) VALUES (?)", (json.dumps(event),))
+                if job is not None:
+                    self._db.execute("INSERT OR REPLACE INTO jobs VALUES "
+                                     "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _row(job))
+                    if job.id > self.last_id():
+                        self._set_meta("last_id", str(job.id))
+                if nodes is not None:
+                    self._db.execute("DELETE FROM nodes")
+                    self._db.executemany("INSERT INTO nodes VALUES (?, ?)", enumerate(nodes))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+        finally:
+            self._lock_file.close()
+
+
+def _row(job: Any) -> tuple:
+    identity = getattr(job, "identity", None)
+    return (job.id, json.dumps(job.spec.to_dict()), job.owner, job.secret, job.state, job.submit,
+            job.start, job.end, job.reason, json.dumps([*job.nodes, *job.reserved]),
+            json.dumps(list(job.listen)) if job.listen else None, job.reports, int(job.ready),
+            int(job.disabled), job.grows, job.shrinks,
+            json.dumps(identity) if identity is not None else None)
+
+
+def _stored(row: tuple) -> StoredJob:
+    (jid, spec, owner, secret, state, submit, start, end, reason, nodes, listen, reports, ready,
+     disabled, grows, shrinks, identity) = row
+    data = json.loads(spec)
+    sizes = data.pop("nodes", None)
+    if sizes is not None:
+        data["min_nodes"] = data["max_nodes"] = sizes
+    return StoredJob(
+        jid, JobSpec(data["name"], tuple(data["command"]), data["class"], data["min_nodes"],
+                     data["max_nodes"], data["walltime"], tuple(sorted(data["env"].items())),
+                     data["cwd"], data.get("protocol", "signed")),
+        owner, secret, state, submit, start, end, reason, json.loads(nodes),
+        tuple(json.loads(listen)) if listen else None, reports, bool(ready),  # type: ignore[arg-type]
+        bool(disabled), grows, shrinks, json.loads(identity) if identity else None)
+
+
+def read_db_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The event log of a scheduler's database (read only; the scheduler may run)."""
+    uri = f"file:{Path(path).resolve()}?mode=ro"
+    try:
+        db = sqlite3.connect(uri, uri=True)
+        try:
+            return [json.loads(r[0]) for r in db.execute("SELECT record FROM events ORDER BY seq")]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"{path}: not a scheduler database: {e}") from None

@@ -1,0 +1,140 @@
+"""A scheduler that dies (SIGKILL) and is started again on its state resumes: jobs
+are known, queued ones stay queued, a running one is adopted, ids are not reused,
+no node is held twice, nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apgas_scheduler.client import request
+from apgas_scheduler.metrics import compute_metrics, read_events
+from conftest import alive
+from orders import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Daemon:
+    """``python -m apgas_scheduler serve`` on one node, in a process of its own."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Daemon":
+        env = {**os.environ, "APGAS_LOCAL_HOSTS": "*"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", "node0", "--port",
+             str(self.port), "--policy", "fcfs", "--interval", "0.2", "--output-dir",
+             str(self.tmp / "out"), "--state-dir", str(self.tmp / "state"),
+             "--socket", str(self.tmp / "s.sock")],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "listening" in self.proc.stdout.readline()
+        return self
+
+    def request(self, op: str, **fields):
+        return request(("127.0.0.1", self.port), op, **fields)
+
+    def jobs(self) -> dict[int, dict]:
+        return {j["id"]: j for j in self.request("status")["jobs"]}
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.request("shutdown")
+            self.proc.wait(30)
+
+
+def sleeper(tmp: Path, name: str, seconds: float) -> dict:
+    """A rigid job that writes its pid, sleeps, then writes when it ended."""
+    mark = tmp / name
+    return {"name": name, "class": "rigid", "nodes": 1, "walltime": 60, "cwd": str(tmp),
+            "command": ["/bin/sh", "-c", f"echo $$ > {mark}.pid; sleep {seconds}; touch {mark}.done"]}
+
+
+def wait(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path)
+    yield d
+    d.stop()
+
+
+def test_a_killed_scheduler_resumes_its_jobs(daemon, tmp_path):
+    daemon.start()
+    first = daemon.request("submit", job=sleeper(tmp_path, "first", 4))["id"]
+    second = daemon.request("submit", job=sleeper(tmp_path, "second", 0.5))["id"]
+    wait(lambda: daemon.jobs()[first]["state"] == "running", "the first job to run")
+    assert daemon.jobs()[second]["state"] == "queued"
+    pid = int(wait(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
+                   "the first job's pid"))
+    daemon.kill()
+    assert alive(pid)  # the job outlives the daemon...
+    daemon.start()     # ...and the new daemon takes it up
+    jobs = daemon.jobs()
+    assert jobs[first]["state"] == "running" and jobs[first]["nodes"] == ["node0"]
+    assert jobs[second]["state"] == "queued"
+    third = daemon.request("submit", job=sleeper(tmp_path, "third", 0.1))["id"]
+    assert third == second + 1  # ids are not reused
+    wait(lambda: all(j["state"] == "done" for j in daemon.jobs().values()), "every job to end")
+    assert (tmp_path / "first.done").exists() and (tmp_path / "second.done").exists()
+    assert not alive(pid)
+    metrics = compute_metrics(read_events(tmp_path / "state"))
+    assert metrics["max_overlap_violations"] == 0
+    starts = [e["job"] for e in read_events(tmp_path / "state") if e["event"] == "start"]
+    assert starts == [first, second, third]  # the second started once, after the first
+
+
+def test_a_job_gone_while_the_scheduler_was_down_is_failed_and_frees_its_node(daemon, tmp_path):
+    daemon.start()
+    first = daemon.request("submit", job=sleeper(tmp_path, "first", 30))["id"]
+    second = daemon.request("submit", job=sleeper(tmp_path, "second", 0.1))["id"]
+    pid = int(wait(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
+                   "the first job's pid"))
+    daemon.kill()
+    os.kill(pid, signal.SIGKILL)
+    wait(lambda: not alive(pid), "the first job to die")
+    daemon.start()
+    jobs = wait(lambda: (j := daemon.jobs())[second]["state"] == "done" and j, "the second job")
+    assert jobs[first]["state"] == "failed" and "restarted" in jobs[first]["reason"]
+
+
+def test_a_second_scheduler_on_the_same_state_is_refused(daemon, tmp_path):
+    daemon.start()
+    other = subprocess.run([sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", "n0",
+                            "--port", "0", "--state-dir", str(tmp_path / "state"),
+                            "--output-dir", str(tmp_path / "out2"), "--socket",
+                            str(tmp_path / "s2.sock")],
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 2 and "another scheduler uses the state directory" in other.stderr
+    assert daemon.request("status")["ok"]
+
+
+def test_report_reads_the_database(daemon, tmp_path):
+    daemon.start()
+    jid = daemon.request("submit", job=sleeper(tmp_path, "one", 0.1))["id"]
+    wait(lambda: daemon.jobs()[jid]["state"] == "done", "the job to end")
+    out = subprocess.run([sys.executable, "-m", "apgas_scheduler", "report", str(tmp_path / "state"),
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["jobs"] == 1
