@@ -128,8 +128,11 @@ class ProcessesMixin(SchedulerCore):
         The range lies below the kernel's ephemeral ports, so no outgoing
         connection takes the port before the job binds it (a port found by
         binding port 0 could be). OSError if the node has no address or no port
-        of the range is left. ``APGAS_MAX_PLACES`` is the job's ``max_nodes`` (one
-        place per node): the job refuses a grow order past it, whoever sends it."""
+        of the range is left.
+        ``APGAS_MAX_PLACES`` is left to the job (default 256): a job may run
+        several places per node, so ``max_nodes`` is no bound on its places; the
+        engine bounds the scheduler's own grows by ``max_nodes``, and nobody
+        else can sign an order."""
         host, port = self.address
         if self._local or launchers.is_local_host(first):
             listen, scheduler = (host, self._order_port(job, host, bindable=True)), f"{host}:{port}"
@@ -154,8 +157,7 @@ class ProcessesMixin(SchedulerCore):
         except OSError:
             job.reports = listen[0]
         return {"APGAS_COMMUNICATOR": "socket", "APGAS_SCHEDULER": scheduler,
-                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}",
-                "APGAS_MAX_PLACES": str(job.spec.max_nodes)}
+                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}"}
 
     def _order_port(self, job: Job, address: str, bindable: bool = False) -> int:
         """``order_port_base + id``, or the next port of the range that none of our

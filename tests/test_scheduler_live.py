@@ -216,8 +216,7 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
         assert 30001 <= local.listen[1] <= 31000  # type: ignore[index]
         env = sched._order_env(far, "far")
         assert env == {"APGAS_COMMUNICATOR": "socket", "APGAS_MALLEABLE_LISTEN": "192.0.2.7:30005",
-                       "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}",
-                       "APGAS_MAX_PLACES": "3"}  # max_nodes: a grow past it is refused
+                       "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}"}
         assert far.listen == ("192.0.2.7", 30005)
         far.state, sched._jobs[5] = "running", far
         assert sched._order_env(Job(1005, spec, 0.0), "far")["APGAS_MALLEABLE_LISTEN"] == \

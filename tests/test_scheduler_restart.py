@@ -25,16 +25,17 @@ pytestmark = pytest.mark.timeout(120)
 class Daemon:
     """``python -m apgas_scheduler serve`` on one node, in a process of its own."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
+    def __init__(self, tmp: Path, nodes: str = "node0", policy: str = "fcfs") -> None:
+        self.tmp, self.nodes, self.policy = tmp, nodes, policy
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Daemon":
         env = {**os.environ, "APGAS_LOCAL_HOSTS": "*"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", "node0", "--port",
-             str(self.port), "--policy", "fcfs", "--interval", "0.2", "--output-dir",
+            [sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", self.nodes, "--port",
+             str(self.port), "--policy", self.policy, "--interval", "0.2", "--resize-interval",
+             "0.5", "--output-dir",
              str(self.tmp / "out"), "--state-dir", str(self.tmp / "state"),
              "--socket", str(self.tmp / "s.sock")],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -138,3 +139,25 @@ def test_report_reads_the_database(daemon, tmp_path):
                           "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["jobs"] == 1
+
+
+def test_an_adopted_malleable_job_takes_orders_again(tmp_path):
+    """Its key and order address survive the restart: the new scheduler shrinks it
+    for a rigid job."""
+    daemon = Daemon(tmp_path, nodes="node[0-2]", policy="malleable").start()
+    try:
+        root = Path(__file__).resolve().parent.parent
+        m = daemon.request("submit", job={
+            "name": "m", "class": "malleable", "min_nodes": 1, "max_nodes": 3, "walltime": 60,
+            "cwd": str(root), "command": ["python", "examples/malleable_hello.py", "--seconds", "40"]})["id"]
+        wait(lambda: len(daemon.jobs()[m]["nodes"]) == 3, "the malleable job to grow onto every node")
+        daemon.kill()
+        daemon.start()
+        assert daemon.jobs()[m]["state"] == "running" and len(daemon.jobs()[m]["nodes"]) == 3
+        r = daemon.request("submit", job=sleeper(tmp_path, "rigid", 0.2) | {"nodes": 2})["id"]
+        jobs = wait(lambda: (j := daemon.jobs())[r]["state"] == "done" and j, "the rigid job", 60)
+        assert jobs[m]["shrinks"] >= 1 and jobs[m]["state"] == "running"
+        daemon.request("cancel", id=m)
+        wait(lambda: daemon.jobs()[m]["state"] == "cancelled", "the cancel")
+    finally:
+        daemon.stop()
