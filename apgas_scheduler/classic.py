@@ -27,8 +27,8 @@ import heapq
 from collections.abc import Sequence
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .planning import (Policy, easy, grant_requests, in_transit, min_agree_size, moldable_size,
-                       waiting, with_grants)
+from .planning import (JobQueue, Policy, easy, grant_requests, in_transit, min_agree_size,
+                       moldable_size, waiting, with_grants)
 
 __all__ = ["FCFS", "Backfilling", "EasyBackfilling", "MinAgree", "EvolvingEasy", "POLICIES"]
 
@@ -61,7 +61,9 @@ class Backfilling(Policy):
         out: list[Decision] = []
         if free == 0:
             return out  # nothing can start, and it never resizes
-        for job in waiting(queue, total):
+        jobs = (queue.fitting_after(None, lambda: free) if isinstance(queue, JobQueue)
+                else waiting(queue, total))  # a JobQueue skips to the jobs that fit
+        for job in jobs:
             n = moldable_size(job, free)
             if n is not None:
                 out.append(Start(job.id, n))

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import swf
 from . import workload as wl
 from .mebf import EXPAND_POLICIES, MEBF_POLICIES
 from .policies import get_policy, policy_names
@@ -26,6 +27,7 @@ DEFAULT_SERIAL_FRACTION = 0.05
 """Serial fraction of ``--model amdahl`` for jobs that bring none (all jobs of a trace)."""
 
 __all__ = ["add_workload_arguments", "add_policy_arguments", "check_options", "build_workload",
+           "cluster_of",
            "simulate", "compare", "table"]
 
 KEYS = ("makespan", "utilization", "mean_wait", "mean_turnaround", "mean_slowdown",
@@ -48,12 +50,18 @@ def all_policy_names() -> list[str]:
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trace", help="a Standard Workload Format file")
+    src.add_argument("--trace", help="a Standard Workload Format file, plain or compressed "
+                                     "(.swf.gz, .swf.bz2, .swf.xz, as the archive ships them)")
     src.add_argument("--generate", choices=["apgas", "kit", "evolving"],
                      help="a synthetic workload instead of a trace")
-    p.add_argument("--jobs", type=int, default=None, help="jobs to generate, or to read at most")
-    p.add_argument("--nodes", type=int, required=True, help="nodes of the simulated cluster")
-    p.add_argument("--procs-per-node", type=int, default=1, help="SWF processors per node")
+    p.add_argument("--jobs", "--max-jobs", type=int, default=None,
+                   help="jobs to generate, or to read at most from the trace")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="nodes of the simulated cluster (a trace: by default its header's "
+                        "MaxProcs / --procs-per-node, or MaxNodes)")
+    p.add_argument("--procs-per-node", type=int, default=None,
+                   help="SWF processors per node (default: 1 with --nodes, else MaxProcs / "
+                        "MaxNodes of the trace's header when a whole number)")
     p.add_argument("--malleable-share", type=float, default=0.0,
                    help="share of jobs made malleable (min = pref/2, max = 5 pref)")
     p.add_argument("--seed", type=int, default=0)
@@ -147,7 +155,28 @@ def policy_label(policy: str, ns: argparse.Namespace) -> str:
     return policy
 
 
+def cluster_of(ns: argparse.Namespace) -> None:
+    """Fill in ``ns.nodes`` and ``ns.procs_per_node`` the command left out: from
+    the trace's header (``MaxNodes``, ``MaxProcs``; see ``swf.trace_cluster``);
+    a generated workload needs ``--nodes``."""
+    if not ns.trace:
+        if ns.nodes is None:
+            raise ValueError(f"--generate {ns.generate} needs --nodes")
+        ns.procs_per_node = ns.procs_per_node or 1
+        return
+    if ns.nodes is not None:
+        ns.procs_per_node = ns.procs_per_node or 1
+        return
+    nodes, ppn = swf.trace_cluster(swf.swf_header(ns.trace), ns.procs_per_node)
+    ns.procs_per_node = ppn
+    if ns.nodes is None:
+        if nodes is None:
+            raise ValueError(f"{ns.trace}: the header has no MaxNodes or MaxProcs; give --nodes")
+        ns.nodes = nodes
+
+
 def build_workload(ns: argparse.Namespace) -> list[Any]:
+    cluster_of(ns)
     if ns.trace:
         jobs = wl.read_swf(ns.trace, procs_per_node=ns.procs_per_node, max_jobs=ns.jobs,
                            stats=_stats(ns))

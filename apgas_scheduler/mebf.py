@@ -71,7 +71,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .planning import Policy, easy, in_transit
+from .planning import Policy, by_minimum, easy, in_transit
 
 __all__ = ["MEBF", "MEBF_POLICIES", "mebf_size", "model_easy", "ReconfigCost"]
 
@@ -83,6 +83,7 @@ VARIANTS: tuple[str, ...] = ("basic", "shrink+", "expand+")
 EXPAND_POLICIES: tuple[str, ...] = ("handoff", "spare", "intensive")
 
 
+@by_minimum
 def mebf_size(job: JobView, avail: int) -> int | None:
     """MEBF's start size: the preferred size if ``avail`` allows, else what
     is free down to the minimum (a rigid job: exactly its size); None if the

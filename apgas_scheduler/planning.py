@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import itertools
+import heapq
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from ._model import Decision, Grow, JobView, Shrink, Start
 
 __all__ = [
     "Policy", "easy", "moldable_size", "min_agree_size", "grant_requests", "with_grants",
-    "waiting", "in_transit", "reservation", "GATE", "Sizer",
+    "waiting", "in_transit", "reservation", "GATE", "Sizer", "JobQueue", "BY_MINIMUM",
+    "by_minimum",
 ]
 
 GATE = ("policy {name} does not grant evolving requests; run the scheduler with "
@@ -32,6 +34,18 @@ does not grant them."""
 Sizer = Callable[[JobView, int], int | None]
 
 
+BY_MINIMUM: set[Callable[..., int | None]] = set()
+"""Sizers that refuse a job exactly when fewer nodes than its minimum are
+available, so that a backfill pass may ask a :class:`JobQueue` for the next job
+whose minimum fits (:meth:`JobQueue.fitting`) instead of reading every one."""
+
+
+def by_minimum(size: Sizer) -> Sizer:
+    BY_MINIMUM.add(size)
+    return size
+
+
+@by_minimum
 def moldable_size(job: JobView, avail: int) -> int | None:
     """The moldable extension: a moldable or malleable job takes as many nodes
     as it may, a rigid job exactly its size, an evolving job its minimum (it
@@ -43,6 +57,7 @@ def moldable_size(job: JobView, avail: int) -> int | None:
     return min(job.max_nodes, avail)
 
 
+@by_minimum
 def min_agree_size(job: JobView, avail: int) -> int | None:
     """minAgree starts malleable jobs small (they grow later when nodes are
     idle); moldable jobs cannot grow later, so they still take what they may."""
@@ -54,12 +69,143 @@ def min_agree_size(job: JobView, avail: int) -> int | None:
 _ORDER = operator.attrgetter("submit", "id")
 
 
-def waiting(queue: Iterable[JobView], total: int) -> list[JobView]:
+def waiting(queue: Iterable[JobView], total: int) -> Iterable[JobView]:
     """Jobs that may ever start, in submission order (then id); a job larger
-    than the cluster is skipped rather than allowed to block the queue."""
+    than the cluster is skipped rather than allowed to block the queue. An
+    engine's :class:`JobQueue` is in that order already: its jobs come lazily,
+    so a policy that stops at the head reads no more of the queue."""
+    if isinstance(queue, JobQueue):
+        return (j for j in queue if j.min_nodes <= total)
     waiting = [j for j in queue if j.min_nodes <= total]
     waiting.sort(key=_ORDER)  # engines pass it in order already: one cheap pass
     return waiting
+
+
+class JobQueue(Sequence[JobView]):
+    """Queued jobs in submission order (then id), kept by the engine as they
+    come and go, and seen by policies as a sequence of their views.
+
+    Slots are appended in order (a job that comes out of order rebuilds
+    them, sorted); a job that leaves frees its slot, and the slots are
+    compacted when they fill up, so adding and removing cost O(1) amortized
+    plus O(log n) for a tree of the slots' minimum sizes, which finds the
+    next job that fits ``avail`` nodes (:meth:`fitting`) without reading the
+    jobs in between. Iteration starts at the first live slot. Jobs need an
+    ``id``, ``submit``, ``min_nodes`` and ``view()`` (with ``cached``)."""
+
+    def __init__(self, jobs: Iterable[Any] = ()) -> None:
+        self.flagged_id: int | None = None  # the engine's priority job, if any
+        self._rebuild(list(jobs))
+
+    def _rebuild(self, jobs: list[Any]) -> None:
+        jobs.sort(key=_ORDER)
+        cap = 16
+        while cap < 2 * len(jobs) + 16:
+            cap *= 2
+        self._cap = cap
+        self._slots: list[Any] = list(jobs)
+        self._pos = {j.id: i for i, j in enumerate(jobs)}
+        self._head = 0
+        tree = [math.inf] * (2 * cap)
+        tree[cap:cap + len(jobs)] = [j.min_nodes for j in jobs]
+        for i in range(cap - 1, 0, -1):
+            a, b = tree[2 * i], tree[2 * i + 1]
+            tree[i] = a if a < b else b
+        self._tree = tree
+
+    def _set(self, pos: int, value: float) -> None:
+        tree = self._tree
+        i = pos + self._cap
+        tree[i] = value
+        i >>= 1
+        while i:
+            a, b = tree[2 * i], tree[2 * i + 1]
+            tree[i] = a if a < b else b
+            i >>= 1
+
+    def add(self, job: Any) -> None:
+        self.remove(job.id)  # a job submitted again replaces itself
+        slots = self._slots
+        last = next((j for j in reversed(slots) if j is not None), None) if slots else None
+        if last is not None and (job.submit, job.id) < (last.submit, last.id):
+            self._rebuild([*self.jobs(), job])  # out of order: rare
+            return
+        if len(slots) == self._cap:
+            self._rebuild(list(self.jobs()))
+            slots = self._slots
+        self._pos[job.id] = len(slots)
+        slots.append(job)
+        self._set(len(slots) - 1, job.min_nodes)
+
+    def remove(self, job_id: int) -> None:
+        pos = self._pos.pop(job_id, None)
+        if pos is None:
+            return
+        slots = self._slots
+        slots[pos] = None
+        self._set(pos, math.inf)
+        while self._head < len(slots) and slots[self._head] is None:
+            self._head += 1
+        if not self._pos:
+            self._rebuild([])
+
+    def jobs(self) -> Iterator[Any]:
+        """The queued jobs themselves (not their views), in order."""
+        slots = self._slots
+        for i in range(self._head, len(slots)):
+            job = slots[i]
+            if job is not None:
+                yield job
+
+    def __contains__(self, job: object) -> bool:
+        return getattr(job, "id", None) in self._pos
+
+    def __len__(self) -> int:
+        return len(self._pos)
+
+    def __iter__(self) -> Iterator[JobView]:
+        for job in self.jobs():
+            yield job.cached or job.view()
+
+    def __getitem__(self, index: Any) -> Any:  # O(n): policies should iterate
+        return [*self][index]
+
+    def fitting(self, avail: int, after: JobView | None = None) -> JobView | None:
+        """The first job after ``after`` (None: from the start) whose minimum is
+        at most ``avail``, or None."""
+        start = self._head if after is None else self._pos[after.id] + 1
+        tree, cap = self._tree, self._cap
+        if start >= cap:
+            return None
+        i = start + cap
+        while tree[i] > avail:
+            while i & 1:  # a right child: its parent's range ends here too
+                i >>= 1
+            if i == 0:
+                return None
+            i += 1
+        while i < cap:
+            i = 2 * i if tree[2 * i] <= avail else 2 * i + 1
+        job = self._slots[i - cap]
+        return job.cached or job.view()
+
+    def fitting_after(self, after: JobView | None, avail: Callable[[], int]
+                      ) -> Iterator[JobView]:
+        """The jobs after ``after`` whose minimum is at most ``avail()`` at the
+        moment each is asked for (what a backfill pass visits), until none fits."""
+        job = after
+        while (free := avail()) > 0:
+            job = self.fitting(free, job)
+            if job is None:
+                return
+            yield job
+
+    def flagged(self) -> list[JobView]:
+        """The priority job's view (DMR: a shrink made room for it), if queued."""
+        if self.flagged_id is None or self.flagged_id not in self._pos:
+            return []
+        job = self._slots[self._pos[self.flagged_id]]
+        return [job.cached or job.view()]
 
 
 def in_transit(free: int, running: Sequence[JobView], total: int) -> int:
@@ -76,8 +222,13 @@ def reservation(now: float, need: int, avail: int,
     """
     if avail >= need:
         return now, avail - need
-    for end, group in itertools.groupby(sorted(ends), key=lambda e: e[0]):
-        avail += sum(n for _, n in group)
+    heap = list(ends)  # popped in order: only the ends up to the shadow time are sorted
+    heapq.heapify(heap)
+    while heap:
+        end, n = heapq.heappop(heap)
+        avail += n
+        while heap and heap[0][0] == end:  # every job ending then counts
+            avail += heapq.heappop(heap)[1]
         if avail >= need:
             return end, avail - need
     return math.inf, 0
@@ -97,9 +248,8 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
     a flexible job started small runs longer and must still keep the promise).
     """
     run_for = runtime or (lambda job, n: job.walltime)
-    transit = in_transit(free, running, total)
-    ends = [(j.end_estimate(now), j.nodes) for j in running]
     starts: list[Start] = []
+    begun: list[tuple[JobView, int]] = []
     jobs = iter(waiting(queue, total))
     head = None
     for job in jobs:
@@ -108,11 +258,17 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
             head = job
             break
         starts.append(Start(job.id, n))
+        begun.append((job, n))
         free -= n
-        ends.append((now + run_for(job, n), n))
     if head is None:
         return starts, None, free
+    # the running jobs' ends only matter for a head left waiting
+    transit = in_transit(free + sum(n for _, n in begun), running, total)
+    ends = [(j.end_estimate(now), j.nodes) for j in running]
+    ends += [(now + run_for(job, n), n) for job, n in begun]
     shadow, extra = reservation(now, head.min_nodes, free + transit, ends)
+    if size in BY_MINIMUM and isinstance(queue, JobQueue):  # only jobs whose minimum
+        jobs = queue.fitting_after(head, lambda: free)  # fits can start: skip to them
     for job in jobs:
         if free == 0:
             break
@@ -139,7 +295,8 @@ def grant_requests(queue: Sequence[JobView], running: Sequence[JobView], free: i
     is on its way back) are kept for it. Returns one ``Grow`` per job, in
     the order of their requests, and the free nodes left.
     """
-    owed = sum(j.min_nodes for j in queue if j.priority)
+    flagged = getattr(queue, "flagged", None)  # a JobQueue knows its priority job
+    owed = sum(j.min_nodes for j in (flagged() if flagged else queue) if j.priority)
     spare = max(0, min(free, free + in_transit(free, running, total) - owed))
     askers = sorted((j for j in running if j.requested > 0 and j.resizable and j.malleable),
                     key=lambda j: (j.requested_since or 0.0, j.id))

@@ -16,7 +16,10 @@ same arguments give the same jobs on every run.
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
+import gzip
+import lzma
 import math
 import random
 from collections.abc import Sequence
@@ -24,15 +27,14 @@ from os import PathLike
 from pathlib import Path
 
 from ._model import CLASSES
+from .swf import WorkloadError, job_records, swf_header, trace_cluster
 
 __all__ = [
-    "SimJob", "WorkloadError", "read_swf", "swf_header", "write_swf",
+    "SimJob", "WorkloadError", "read_swf", "swf_header", "trace_cluster", "write_swf",
     "make_malleable", "scale_arrivals", "RHO_CLASSES", "MEBF_INTENSIVE",
     "APGAS_TABLE", "APGAS_WORK_UNIT", "ApgasConfig", "apgas_job_batch",
     "uniform_evolving", "kit_like",
 ]
-
-SWF_FIELDS = 18
 
 # The MEBF study's scalability classes (low, medium, high): rho ranges for make_malleable.
 RHO_CLASSES: dict[str, tuple[float, float]] = {
@@ -97,34 +99,14 @@ class SimJob:
         return self.preferred * self.runtime
 
 
-class WorkloadError(ValueError):
-    """A trace line that cannot be read; the message names the file and line."""
-
-    def __init__(self, path: str | PathLike[str], line: int, message: str) -> None:
-        super().__init__(f"{path}:{line}: {message}")
-        self.path = str(path)
-        self.line = line
-
-
-# -- SWF ------------------------------------------------------------------------------------
-
-def _fields(path: str | PathLike[str], number: int, text: str) -> list[float]:
-    parts = text.split()
-    if len(parts) != SWF_FIELDS:
-        raise WorkloadError(path, number, f"expected {SWF_FIELDS} fields, found {len(parts)}")
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        raise WorkloadError(path, number, f"not a number in {text.strip()!r}") from None
-    if not all(math.isfinite(v) for v in values):
-        raise WorkloadError(path, number, "fields must be finite numbers")
-    return values
-
+# -- SWF (reading: apgas_scheduler.swf) ------------------------------------------------------
 
 def read_swf(path: str | PathLike[str], *, procs_per_node: int = 1, max_jobs: int | None = None,
              stats: dict[str, float] | None = None) -> list[SimJob]:
     """The jobs of an SWF trace as rigid ``SimJob`` s, sorted by submission.
 
+    The file may be plain or gzip, bzip2 or xz compressed (as the Parallel
+    Workloads Archive ships it; told by its first bytes) and is streamed.
     Nodes are ``ceil(processors / procs_per_node)`` with the requested
     processors (field 8), or the allocated ones (field 5) when unknown. Jobs
     with no run time or no processors (field 4 or both processor fields
@@ -136,54 +118,18 @@ def read_swf(path: str | PathLike[str], *, procs_per_node: int = 1, max_jobs: in
     Pass a dict as ``stats`` to learn what was read: ``jobs`` (kept),
     ``skipped`` and ``first_submit`` (the absolute submit time that became 0).
 
-    Raises ``WorkloadError`` (naming file and line) for a line without 18
-    numeric fields, a job number that is not an integer or an unknown
-    (negative) submit time of a job that is kept.
+    Raises ``WorkloadError`` (naming file, line and cause) for a line without
+    18 numeric fields, a job number that is not an integer, an unknown
+    (negative) submit time of a job that is kept, bytes that are not text or
+    a corrupt compressed stream.
     """
-    if procs_per_node < 1:
-        raise ValueError("procs_per_node must be >= 1")
-    kept: list[tuple[float, int, float, float, int]] = []
-    skipped = 0
-    with open(path, encoding="utf-8") as f:
-        for number, text in enumerate(f, start=1):
-            stripped = text.strip()
-            if not stripped or stripped.startswith(";"):
-                continue
-            if max_jobs is not None and len(kept) >= max_jobs:
-                break
-            v = _fields(path, number, stripped)
-            if not v[0].is_integer():
-                raise WorkloadError(path, number, f"job number {v[0]} is not an integer")
-            runtime, procs = v[3], (v[7] if v[7] > 0 else v[4])
-            if runtime <= 0 or procs <= 0:
-                skipped += 1
-                continue
-            if v[1] < 0:
-                raise WorkloadError(path, number, "submit time unknown")
-            nodes = math.ceil(procs / procs_per_node)
-            estimate = v[8] if v[8] > 0 else runtime
-            kept.append((v[1], int(v[0]), runtime, estimate, nodes))
+    kept, skipped = job_records(path, procs_per_node, max_jobs)
     first = min((k[0] for k in kept), default=0.0)
     if stats is not None:
         stats.update(jobs=len(kept), skipped=skipped, first_submit=first)
     jobs = [SimJob(id=i, submit=s - first, cls="rigid", min_nodes=n, max_nodes=n, preferred=n,
                    runtime=r, estimate=e) for s, i, r, e, n in kept]
     return sorted(jobs, key=lambda j: (j.submit, j.id))
-
-
-def swf_header(path: str | PathLike[str]) -> dict[str, str]:
-    """The ``; Key: value`` lines of an SWF header (e.g. ``MaxNodes``, ``MaxProcs``),
-    read up to the first job line."""
-    header: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for text in f:
-            stripped = text.strip()
-            if stripped and not stripped.startswith(";"):
-                break
-            key, sep, value = stripped.lstrip(";").partition(":")
-            if sep and key.strip():
-                header.setdefault(key.strip(), value.strip())
-    return header
 
 
 def _num(x: float) -> str:
@@ -197,7 +143,8 @@ def write_swf(jobs: Sequence[SimJob], path: str | PathLike[str],
 
     Only the rigid view survives (SWF has no node ranges): ``preferred *
     procs_per_node`` processors allocated and requested, ``runtime`` and
-    ``estimate``, status 1 (completed), every other field -1. ``header``
+    ``estimate``, status 1 (completed), every other field -1; a name ending
+    in ``.gz``, ``.bz2`` or ``.xz`` is written compressed so. ``header``
     lines (a string may hold several) are written as ``;`` comments after
     ``Version`` and before ``MaxJobs``.
     """
@@ -210,7 +157,10 @@ def write_swf(jobs: Sequence[SimJob], path: str | PathLike[str],
         fields = [j.id, _num(j.submit), -1, _num(j.runtime), procs, -1, -1, procs,
                   _num(j.estimate), -1, 1] + [-1] * 7
         out.append(" ".join(str(f) for f in fields))
-    Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
+    data = ("\n".join(out) + "\n").encode("utf-8")
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(Path(path).suffix, open)
+    with opener(path, "wb") as f:  # compressed as its name says, like the archive's traces
+        f.write(data)
 
 
 # -- transformations ------------------------------------------------------------------------

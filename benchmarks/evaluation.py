@@ -1,6 +1,7 @@
 """The simulator against the published studies: three comparisons, one table each.
 
     python -m benchmarks.evaluation [--quick] [--json FILE] [--plot FILE]
+    python -m benchmarks.evaluation --real-traces [--trace-jobs 10000] [--traces DIR]
 
 1. MEBF against EASY backfilling (the MEBF study): a KIT-like workload
    (``apgas_scheduler.workload.kit_like``; the real KIT trace is not here) of 1,000
@@ -23,6 +24,14 @@
    2 and unbounded, with compacting, and the rigid baseline that reserves each
    job's maximum for its whole run. Published: less waste and earlier
    completion than the baseline.
+
+4. (``--real-traces``, alone) the four real traces of the Parallel Workloads
+   Archive (``benchmarks.simspeed.REAL_TRACES``, on the machines the archive
+   suggests): EASY against MEBF (handoff) and minAgree with 20% and 100% of
+   the jobs malleable (``make_malleable``: min = pref/2, max = 5 pref, medium
+   scalability, seed 1), reconfiguration cost alpha = 1 s, beta = 10 s, b =
+   0.5 s, resize interval 300 s, on the first ``--trace-jobs`` jobs of each
+   (0: whole). Writes ``docs/results/evaluation_traces.{json,md}``.
 
 Prints the tables, writes JSON and a PNG; nothing is asserted.
 """
@@ -109,12 +118,74 @@ def evolving_vs_rigid(seeds: int) -> dict[str, Any]:
     return {name: {m: statistics.mean(v) for m, v in d.items()} for name, d in rows.items()}
 
 
+TRACE_POLICIES = ("easy", "mebf", "malleable")
+TRACE_SHARES = (0.2, 1.0)
+TRACE_METRICS = ("mean_turnaround", "mean_wait", "utilization", "makespan")
+
+
+def real_traces(directory: Path, max_jobs: int | None) -> dict[str, Any]:
+    """Comparison 4: {trace: {"nodes", "jobs", "runs": {"policy share%": metrics}}}."""
+    from benchmarks.simspeed import REAL_TRACES, load_trace
+
+    cost = COSTS["ours"]
+    out: dict[str, Any] = {}
+    for name in REAL_TRACES:
+        rigid, nodes = load_trace(directory, name, max_jobs)
+        runs: dict[str, Any] = {}
+        for share in TRACE_SHARES:
+            jobs = wl.make_malleable(rigid, share, 1, total_nodes=nodes,
+                                     rho=wl.RHO_CLASSES["medium"])
+            for policy in TRACE_POLICIES:
+                options: dict[str, Any] = {"reconfig_cost": cost} if policy == "mebf" else {}
+                m = Simulator(nodes, get_policy(policy, resize_interval=300, **options),
+                              reconfig=cost).run(jobs).metrics
+                runs[f"{policy} {int(share * 100)}%"] = {k: m[k] for k in (
+                    *TRACE_METRICS, "reconfigurations", "jobs")}
+                print(f"   {name:<13} {policy:<10} {int(share * 100):>3}%  " + "  ".join(
+                    f"{k} {m[k]:.4g}" for k in TRACE_METRICS), flush=True)
+        out[name] = {"nodes": nodes, "jobs": len(rigid), "runs": runs}
+    return out
+
+
+def traces_markdown(report: dict[str, Any], command: str) -> str:
+    lines = [f"Produced by `{command}`.", "",
+             "| trace (nodes, jobs) | policy | malleable | mean turnaround h | mean wait h | "
+             "utilization | makespan d | resizes | turnaround vs EASY |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, t in report.items():
+        for key, m in t["runs"].items():
+            policy, share = key.split()
+            base = t["runs"][f"easy {share}"]["mean_turnaround"]
+            lines.append(f"| {name} ({t['nodes']}, {t['jobs']:,}) | {policy} | {share} | "
+                         f"{m['mean_turnaround'] / 3600:.2f} | {m['mean_wait'] / 3600:.2f} | "
+                         f"{m['utilization']:.3f} | {m['makespan'] / 86400:.1f} | "
+                         f"{m['reconfigurations']} | {_pct(m['mean_turnaround'], base):+.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.evaluation", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer seeds, 1,000 jobs only")
     p.add_argument("--json", type=Path, default=Path("bench-results/evaluation.json"))
     p.add_argument("--plot", type=Path, default=Path("bench-results/evaluation.png"))
+    p.add_argument("--real-traces", action="store_true", help="only comparison 4 (real traces)")
+    p.add_argument("--trace-jobs", type=int, default=10000, help="jobs per trace (0: whole)")
+    p.add_argument("--traces", type=Path, default=None, help="the real traces' directory")
+    p.add_argument("--out", type=Path, default=Path("docs/results"),
+                   help="where comparison 4 writes evaluation_traces.{json,md}")
     ns = p.parse_args(argv)
+    if ns.real_traces:
+        from benchmarks.simspeed import TRACES_DIR
+
+        print(f"4. real traces, first {ns.trace_jobs or 'all'} jobs, EASY vs MEBF vs minAgree")
+        traces = real_traces(ns.traces or TRACES_DIR, ns.trace_jobs or None)
+        ns.out.mkdir(parents=True, exist_ok=True)
+        (ns.out / "evaluation_traces.json").write_text(json.dumps(
+            {"machine": machine_info(), "trace_jobs": ns.trace_jobs, "traces": traces}, indent=2) + "\n")
+        command = "python -m benchmarks.evaluation --real-traces" + (
+            f" --trace-jobs {ns.trace_jobs}" if ns.trace_jobs != 10000 else "")
+        (ns.out / "evaluation_traces.md").write_text(traces_markdown(traces, command))
+        return 0
     sizes, seeds = ([1000] if ns.quick else [1000, 5000]), (1 if ns.quick else 3)
     costs = {name: mebf_vs_easy(sizes, seeds, cost) for name, cost in COSTS.items()}
     mebf = costs["ours"]

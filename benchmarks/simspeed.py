@@ -1,6 +1,8 @@
 """Simulator speed: 5,000 jobs on 500 nodes under every policy (target: under 10 s each).
 
     python -m benchmarks.simspeed [--jobs 5000] [--nodes 500] [--share 0.5] [--json FILE]
+        [--traces DIR] [--trace-sizes 10000,100000,0] [--trace-policies fcfs,easy,...]
+        [--traces-json FILE] [--skip-synthetic]
 
 The workload is ``apgas_scheduler.workload.kit_like`` (seeded), half of its jobs
 malleable (min = pref/2, max = 5 pref, rho in 0.0-0.3) with a
@@ -10,6 +12,13 @@ Intensive for basic MEBF); the evolving policies get ``uniform_evolving`` jobs
 of the same count, the list scheduler under each of the evolving study's
 variants (noX, 2X, 2X+c, infX, infX+c). Prints a table of wall seconds per
 policy with the main metrics, and writes JSON. Nothing is asserted.
+
+Then the four real traces of the Parallel Workloads Archive (``REAL_TRACES``,
+read from ``--traces``, by default ``../shared/traces`` beside the checkout;
+skipped if absent) as they are, rigid, on the machine the archive suggests,
+under every live policy, on their first 10,000 and 100,000 jobs and whole
+(``--trace-sizes``, 0 = whole): jobs simulated per second, and the growth of
+the cost per job from the smallest size to the whole trace (1.0: linear).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import machine_info
+from apgas_scheduler import swf
 from apgas_scheduler import workload as wl
 from apgas_scheduler.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.mebf import MEBF_POLICIES
@@ -54,13 +64,77 @@ def variants() -> list[tuple[str, Any]]:
     return out
 
 
+REAL_TRACES: dict[str, tuple[str, int]] = {
+    "KTH-SP2": ("KTH-SP2-1996-2.1-cln.swf.gz", 1),
+    "HPC2N": ("HPC2N-2002-2.1-cln.swf.gz", 2),
+    "SDSC-BLUE": ("SDSC-BLUE-2000-4.2-cln.swf.gz", 8),
+    "LLNL-Thunder": ("LLNL-Thunder-2007-1.1-cln.swf.gz", 4),
+}
+"""name: (file, processors per node as the traces' README suggests); the nodes
+come from the header (``MaxProcs`` / processors per node)."""
+
+TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def load_trace(directory: Path, name: str, max_jobs: int | None = None) -> tuple[list[Any], int]:
+    """A real trace's jobs (rigid) and the nodes of its machine."""
+    file, ppn = REAL_TRACES[name]
+    path = directory / file
+    nodes, _ = swf.trace_cluster(swf.swf_header(path), ppn)
+    return wl.read_swf(path, procs_per_node=ppn, max_jobs=max_jobs), int(nodes or 1)
+
+
+def trace_speed(directory: Path, sizes: list[int], policies: list[str]) -> list[dict[str, Any]]:
+    """Seconds and jobs per second of every policy on every trace and size."""
+    rows = []
+    print(f"\n{'trace':<13}{'policy':<14}" + "".join(f"{('whole' if n == 0 else n):>18}" for n in sizes)
+          + f"{'growth':>8}   (jobs/s at each size; growth: s/job whole over s/job first)")
+    for name in REAL_TRACES:
+        whole, nodes = load_trace(directory, name)
+        for policy in policies:
+            cells, runs = [], []
+            for size in sizes:
+                if size and size >= len(whole) and size != sizes[0]:
+                    cells.append(f"{'-':>18}")
+                    continue
+                jobs = whole[:size] if size else whole
+                started = time.perf_counter()
+                metrics = Simulator(nodes, get_policy(policy)).run(jobs).metrics
+                seconds = time.perf_counter() - started
+                runs.append({"jobs": len(jobs), "seconds": seconds, "jobs_per_second": len(jobs) / seconds,
+                             "mean_wait": metrics["mean_wait"], "utilization": metrics["utilization"]})
+                cells.append(f"{len(jobs) / seconds:>10.0f} ({seconds:5.1f}s)")
+            growth = (runs[-1]["seconds"] / runs[-1]["jobs"]) / (runs[0]["seconds"] / runs[0]["jobs"])
+            rows.append({"trace": name, "nodes": nodes, "policy": policy, "runs": runs, "growth": growth})
+            print(f"{name:<13}{policy:<14}" + "".join(cells) + f"{growth:>8.2f}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.simspeed", description=__doc__.split("\n")[0])
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--nodes", type=int, default=500)
     p.add_argument("--share", type=float, default=0.5)
     p.add_argument("--json", type=Path, default=Path("bench-results/simspeed.json"))
+    p.add_argument("--traces", type=Path, default=TRACES_DIR, help="the real traces' directory")
+    p.add_argument("--trace-sizes", default="10000,100000,0", help="jobs per run (0: whole trace)")
+    p.add_argument("--trace-policies", default=",".join(policy_names()))
+    p.add_argument("--traces-json", type=Path, default=Path("bench-results/simspeed_traces.json"))
+    p.add_argument("--skip-synthetic", action="store_true", help="only the real traces")
     ns = p.parse_args(argv)
+    if not ns.skip_synthetic:
+        synthetic(ns)
+    if not ns.traces.is_dir():
+        print(f"\nno real traces: {ns.traces} is not a directory (skipped)")
+        return 0
+    rows = trace_speed(ns.traces, [int(n) for n in ns.trace_sizes.split(",")],
+                       [p for p in ns.trace_policies.split(",") if p])
+    ns.traces_json.parent.mkdir(parents=True, exist_ok=True)
+    ns.traces_json.write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def synthetic(ns: argparse.Namespace) -> None:
     jobs = wl.make_malleable(wl.kit_like(1, ns.jobs, ns.nodes), ns.share, 1, total_nodes=ns.nodes,
                              rho=(0.0, 0.3))
     evolving = wl.uniform_evolving(1, ns.jobs, ns.nodes, spread=ns.jobs * 60.0)
@@ -77,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     ns.json.parent.mkdir(parents=True, exist_ok=True)
     ns.json.write_text(json.dumps({"machine": machine_info(), "jobs": ns.jobs, "nodes": ns.nodes,
                                    "share": ns.share, "runs": rows}, indent=2, default=str) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "results/*.md"]  # tables the harnesses write; pages include them
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
