@@ -87,7 +87,7 @@ class DMR(Policy):
         grants, free = grant_requests(queue, running, free, total)
         running = with_grants(running, grants)
         starts, head, idle = easy(now, queue, running, free, total, moldable_size)
-        askers = [j for j in sorted(running, key=lambda j: j.id) if self._asks(now, j)]
+        askers = sorted((j for j in running if self._asks(now, j)), key=lambda j: j.id)
         return [*grants, *starts,
                 *_reconfigure(askers, head, idle, in_transit(free, running, total), self.factor)]
 

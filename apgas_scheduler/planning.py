@@ -295,11 +295,13 @@ def grant_requests(queue: Sequence[JobView], running: Sequence[JobView], free: i
     is on its way back) are kept for it. Returns one ``Grow`` per job, in
     the order of their requests, and the free nodes left.
     """
+    askers = sorted((j for j in running if j.requested > 0 and j.resizable and j.malleable),
+                    key=lambda j: (j.requested_since or 0.0, j.id))
+    if not askers:
+        return [], free
     flagged = getattr(queue, "flagged", None)  # a JobQueue knows its priority job
     owed = sum(j.min_nodes for j in (flagged() if flagged else queue) if j.priority)
     spare = max(0, min(free, free + in_transit(free, running, total) - owed))
-    askers = sorted((j for j in running if j.requested > 0 and j.resizable and j.malleable),
-                    key=lambda j: (j.requested_since or 0.0, j.id))
     wants = {j.id: max(0, min(j.requested, j.max_nodes - j.nodes)) for j in askers}
     given = dict.fromkeys(wants, 0)
     while spare > 0 and any(wants.values()):
