@@ -67,6 +67,17 @@ def place_processes(parent: int) -> list[int]:
     return found
 
 
+def eventually(predicate, what: str, timeout: float = 30.0):
+    """The first true value of ``predicate()``, polled every 0.05 s; AssertionError
+    naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def wait_gone(pids, timeout: float) -> list[int]:
     """Wait until none of ``pids`` runs; return those still running after ``timeout``."""
     deadline = time.monotonic() + timeout

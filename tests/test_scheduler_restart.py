@@ -9,14 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from apgas_scheduler.client import request
 from apgas_scheduler.metrics import compute_metrics, read_events
-from conftest import alive
+from conftest import alive, eventually
 from orders import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -65,15 +64,6 @@ def sleeper(tmp: Path, name: str, seconds: float) -> dict:
             "command": ["/bin/sh", "-c", f"echo $$ > {mark}.pid; sleep {seconds}; touch {mark}.done"]}
 
 
-def wait(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def daemon(tmp_path):
     d = Daemon(tmp_path)
@@ -85,9 +75,9 @@ def test_a_killed_scheduler_resumes_its_jobs(daemon, tmp_path):
     daemon.start()
     first = daemon.request("submit", job=sleeper(tmp_path, "first", 4))["id"]
     second = daemon.request("submit", job=sleeper(tmp_path, "second", 0.5))["id"]
-    wait(lambda: daemon.jobs()[first]["state"] == "running", "the first job to run")
+    eventually(lambda: daemon.jobs()[first]["state"] == "running", "the first job to run")
     assert daemon.jobs()[second]["state"] == "queued"
-    pid = int(wait(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
+    pid = int(eventually(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
                    "the first job's pid"))
     daemon.kill()
     assert alive(pid)  # the job outlives the daemon...
@@ -97,7 +87,7 @@ def test_a_killed_scheduler_resumes_its_jobs(daemon, tmp_path):
     assert jobs[second]["state"] == "queued"
     third = daemon.request("submit", job=sleeper(tmp_path, "third", 0.1))["id"]
     assert third == second + 1  # ids are not reused
-    wait(lambda: all(j["state"] == "done" for j in daemon.jobs().values()), "every job to end")
+    eventually(lambda: all(j["state"] == "done" for j in daemon.jobs().values()), "every job to end")
     assert (tmp_path / "first.done").exists() and (tmp_path / "second.done").exists()
     assert not alive(pid)
     metrics = compute_metrics(read_events(tmp_path / "state"))
@@ -110,13 +100,13 @@ def test_a_job_gone_while_the_scheduler_was_down_is_failed_and_frees_its_node(da
     daemon.start()
     first = daemon.request("submit", job=sleeper(tmp_path, "first", 30))["id"]
     second = daemon.request("submit", job=sleeper(tmp_path, "second", 0.1))["id"]
-    pid = int(wait(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
+    pid = int(eventually(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
                    "the first job's pid"))
     daemon.kill()
     os.kill(pid, signal.SIGKILL)
-    wait(lambda: not alive(pid), "the first job to die")
+    eventually(lambda: not alive(pid), "the first job to die")
     daemon.start()
-    jobs = wait(lambda: (j := daemon.jobs())[second]["state"] == "done" and j, "the second job")
+    jobs = eventually(lambda: (j := daemon.jobs())[second]["state"] == "done" and j, "the second job")
     assert jobs[first]["state"] == "failed" and "restarted" in jobs[first]["reason"]
 
 
@@ -134,7 +124,7 @@ def test_a_second_scheduler_on_the_same_state_is_refused(daemon, tmp_path):
 def test_report_reads_the_database(daemon, tmp_path):
     daemon.start()
     jid = daemon.request("submit", job=sleeper(tmp_path, "one", 0.1))["id"]
-    wait(lambda: daemon.jobs()[jid]["state"] == "done", "the job to end")
+    eventually(lambda: daemon.jobs()[jid]["state"] == "done", "the job to end")
     out = subprocess.run([sys.executable, "-m", "apgas_scheduler", "report", str(tmp_path / "state"),
                           "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -150,14 +140,14 @@ def test_an_adopted_malleable_job_takes_orders_again(tmp_path):
         m = daemon.request("submit", job={
             "name": "m", "class": "malleable", "min_nodes": 1, "max_nodes": 3, "walltime": 60,
             "cwd": str(root), "command": ["python", "examples/malleable_hello.py", "--seconds", "40"]})["id"]
-        wait(lambda: len(daemon.jobs()[m]["nodes"]) == 3, "the malleable job to grow onto every node")
+        eventually(lambda: len(daemon.jobs()[m]["nodes"]) == 3, "the malleable job to grow onto every node")
         daemon.kill()
         daemon.start()
         assert daemon.jobs()[m]["state"] == "running" and len(daemon.jobs()[m]["nodes"]) == 3
         r = daemon.request("submit", job=sleeper(tmp_path, "rigid", 0.2) | {"nodes": 2})["id"]
-        jobs = wait(lambda: (j := daemon.jobs())[r]["state"] == "done" and j, "the rigid job", 60)
+        jobs = eventually(lambda: (j := daemon.jobs())[r]["state"] == "done" and j, "the rigid job", 60)
         assert jobs[m]["shrinks"] >= 1 and jobs[m]["state"] == "running"
         daemon.request("cancel", id=m)
-        wait(lambda: daemon.jobs()[m]["state"] == "cancelled", "the cancel")
+        eventually(lambda: daemon.jobs()[m]["state"] == "cancelled", "the cancel")
     finally:
         daemon.stop()

@@ -22,6 +22,7 @@ from apgas.order import send_order
 from apgas_scheduler import access
 from apgas_scheduler.client import request
 from apgas_scheduler.jobs import JobSpec
+from conftest import eventually
 from launch_prog import Newest
 
 pytestmark = pytest.mark.timeout(90)
@@ -68,15 +69,6 @@ def marker_job(path: Path, name: str = "m") -> dict:
             "class": "rigid", "nodes": 1, "walltime": 60, "cwd": str(path.parent)}
 
 
-def wait(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # -- the scheduler's clients -----------------------------------------------------------
 
 def test_an_unsigned_submit_over_tcp_runs_nothing(sched, shared_dir):
@@ -119,9 +111,9 @@ def test_another_user_submits_jobs_that_run_as_that_user_and_cannot_touch_others
     theirs, mine = shared_dir / "theirs", shared_dir / "mine"
     reply = as_nobody(s.socket_path, {"op": "submit", "job": marker_job(theirs, "theirs")})
     assert reply["ok"], reply
-    assert wait(lambda: theirs.exists() and theirs.read_text().strip(), "nobody's job") == "65534"
+    assert eventually(lambda: theirs.exists() and theirs.read_text().strip(), "nobody's job") == "65534"
     my_id = request(s.address, "submit", job=marker_job(mine, "mine"))["id"]
-    wait(lambda: mine.exists() and mine.read_text().strip(), "the operator's job")
+    eventually(lambda: mine.exists() and mine.read_text().strip(), "the operator's job")
     assert mine.read_text().strip() == str(os.geteuid())
     refused = as_nobody(s.socket_path, {"op": "cancel", "id": my_id})
     assert not refused["ok"] and "only their own jobs" in refused["error"]
@@ -153,7 +145,7 @@ def test_spoofed_and_replayed_job_messages_change_nothing(sched, shared_dir):
     s = sched()
     a = request(s.address, "submit", job=marker_job(shared_dir / "a", "a"))["id"]
     b = request(s.address, "submit", job=marker_job(shared_dir / "b", "b"))["id"]
-    wait(lambda: all(j["state"] == "running" for j in s.status()["jobs"]), "both jobs to run")
+    eventually(lambda: all(j["state"] == "running" for j in s.status()["jobs"]), "both jobs to run")
     node_of_a = next(n["name"] for n in s.status()["nodes"] if n["job"] == a)
     release = f"Evolving;Release;{node_of_a}:127.0.0.1:{a}"
     raw(s.address, release)                                         # unsigned
