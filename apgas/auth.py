@@ -30,7 +30,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-__all__ = ["AuthError", "ReplayGuard", "Signed", "sign", "parse_signed", "is_signed", "new_secret",
+__all__ = ["AuthError", "ReplayGuard", "Signed", "sign", "parse_signed", "is_signed", "accept",
+           "new_secret",
            "load_or_create_secret", "read_secret", "write_key_file", "order_key_path", "runtime_dir",
            "MAX_SKEW"]
 
@@ -89,6 +90,18 @@ def parse_signed(text: str) -> Signed:
     return Signed(int(t), nonce, mac, line)
 
 
+def accept(text: str, secret: str | None, guard: "ReplayGuard", unsigned: str) -> str:
+    """The line in ``text``. With ``secret``: only if signed with it, recent and
+    new (AuthError naming what failed; ``unsigned`` says why a plain line is
+    refused). Without (plain mode): any line, a signature, if any, dropped unchecked."""
+    if is_signed(text):
+        signed = parse_signed(text)
+        return signed.line if secret is None else guard.check(secret, signed)
+    if secret is not None:
+        raise AuthError(f"{unsigned}: {text[:60]!r}")
+    return text
+
+
 class ReplayGuard:
     """Verifies signed lines and accepts each one once. Thread-safe; remembers
     at most ``capacity`` lines (only correctly signed ones enter, so nobody
@@ -139,23 +152,25 @@ def load_or_create_secret(path: str | os.PathLike[str]) -> str:
             raise AuthError(f"the key file {path} may be read by others (mode "
                             f"{path.stat().st_mode & 0o777:o}); chmod 600 it")
         return read_secret(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     secret = new_secret()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
+    _write_private(path, secret, os.O_EXCL)
     return secret
 
 
 def write_key_file(path: Path, secret: str) -> Path:
     """Write ``secret`` to ``path`` (mode 0600, its directory 0700), replacing any old file."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
+    _write_private(tmp, secret, os.O_TRUNC)
     os.replace(tmp, path)
     return path
+
+
+def _write_private(path: Path, secret: str, flags: int) -> None:
+    """A new file only its owner may read (its directory 0700), holding ``secret``."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
 
 
 def runtime_dir() -> Path:

@@ -265,14 +265,10 @@ class SocketMalleableCommunicator(MalleableCommunicator):
 
     def _authentic(self, line: str) -> str:
         """The order in a signed line; a plain one only in plain mode."""
-        if auth.is_signed(line):
-            signed = auth.parse_signed(line)
-            return signed.line if self._plain else self._guard.check(self._secret, signed)
-        if self._plain:
-            return line
-        raise auth.AuthError("this job takes signed orders only (see apgas.auth; python -m "
-                             "apgas.order signs them); plain orders need APGAS_PLAIN_PROTOCOL=1 "
-                             "on the job's side")
+        return auth.accept(line, None if self._plain else self._secret, self._guard,
+                           "this job takes signed orders only (see apgas.auth; python -m "
+                           "apgas.order signs them); plain orders need APGAS_PLAIN_PROTOCOL=1 "
+                           "on the job's side")
 
     def _read_line(self, conn: socket.socket, read_by: float) -> str | None:
         try:

@@ -131,7 +131,7 @@ class FakeScheduler:
 
     def _handle(self, conn: socket.socket, line: str) -> None:
         try:
-            line = self._authentic(line)
+            line = auth.accept(line, self.secret, self._guard, "unsigned line")
         except auth.AuthError as e:
             self.refused.append((line, str(e)))
             return
@@ -146,14 +146,6 @@ class FakeScheduler:
             time.sleep(self.silence)
         elif answer is not None:
             conn.sendall(answer.encode() + b"\n")
-
-    def _authentic(self, line: str) -> str:
-        if auth.is_signed(line):
-            signed = auth.parse_signed(line)
-            return self._guard.check(self.secret, signed) if self.secret else signed.line
-        if self.secret:
-            raise auth.AuthError(f"unsigned line: {line[:60]!r}")
-        return line
 
     def messages(self, prefix: str = "Evolving") -> list[str]:
         """The messages (without their sender) of the lines starting with ``prefix``."""

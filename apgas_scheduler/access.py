@@ -37,14 +37,18 @@ class Client:
 
     uid: int
     operator: bool
-    via: str  # "unix", "tcp" or "api"
+    via: str  # "unix" or "tcp" (the Python API counts as the operator's "tcp")
 
     @property
     def user(self) -> str:
-        try:
-            return pwd.getpwuid(self.uid).pw_name
-        except KeyError:
-            return f"uid {self.uid}"
+        return _user_name(self.uid)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def operator_uids() -> set[int]:
@@ -75,14 +79,14 @@ def authorize(client: Client, op: str, owner: int | None = None) -> None:
         raise PermissionError(f"{op} is for the scheduler's operator, not {client.user}")
     if op == "cancel" and owner is not None and owner != client.uid:
         raise PermissionError(f"{client.user} may cancel only their own jobs; this one is "
-                              f"{Client(owner, False, client.via).user}'s")
+                              f"{_user_name(owner)}'s")
 
 
 def run_as(client: Client) -> int:
     """The uid a job of ``client`` runs as: the client's own. PermissionError if
     this scheduler cannot run jobs as that user (it is not root)."""
     if client.uid != os.geteuid() and os.geteuid() != 0:
-        raise PermissionError(f"this scheduler runs as {Client(os.geteuid(), True, 'api').user} and "
+        raise PermissionError(f"this scheduler runs as {_user_name(os.geteuid())} and "
                               f"can run jobs only as that user, not as {client.user}; to serve "
                               "several users it must run as root")
     return client.uid

@@ -136,12 +136,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 try:
                     job.proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    pass
-                if getattr(job, "identity", None):
-                    try:
-                        containment.kill(job.identity, 0)  # whatever is left, at once
-                    except containment.StillRunning as e:
-                        log.error("job %d: %s", job.id, e)
+                    self._end_all(job, 0.0)  # whatever is left, at once
         for server in (self._server, self._unix):
             try:
                 server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()

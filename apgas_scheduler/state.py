@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .jobs import JobSpec
+from .jobs import JobSpec, parse_job
 
 __all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
 
@@ -118,8 +118,9 @@ class StateStore:
         return [_stored(row) for row in self._db.execute("SELECT * FROM jobs ORDER BY id")]
 
     def last_id(self) -> int:
-        """The highest job id ever given (0 for none): ids are never reused."""
-        return int(self._meta("last_id") or 0)
+        """The highest job id ever given (0 for none): no job row is ever deleted,
+        so ids are never reused."""
+        return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
 
     def events(self) -> Iterator[dict[str, Any]]:
         for (record,) in self._db.execute("SELECT record FROM events ORDER BY seq"):
@@ -139,8 +140,6 @@ class StateStore:
                 if job is not None:
                     self._db.execute("INSERT OR REPLACE INTO jobs VALUES "
                                      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _row(job))
-                    if job.id > self.last_id():
-                        self._set_meta("last_id", str(job.id))
                 if nodes is not None:
                     self._db.execute("DELETE FROM nodes")
                     self._db.executemany("INSERT INTO nodes VALUES (?, ?)", enumerate(nodes))
@@ -171,15 +170,8 @@ def _row(job: Any) -> tuple:
 def _stored(row: tuple) -> StoredJob:
     (jid, spec, owner, secret, state, submit, start, end, reason, nodes, listen, reports, ready,
      disabled, grows, shrinks, identity) = row
-    data = json.loads(spec)
-    sizes = data.pop("nodes", None)
-    if sizes is not None:
-        data["min_nodes"] = data["max_nodes"] = sizes
     return StoredJob(
-        jid, JobSpec(data["name"], tuple(data["command"]), data["class"], data["min_nodes"],
-                     data["max_nodes"], data["walltime"], tuple(sorted(data["env"].items())),
-                     data["cwd"], data.get("protocol", "signed")),
-        owner, secret, state, submit, start, end, reason, json.loads(nodes),
+        jid, parse_job(json.loads(spec), f"stored job {jid}"), owner, secret, state, submit, start, end, reason, json.loads(nodes),
         tuple(json.loads(listen)) if listen else None, reports, bool(ready),  # type: ignore[arg-type]
         bool(disabled), grows, shrinks, json.loads(identity) if identity else None)
 
