@@ -67,6 +67,18 @@ def place_processes(parent: int) -> list[int]:
     return found
 
 
+def install_distribution(directory: Path, name: str, module: str, source: str,
+                         entry_points: str) -> None:
+    """Make ``directory`` hold a distribution as pip would install it: the module
+    ``module`` (with ``source``) and a ``dist-info`` whose ``entry_points.txt`` is
+    ``entry_points``. Put ``directory`` on the path to install it."""
+    (directory / f"{module}.py").write_text(source)
+    info = directory / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
 def eventually(predicate, what: str, timeout: float = 30.0):
     """The first true value of ``predicate()``, polled every 0.05 s; AssertionError
     naming ``what`` after ``timeout`` s."""

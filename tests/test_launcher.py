@@ -15,6 +15,7 @@ import launcher
 from apgas._config import load_config
 from apgas.errors import ApgasError, ConfigError
 from launcher import HostSpecError, expand_hostlist, read_hostfile, slurm_hosts
+from conftest import install_distribution
 
 ALLOCATION = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]",
               "SLURM_TASKS_PER_NODE": "1(x3)"}
@@ -127,12 +128,9 @@ class Recording(LocalLauncher):
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A launcher installed the way a package would: a dist-info with an entry point."""
-    (tmp_path / "recording_launcher.py").write_text(PLUGIN)
-    info = tmp_path / "recording_launcher-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: recording-launcher\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        "[apgas.launchers]\nrecording = recording_launcher:Recording\nbroken = os:getcwd\n")
+    install_distribution(tmp_path, "recording-launcher", "recording_launcher", PLUGIN,
+                         "[apgas.launchers]\nrecording = recording_launcher:Recording\n"
+                         "broken = os:getcwd\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("LAUNCH_LOG", str(tmp_path / "launches"))

@@ -11,6 +11,7 @@ import pytest
 
 from apgas_scheduler import policies, registry
 from apgas_scheduler.simulator import Simulator
+from conftest import install_distribution
 
 PLUGIN = '''
 from apgas_scheduler.classic import FCFS
@@ -33,11 +34,8 @@ NOT_A_POLICY = 42
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A distribution ``fakesched`` registering three entry points."""
-    (tmp_path / "fakesched_policies.py").write_text(PLUGIN)
-    info = tmp_path / "fakesched-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakesched\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
+    install_distribution(
+        tmp_path, "fakesched", "fakesched_policies", PLUGIN,
         "[apgas_scheduler.policies]\n"
         "greedy = fakesched_policies:Greedy\n"
         "broken = fakesched_policies:Missing\n"
