@@ -1,4 +1,9 @@
-"""``python -m apgas -n N [-t T] script.py [args]``: run a script at place 0 of N places."""
+"""``python -m apgas -n N [-t T] script.py [args]``: run a script at place 0 of N places.
+
+``python -m apgas ejs-env`` prints, for a job script run by the
+ElasticJobScheduler, the ``export`` lines that map its environment onto ours
+(:mod:`apgas.ejs`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from .errors import ApgasError
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["ejs-env"]:
+        return _ejs_env(args[1:])
     parser = argparse.ArgumentParser(
         prog="python -m apgas",
         description="Run SCRIPT at place 0 of an APGAS computation; the other places serve.")
@@ -33,6 +41,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    return 0
+
+
+def _ejs_env(argv: list[str]) -> int:
+    from .ejs import ejs_environment, shell_exports
+
+    argparse.ArgumentParser(
+        prog="python -m apgas ejs-env",
+        description="Print the export lines that map the ElasticJobScheduler's job "
+                    "environment onto APGAS_*: eval \"$(python -m apgas ejs-env)\"").parse_args(argv)
+    try:
+        print(shell_exports(ejs_environment(os.environ)), end="")
+    except ApgasError as e:
+        print(f"apgas ejs-env: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

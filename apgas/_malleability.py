@@ -116,8 +116,7 @@ class Orders:
         self._check_max_places(n)
         if len(hosts) != n:
             raise OrderError(f"grow {n} needs {n} host name(s), got {len(hosts)}: {hosts}")
-        if len(set(hosts)) != len(hosts):
-            raise OrderError(f"grow names a host twice: {hosts}")
+        # A host named twice gets two places, as in the Java runtime (EJS's scripts do that).
         with self._order_lock:
             handler = self._ready_handler()
             self._check_max_places(n)  # again: an order may have run meanwhile
@@ -193,6 +192,12 @@ class Orders:
         request = GrowRequest(n)
         with self._changed:
             self._requests.append(request)
+        if not communicator.answers_asks:  # the ElasticJobScheduler: grows come, or nothing
+            if n > 1:
+                log.warning("request_grow(%d): the ElasticJobScheduler grants one node per "
+                            "request, so this request may stay pending", n)
+            communicator.report(protocol.request(n))
+            return request
         try:
             answer = communicator.ask(protocol.request(n))
         except ApgasError as e:
@@ -239,6 +244,10 @@ class Orders:
     def check_status(self, low: int, high: int, preferred: int | None, factor: int) -> int:
         _check_sizes(low, high, preferred, factor)
         communicator = self._evolving("check_status")
+        if not communicator.answers_asks:
+            raise ApgasError("check_status: the ElasticJobScheduler answers no question; use "
+                             "request_grow and release_places under it, or run under our "
+                             "scheduler or Slurm (APGAS_COMMUNICATOR=slurm)")
         count = len(self._rt.places)
         inhibit = self._rt.config.check_inhibit
         with self._check_lock:  # check and set at once: of concurrent calls, one asks
@@ -335,7 +344,12 @@ class Orders:
             log.warning("unexpected answer %r to a grow request; taking it as queued", text)
 
     def _refuse(self, request: GrowRequest, reason: str) -> None:
+        """Refuse ``request`` unless it was settled meanwhile (its grows came first)."""
         with self._changed:
+            if request.done():
+                log.info("request for %d place(s) was settled (%s) before: %s", request.n,
+                         request.state, reason)
+                return
             request._settle(REFUSED, reason)
             if request in self._requests:
                 self._requests.remove(request)

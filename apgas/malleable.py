@@ -90,6 +90,13 @@ class MalleableCommunicator(abc.ABC):
         """Whether a scheduler listens (evolving requests need one)."""
         return False
 
+    @property
+    def answers_asks(self) -> bool:
+        """Whether the scheduler answers asks. The ElasticJobScheduler does not: a
+        request is then only sent (:meth:`report`) and stays pending until its
+        grow orders come, and ``check_status`` cannot be asked at all."""
+        return True
+
     def ask(self, message: str) -> "concurrent.futures.Future[str]":
         """Send ``message`` after those reported before it; the future gets the
         scheduler's one-line answer, or an :class:`ApgasError` naming the scheduler
@@ -108,6 +115,13 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     finds it. ``APGAS_PLAIN_PROTOCOL=1`` speaks plain lines instead, as the
     ElasticJobScheduler does: then anyone who can reach the order port can
     resize the job (see ``docs/security.md``).
+
+    Plain lines and no ``APGAS_JOB_ID`` (which only our scheduler gives a job)
+    mean the ElasticJobScheduler is on the other side, and the job speaks its
+    dialect (``docs/protocol.md``): only the lines it knows, the sender's
+    address without a job id, and no wait for answers it never sends. Every
+    message carries the job's address: the listen address, or, when that is a
+    wildcard (``0.0.0.0``), the local address of the connection to the scheduler.
     """
 
     MAX_LINE = 4096
@@ -124,12 +138,10 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                               f"(APGAS_MALLEABLE_LISTEN): {e}") from e
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self._scheduler = parse_address("APGAS_SCHEDULER", config.scheduler) if config.scheduler else None
-        try:
-            self._ip = socket.gethostbyname(host)
-        except OSError:
-            self._ip = host
+        self._ip = _own_address(host)  # None: a wildcard, so each connection's local address
         self._job_id = os.environ.get("APGAS_JOB_ID", "")
         self._plain = os.environ.get("APGAS_PLAIN_PROTOCOL", "").lower() in ("1", "true", "yes")
+        self.ejs = self._plain and not self._job_id
         self._secret = os.environ.get("APGAS_JOB_SECRET", "")
         self._key_file = None
         if self._plain:
@@ -176,52 +188,90 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     def attached(self) -> bool:
         return self._scheduler is not None
 
+    @property
+    def answers_asks(self) -> bool:
+        return not self.ejs
+
     def report(self, message: str) -> None:
         """Queue a message; a thread sends them in order, so a slow scheduler delays no order."""
-        line = self._line(message)
-        log.info("to scheduler: %s", line)
-        if self._scheduler is not None:
-            self._outbox.put((line, None))
+        if self.ejs and not protocol.ejs_knows(message):
+            log.debug("not sent (the ElasticJobScheduler does not know it): %s", message)
+            return
+        if self._scheduler is None:
+            log.info("no scheduler to tell: %s", message)
+        else:
+            self._outbox.put((message, None))
 
     def ask(self, message: str) -> "concurrent.futures.Future[str]":
         if self._scheduler is None:
             raise ApgasError("no scheduler is attached (APGAS_SCHEDULER is not set), so there is "
                              "nobody to ask; run the program as an evolving job of a scheduler")
+        if not self.answers_asks:
+            raise ApgasError(f"the ElasticJobScheduler at {self.config.scheduler} answers no "
+                             f"question, so {message!r} cannot be asked (it knows only requests "
+                             "and releases)")
         if self._closed:
             raise ApgasError("the communicator is stopped: the program is ending")
-        line = self._line(message)
-        log.info("to scheduler, awaiting an answer: %s", line)
         answer: concurrent.futures.Future[str] = concurrent.futures.Future()
-        self._outbox.put((line, answer))
+        self._outbox.put((message, answer))
         return answer
 
-    def _line(self, message: str) -> str:
-        return f"{message}:{self._ip}" + (f":{self._job_id}" if self._job_id else "")
+    def _line(self, message: str, local_ip: str) -> str:
+        """``<message>:<ip>``, then ``:<job id>`` towards our scheduler (never towards
+        EJS, which would no longer know the address)."""
+        line = f"{message}:{self._ip or local_ip}"
+        return line if self.ejs or not self._job_id else f"{line}:{self._job_id}"
 
     def _send_reports(self) -> None:
+        """Send each message on a connection of its own, in order. The answer to an
+        ask is awaited on a thread of its own, so an unanswered ask holds back no
+        later message; no connection is opened without a whole line to write."""
         while (item := self._outbox.get()) is not None:
-            line, answer = item
+            message, answer = item
             try:
-                with socket.create_connection(self._scheduler, timeout=2.0) as conn:  # type: ignore[arg-type]
-                    signed = line if self._plain else auth.sign(self._secret, line)  # as it leaves
-                    conn.sendall(signed.encode() + b"\n")
-                    if answer is not None:
-                        conn.settimeout(self.ANSWER_TIMEOUT)
-                        text = self._read_answer(conn)
-                        if text:
-                            answer.set_result(text)
-                        else:
-                            log.warning("the scheduler at %s closed the connection without "
-                                        "answering %r", self.config.scheduler, line)
-                            answer.set_exception(ApgasError(
-                                f"the scheduler at {self.config.scheduler} closed the connection "
-                                f"without answering {line!r}"))
+                conn = socket.create_connection(self._scheduler, timeout=2.0)  # type: ignore[arg-type]
             except OSError as e:
-                log.warning("could not tell the scheduler at %s %r: %s", self.config.scheduler, line, e)
-                if answer is not None and not answer.done():
-                    answer.set_exception(ApgasError(
-                        f"the scheduler at {self.config.scheduler} did not answer {line!r}: "
-                        f"{type(e).__name__}: {e}"))
+                self._not_sent(message, answer, e)
+                continue
+            try:
+                line = self._line(message, conn.getsockname()[0])
+                signed = line if self._plain else auth.sign(self._secret, line)  # as it leaves
+                log.info("to scheduler%s: %s", ", awaiting an answer" if answer else "", line)
+                conn.sendall(signed.encode() + b"\n")
+            except OSError as e:
+                conn.close()
+                self._not_sent(message, answer, e)
+                continue
+            if answer is None:
+                conn.close()
+            else:
+                threading.Thread(target=self._await_answer, args=(conn, line, answer),
+                                 name="apgas-answer", daemon=True).start()
+
+    def _not_sent(self, message: str, answer: "concurrent.futures.Future[str] | None",
+                  e: OSError) -> None:
+        log.warning("could not tell the scheduler at %s %r: %s", self.config.scheduler, message, e)
+        if answer is not None and not answer.done():
+            answer.set_exception(ApgasError(
+                f"the scheduler at {self.config.scheduler} did not answer {message!r}: "
+                f"{type(e).__name__}: {e}"))
+
+    def _await_answer(self, conn: socket.socket, line: str,
+                      answer: "concurrent.futures.Future[str]") -> None:
+        with conn:
+            try:
+                conn.settimeout(self.ANSWER_TIMEOUT)
+                text = self._read_answer(conn)
+            except OSError as e:
+                self._not_sent(line, answer, e)
+                return
+        if text:
+            answer.set_result(text)
+        else:
+            log.warning("the scheduler at %s closed the connection without answering %r",
+                        self.config.scheduler, line)
+            answer.set_exception(ApgasError(f"the scheduler at {self.config.scheduler} closed the "
+                                            f"connection without answering {line!r}"))
 
     def _read_answer(self, conn: socket.socket) -> str:
         """One line (what came before the close, if no newline came), or "" if the
@@ -320,6 +370,17 @@ def communicator_class(name: str) -> type[MalleableCommunicator]:
         return entry.load()
     known = ["socket"] + [e.name for e in importlib.metadata.entry_points(group="apgas.communicators")]
     raise ConfigError(f"unknown communicator {name!r} (APGAS_COMMUNICATOR); known: {known}")
+
+
+def _own_address(host: str) -> str | None:
+    """The address to put in messages for the listen ``host``; None for a wildcard,
+    which no scheduler can map to a node (the connection's local address serves)."""
+    if host in ("", "0.0.0.0", "::", "*"):
+        return None
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
 
 
 def _error_line(e: Exception) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = ["READY", "NOT_MALLEABLE", "STATUS", "JobMessage", "parse_message", "timing",
+__all__ = ["READY", "NOT_MALLEABLE", "STATUS", "JobMessage", "parse_message", "ejs_knows", "timing",
            "request", "release", "check", "parse_check", "grow", "shrink", "refuse",
            "Order", "parse_order", "check_host", "status_reply", "grow_reply", "refuse_reply", "error_reply"]
 
@@ -30,9 +30,10 @@ _EVOLVING = "Evolving"
 
 # -- job -> scheduler -------------------------------------------------------------------
 
-def timing(event: str, n: int, ns: int) -> str:
-    """A timing line, e.g. ``growTimeAPGAS;2;165802561``."""
-    return f"{event}TimeAPGAS;{n};{ns}"
+def timing(event: str, n: int, ns: int, source: str = "APGAS") -> str:
+    """A timing line, e.g. ``growTimeAPGAS;2;165802561``; GLB's own phases say
+    ``GLB`` (``preGrowTimeGLB``), as the Java GLB's do."""
+    return f"{event}Time{source};{n};{ns}"
 
 
 def request(n: int) -> str:
@@ -49,6 +50,14 @@ def check(low: int, high: int, preferred: int | None, factor: int) -> str:
     """Ask whether to change size within ``low..high`` (answered ``expand k``,
     ``shrink k``, ``none`` or ``error ...``)."""
     return f"{_EVOLVING};Check;{low};{high};{preferred or 0};{factor}"
+
+
+def ejs_knows(message: str) -> bool:
+    """Whether the ElasticJobScheduler knows ``message``: the ready line, timing
+    lines, requests and releases. It answers anything else with an error line,
+    so a job sends it nothing else (``docs/protocol.md``)."""
+    kind = parse_message(message).kind
+    return kind in ("ready", "timing", "request", "release")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +77,7 @@ class JobMessage:
         name, *rest = self.text.split(";")
         if name == _EVOLVING and rest and rest[0] in ("Request", "Check", "Release"):
             return rest[0].lower()
-        if name.endswith("TimeAPGAS"):
+        if name.endswith(("TimeAPGAS", "TimeGLB")):
             return "timing"
         return "other"
 

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import apgas
+from apgas import protocol
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -133,6 +134,7 @@ class GLB:
         self.evolver = evolver
         if handler is not None:
             communicator = apgas.define_malleable_handler(handler)
+            handler.communicator = communicator
             if evolver is not None and not communicator.attached:
                 apgas.disable_malleable_handler()
                 for p in members:
@@ -171,7 +173,11 @@ class GLB:
 
 
 class _GLBHandler(apgas.MalleableHandler):
-    """GLB's own handler: moves work off leaving places, wires new places in."""
+    """GLB's own handler: moves work off leaving places, wires new places in.
+
+    Each phase reports its time as the Java GLB does (``preGrowTimeGLB``,
+    ``postGrowTimeGLB``, ``preShrinkTimeGLB``, ``postShrinkTimeGLB``), which the
+    ElasticJobScheduler's result tools read."""
 
     def __init__(self, glb: GLB, gid: int, prototype: Any) -> None:
         self.glb = glb
@@ -182,8 +188,31 @@ class _GLBHandler(apgas.MalleableHandler):
         # the work in compute_static) reached it.
         self.started = threading.Event()
         self.start_sent: set[int] = set()  # places whose start task was sent
+        self.communicator: apgas.MalleableCommunicator | None = None
+
+    def _timed(self, event: str, n: int, since_ns: int) -> None:
+        if self.communicator is not None:
+            self.communicator.report(protocol.timing(event, n, time.monotonic_ns() - since_ns,
+                                                     source="GLB"))
+
+    def pre_grow(self, n: int) -> None:
+        self._timed("preGrow", n, time.monotonic_ns())  # GLB has nothing to do before a grow
+
+    def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
+        start = time.monotonic_ns()
+        self._post_grow(continued, added)
+        self._timed("postGrow", n, start)
 
     def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
+        start = time.monotonic_ns()
+        leaving = self._pre_shrink(n, chosen)
+        self._timed("preShrink", n, start)
+        return leaving
+
+    def post_shrink(self, n: int, removed: list[apgas.Place]) -> None:
+        self._timed("postShrink", n, time.monotonic_ns())  # the work moved in pre_shrink
+
+    def _pre_shrink(self, n: int, chosen: list[apgas.Place] | None) -> list[apgas.Place]:
         self.started.wait()
         places = apgas.places()
         leaving = list(chosen) if chosen is not None else places[-n:]
@@ -199,7 +228,7 @@ class _GLBHandler(apgas.MalleableHandler):
             self.glb._moved.append(stats)
         return leaving
 
-    def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
+    def _post_grow(self, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
         self.started.wait()
         members = [p.id for p in continued + added]
         for p in continued:  # first: a worker drops a thief that is not a member

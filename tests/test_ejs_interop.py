@@ -1,0 +1,122 @@
+"""A GLB job under a scheduler that behaves like the ElasticJobScheduler on the wire
+(``tests/ejs_like.py``): grow, shrink and an evolving request, and nothing the job
+sends ends EJS's receiver."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import apgas
+from apgas import ejs
+from apgas.errors import ConfigError
+from ejs_like import EjsLike
+from glb import GLB, GLBConfig
+from glb_bags import Count, TreeBag, tree_nodes
+from orders import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+TREE = [(4, 24), (5, 24)]
+NODES = {"n1": "127.0.0.1", "n2": "127.0.0.1", "n3": "127.0.0.1"}
+
+
+@pytest.fixture
+def ejs_job(monkeypatch):
+    """An EJS-like scheduler and a job environment as ``python -m apgas ejs-env`` gives
+    it, except that the job listens on the wildcard address (EJS must still see 127.0.0.1)."""
+    port = free_port()
+    scheduler = EjsLike(NODES, "n1", port, cooldown=1.0, shrink_timeout=20.0)
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
+    monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % scheduler.address)
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", f"0.0.0.0:{port}")
+    monkeypatch.setenv("APGAS_PLAIN_PROTOCOL", "1")
+    monkeypatch.delenv("APGAS_JOB_ID", raising=False)
+    monkeypatch.delenv("APGAS_COMMUNICATOR", raising=False)
+    yield scheduler
+    scheduler.close()
+
+
+def test_glb_job_grows_shrinks_and_gets_its_request_from_an_ejs_like_scheduler(ejs_job, tmp_path):
+    gate = str(tmp_path / "gate")
+    roots = [(3, 22, gate)] + TREE  # held until the scheduler's part is done
+    seen: dict[str, object] = {}
+
+    def drive() -> None:
+        try:
+            assert ejs_job.ready.wait(30), ejs_job.lines
+            ejs_job.grow(["n2"])
+            ejs_job.wait_for("postGrowTimeGLB;1")
+            ejs_job.wait_for("growTimeAPGAS;1")
+            seen["shrink"] = ejs_job.shrink(1)
+            ejs_job.wait_for("shrinkTimeAPGAS;1")
+            ejs_job.wait_for("Evolving;Request;1")  # the busy place asks; never answered
+            seen["granted"] = ejs_job.wait_for("growTimeAPGAS;1", count=2, timeout=30)
+        except BaseException as e:
+            seen["error"] = e
+        finally:
+            open(gate, "w").close()
+
+    driver = threading.Thread(target=drive)
+
+    def main():
+        driver.start()
+        glb = GLB(GLBConfig(n=100, evolving=True, evolving_interval=0.1, evolving_window=3,
+                            evolving_low=0.0, evolving_backoff=60.0))
+        total = glb.compute_dynamic(TreeBag(roots), Count()).value
+        request = glb.evolver.request
+        return total, [p.host for p in apgas.places()], request
+
+    total, hosts, request = apgas.run(main, places=1)
+    driver.join(30)
+    assert "error" not in seen, seen.get("error")
+    assert total == tree_nodes(roots)
+    assert seen["shrink"] == ["n2"]
+    assert len(ejs_job.granted) == 1 and hosts[1:] == ejs_job.granted  # the node n2 freed
+    assert request is None or request.state == "granted"  # never refused for want of an answer
+    assert ejs_job.dead is None and ejs_job.unknown == [] and ejs_job.ignored == []
+    kinds = {line.split(";")[0] for line in ejs_job.lines}
+    assert {"preGrowTimeGLB", "postGrowTimeGLB", "preShrinkTimeGLB", "postShrinkTimeGLB",
+            "growTimeAPGAS", "shrinkTimeAPGAS"} <= kinds
+    assert all(line.endswith(":127.0.0.1") for line in ejs_job.lines), ejs_job.lines
+    assert not any("NotMalleable" in line for line in ejs_job.lines)
+
+
+def test_an_unanswered_request_holds_back_no_other_message(ejs_job):
+    def main():
+        class Keep(apgas.MalleableHandler):
+            def pre_shrink(self, n, chosen=None):
+                return chosen or apgas.places()[-n:]
+
+        apgas.define_malleable_handler(Keep())
+        request = apgas.request_grow(1)
+        ejs_job.wait_for("Evolving;Request;1")
+        ejs_job.grow(["n2"])  # EJS's grant; the request was never answered
+        assert request.result(timeout=30)[0].host == "n2"
+        with pytest.raises(apgas.ApgasError, match="answers no question"):
+            apgas.check_status(1, 3)
+        return request.state
+
+    assert apgas.run(main, places=1) == "granted"
+    assert ejs_job.dead is None and ejs_job.unknown == []
+    assert [line.split(";")[0] for line in ejs_job.lines[:3]] == \
+        ["APGAS-Ready:127.0.0.1", "readyTimeAPGAS", "Evolving"]
+
+
+def test_ejs_environment_maps_onto_ours(tmp_path):
+    nodes = tmp_path / "nodes"
+    nodes.write_text("localhost\nlocalhost\n")
+    env = ejs.ejs_environment({"NODE_FILE": str(nodes), "SCHEDULER_IP": "10.1.2.3",
+                               "SCHEDULER_PORT": "8081", "WORKERS": "4"})
+    assert env == {"APGAS_HOSTFILE": str(nodes), "APGAS_SCHEDULER": "10.1.2.3:8081",
+                   "APGAS_MALLEABLE_LISTEN": "127.0.0.1:8081", "APGAS_PLAIN_PROTOCOL": "1",
+                   "APGAS_JOB_ID": "", "APGAS_THREADS": "4"}
+    assert "unset APGAS_JOB_ID\n" in ejs.shell_exports(env)
+    with pytest.raises(ConfigError, match="SCHEDULER_IP, SCHEDULER_PORT not set"):
+        ejs.ejs_environment({"NODE_FILE": str(nodes)})
+    with pytest.raises(ConfigError, match="SCHEDULER_PORT must be a TCP port, got 'x'"):
+        ejs.ejs_environment({"NODE_FILE": str(nodes), "SCHEDULER_IP": "h", "SCHEDULER_PORT": "x"})
+    with pytest.raises(ConfigError, match="NODE_FILE: cannot read host file"):
+        ejs.ejs_environment({"NODE_FILE": str(tmp_path / "none"), "SCHEDULER_IP": "h",
+                             "SCHEDULER_PORT": "1"})
