@@ -24,6 +24,19 @@ killed before ``stop()`` runs.  When the work directory's path is too long for
 unix socket paths, a short one is made under the temporary directory instead
 (``SlurmCluster.workdir`` says which).
 
+Accounting: when ``slurmdbd`` and MariaDB's ``mariadbd``/``mariadb-install-db``
+are installed (Debian's slurmdbd and mariadb-server), a private MariaDB (data
+directory under the work directory, unix socket only, run as the current user)
+and a ``slurmdbd`` on it are started first, and slurmctld records jobs there
+(``AccountingStorageType=accounting_storage/slurmdbd``, nothing enforced).  Only
+then can a job be resized more than once: with ``accounting_storage/none`` the
+first ``scontrol update jobid=.. NumNodes=..`` works and every later one fails
+with "Job update not available right now, the DB index is being set".
+``SlurmCluster.accounting`` says which storage runs, ``resizable`` whether jobs
+can be resized repeatedly and ``not_resizable`` why not (for a skip reason).
+Without those binaries the cluster starts as before, with ``accounting/none``.
+``SchedulerParameters=permit_job_expansion`` lets a job grow (``--dependency=expand:``).
+
 Steps sharing an allocation's CPUs need ``srun --overlap`` (otherwise they
 wait for each other); a ``salloc`` whose command outlives the job needs
 ``--kill-command``, or it keeps running after ``stop()``.
@@ -35,6 +48,7 @@ import ctypes
 import dataclasses
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -54,6 +68,11 @@ PARTITION = "debug"
 SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
 CLIENTS = ("sinfo", "scontrol", "scancel", "squeue", "srun", "salloc")
+# Accounting with slurmdbd on a private MariaDB: optional (accounting/none without).
+# Each entry is one program, by any of its names (MariaDB keeps MySQL's as links).
+ACCOUNTING = {"slurmdbd": ("slurmdbd",), "mariadbd": ("mariadbd", "mysqld"),
+              "mariadb-install-db": ("mariadb-install-db", "mysql_install_db")}
+DATABASE = "slurm_acct_db"
 # Unix socket paths (munge socket, slurmstepd sockets in the spool) must stay short.
 MAX_DIR_LENGTH = 70
 
@@ -160,7 +179,16 @@ class SlurmCluster:
     env: dict[str, str]
     workdir: Path
     partition: str = PARTITION
+    # "slurmdbd" (private MariaDB + slurmdbd) or "none" (accounting_storage/none).
+    accounting: str = "none"
+    # Why accounting is "none", or "" when slurmdbd runs.
+    not_resizable: str = ""
     _procs: dict[str, subprocess.Popen] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def resizable(self) -> bool:
+        """True when jobs can be resized repeatedly (needs slurmdbd, see module doc)."""
+        return self.accounting == "slurmdbd"
 
     def logs(self, lines: int = 25) -> str:
         """Tail of every daemon log, for error messages."""
@@ -182,8 +210,9 @@ class SlurmCluster:
         """Cancel all jobs, then stop every process this cluster started (by pid).
 
         Jobs are cancelled first so that slurmstepd kills the tasks; slurmstepds
-        and slurmctld's helper children still left are killed after the daemons.
-        Files stay in ``workdir`` for post-mortem reading.
+        and slurmctld's helper children still left are killed after the daemons,
+        the database (mariadbd) last.  Files stay in ``workdir`` for post-mortem
+        reading.
         """
         if not self._procs:
             return
@@ -202,9 +231,12 @@ class SlurmCluster:
                 pass
         daemons = {p.pid for p in self._procs.values()}
         helpers = _descendants(daemons) | _socket_holders(self.workdir / "spool")
-        munged = self._procs.pop("munged", None)
-        # slurmds and slurmctld first, munged last: they talk to it while shutting down.
-        for group in (list(self._procs.values()), [munged] if munged else []):
+        # slurmds and slurmctld first (slurmctld reports to slurmdbd while shutting
+        # down), then slurmdbd, munged (they all talk to it) and the database last.
+        last = ("slurmdbd", "munged", "mariadbd")
+        groups = [[p for n, p in self._procs.items() if n not in last]]
+        groups += [[self._procs[n]] for n in last if n in self._procs]
+        for group in groups:
             for proc in group:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
@@ -232,8 +264,12 @@ class SlurmCluster:
                     pass
 
 
-def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int]) -> Path:
-    """slurm.conf for ``nodes`` on 127.0.0.1: slurmctld on ports[0], node i on ports[i+1]."""
+def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int],
+                dbd_port: int | None = None) -> Path:
+    """slurm.conf for ``nodes`` on 127.0.0.1: slurmctld on ports[0], node i on ports[i+1].
+
+    With ``dbd_port`` jobs are recorded by the slurmdbd listening there.
+    """
     host = socket.gethostname().split(".")[0]
     user = pwd.getpwuid(os.geteuid()).pw_name
     (run / "plugstack.conf").write_text("")
@@ -258,9 +294,17 @@ def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int]) -> Pat
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        *(["AccountingStorageType=accounting_storage/none"] if dbd_port is None else [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={dbd_port}",
+            # The munge socket for talking to slurmdbd (AuthInfo does not cover it).
+            f"AccountingStoragePass={run / 'munge.sock'}",
+        ]),
         "JobCompType=jobcomp/none",
         "SchedulerType=sched/backfill",
+        # Jobs may grow: salloc --dependency=expand:<job>, then hand its nodes over.
+        "SchedulerParameters=permit_job_expansion",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         # Declare `cpus` CPUs per node whatever this machine has.
@@ -287,6 +331,48 @@ def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int]) -> Pat
     return conf
 
 
+def _write_dbd_conf(run: Path, port: int, password: str) -> Path:
+    """slurmdbd.conf beside slurm.conf (slurmdbd looks for it there): mode 0600, as it demands."""
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    lines = [
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={run / 'munge.sock'}",
+        # slurmdbd runs only where DbdHost names this host; "localhost" always does.
+        "DbdHost=localhost",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={port}",
+        f"SlurmUser={user}",
+        f"PidFile={run / 'slurmdbd.pid'}",
+        f"LogFile={run / 'slurmdbd.log'}",
+        "DebugLevel=info",
+        "StorageType=accounting_storage/mysql",
+        # "localhost": MariaDB's client library connects to the unix socket that
+        # $MYSQL_UNIX_PORT names (slurmdbd has no setting for a socket path).
+        "StorageHost=localhost",
+        "StorageUser=slurm",
+        f"StoragePass={password}",
+        f"StorageLoc={DATABASE}",
+    ]
+    conf = run / "slurmdbd.conf"
+    conf.touch(mode=0o600)
+    conf.chmod(0o600)
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+def _find_accounting() -> tuple[dict[str, str], str]:
+    """Paths of slurmdbd and MariaDB's programs, or ({}, why not)."""
+    paths: dict[str, str] = {}
+    for name, candidates in ACCOUNTING.items():
+        path = next((p for p in map(_find, candidates) if p), None)
+        if path is None:
+            return {}, (f"no slurmdbd accounting: {name} not found (install slurmdbd and"
+                        " mariadb-server: .ci/install-services); with accounting_storage/none"
+                        " a job can be resized only once")
+        paths[name] = path
+    return paths, ""
+
+
 def _check_available() -> dict[str, str]:
     """Paths of the binaries; SlurmUnavailable when one is missing."""
     paths = {name: _find(name) for name in DAEMONS + CLIENTS}
@@ -298,12 +384,13 @@ def _check_available() -> dict[str, str]:
     return {name: path for name, path in paths.items() if path is not None}
 
 
-def _spawn(cluster: SlurmCluster, name: str, args: list[str]) -> subprocess.Popen:
+def _spawn(cluster: SlurmCluster, name: str, args: list[str],
+           env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start one daemon in the foreground; its early stderr goes to ``<name>.out``."""
     with open(cluster.workdir / f"{name}.out", "wb") as out:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                env=cluster.env, cwd=cluster.workdir, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+                                env=env or cluster.env, cwd=cluster.workdir,
+                                start_new_session=True, preexec_fn=_die_with_parent)
     cluster._procs[name] = proc
     return proc
 
@@ -324,14 +411,77 @@ def _wait(cluster: SlurmCluster, what: str, ready: Callable[[], bool], timeout: 
         time.sleep(0.1)
 
 
-def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8,
-                timeout: float = 30) -> SlurmCluster:
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _start_accounting(cluster: SlurmCluster, paths: dict[str, str], port: int,
+                      timeout: float) -> None:
+    """A private MariaDB (unix socket only) with slurmdbd's database and user, then slurmdbd."""
+    run = cluster.workdir
+    data, tmp, sock = run / "db", run / "db-tmp", run / "mariadb.sock"
+    tmp.mkdir(exist_ok=True)
+    password = secrets.token_hex(12)
+    # Run by mariadbd at start, before it accepts connections.
+    init = run / "db-init.sql"
+    init.write_text(f"CREATE DATABASE IF NOT EXISTS {DATABASE};\n"
+                    f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{password}';\n"
+                    f"GRANT ALL ON {DATABASE}.* TO 'slurm'@'localhost';\n")
+    init.chmod(0o600)
+    # mariadbd refuses to run as root unless told to.
+    as_user = ["--user=root"] if os.geteuid() == 0 else []
+    # Small, unsynced InnoDB: throwaway data, quick start.
+    innodb = ["--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M",
+              "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0",
+              "--innodb-flush-method=nosync", "--innodb-autoextend-increment=4"]
+    with open(run / "mariadb-install-db.out", "wb") as out:
+        made = subprocess.run(
+            [paths["mariadb-install-db"], "--no-defaults", f"--datadir={data}",
+             "--auth-root-authentication-method=normal", "--skip-test-db",
+             "--skip-name-resolve", *as_user, *innodb],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=cluster.env, cwd=run,
+            timeout=timeout, check=False)
+    if made.returncode != 0:
+        raise RuntimeError(f"Slurm test cluster: mariadb-install-db failed\n{cluster.logs()}")
+    log = run / "mariadb.log"
+    _spawn(cluster, "mariadbd", [
+        paths["mariadbd"], "--no-defaults", f"--datadir={data}", f"--socket={sock}",
+        f"--pid-file={run / 'mariadb.pid'}", f"--log-error={log}", f"--tmpdir={tmp}",
+        f"--init-file={init}", "--skip-networking", "--skip-log-bin", "--skip-name-resolve",
+        *as_user, *innodb])
+    _wait(cluster, "mariadbd ready",
+          lambda: sock.exists() and "ready for connections" in log.read_text(errors="replace"),
+          timeout)
+    _write_dbd_conf(run, port, password)
+    _spawn(cluster, "slurmdbd", [paths["slurmdbd"], "-D"],
+           env={**cluster.env, "MYSQL_UNIX_PORT": str(sock)})
+    _wait(cluster, "slurmdbd listens", lambda: _listening(port), timeout)
+    cluster.accounting = "slurmdbd"
+
+
+def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8, timeout: float = 30,
+                accounting: bool | None = None) -> SlurmCluster:
     """Start munged, slurmctld and ``nodes`` slurmds (node1..nodeN, ``cpus`` CPUs each).
+
+    ``accounting``: None (default) also starts MariaDB and slurmdbd when they are
+    installed (``SlurmCluster.resizable``), True requires them (SlurmUnavailable
+    without), False keeps ``accounting_storage/none``.
 
     Returns once every node is idle.  Raises SlurmUnavailable when Slurm cannot
     run here and RuntimeError (with the daemon logs) when it does not come up.
     """
     paths = _check_available()
+    if accounting is False:
+        dbd_paths, why_not = {}, ("started with accounting=False (accounting_storage/none):"
+                                  " a job can be resized only once")
+    else:
+        dbd_paths, why_not = _find_accounting()
+    if accounting and not dbd_paths:
+        raise SlurmUnavailable(why_not)
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if len(str(workdir)) > MAX_DIR_LENGTH:
@@ -340,9 +490,12 @@ def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8,
     names = [f"node{i}" for i in range(1, nodes + 1)]
     for sub in ("state", "spool", *(f"spool/{n}" for n in names)):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
-    conf = _write_conf(workdir, names, cpus, free_ports(nodes + 1))
+    ports = free_ports(nodes + 2)
+    dbd_port = ports.pop() if dbd_paths else None
+    conf = _write_conf(workdir, names, cpus, ports[:nodes + 1], dbd_port)
     env = {**_clean_environ(), "SLURM_CONF": str(conf)}
-    cluster = SlurmCluster(nodes=names, conf=str(conf), env=env, workdir=workdir)
+    cluster = SlurmCluster(nodes=names, conf=str(conf), env=env, workdir=workdir,
+                           not_resizable=why_not)
     try:
         key = workdir / "munge.key"
         key.write_bytes(os.urandom(128))
@@ -353,6 +506,8 @@ def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8,
             f"--key-file={key}", f"--pid-file={workdir / 'munged.pid'}",
             f"--seed-file={workdir / 'munged.seed'}"])  # --foreground: it logs to munged.out
         _wait(cluster, "munged socket", sock.exists, 10)
+        if dbd_port is not None:
+            _start_accounting(cluster, dbd_paths, dbd_port, timeout)
         _spawn(cluster, "slurmctld", [paths["slurmctld"], "-D", "-c", "-f", str(conf)])
         _wait(cluster, "slurmctld answers",
               lambda: cluster.run("scontrol", "ping", timeout=5).stdout.count("UP") > 0, timeout)
