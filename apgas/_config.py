@@ -39,6 +39,7 @@ class Config:
     ssh: str = "ssh"  # the ssh command, with options
     srun: str = "srun"  # the srun command, with options
     check_inhibit: float = 10.0  # s: check_status calls this soon after the last one are no-ops
+    slurm_grow_timeout: float = 30.0  # s the slurm communicator waits for Slurm to give nodes
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
 
@@ -125,9 +126,10 @@ def load_config(overrides: Mapping[str, Any] | None = None,
     found = pick("max_message_bytes")
     if found is not None:
         values["max_message_bytes"] = _parse_int(found[0], found[1], 4096)
-    found = pick("check_inhibit")
-    if found is not None:
-        values["check_inhibit"] = _parse_seconds(*found)
+    for field in ("check_inhibit", "slurm_grow_timeout"):
+        found = pick(field)
+        if found is not None:
+            values[field] = _parse_seconds(*found)
     found = pick("log_level")
     if found is not None:
         level = str(found[1]).upper()

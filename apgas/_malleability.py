@@ -171,6 +171,12 @@ class Orders:
         self._report_phases("Shrink", "Stop", n, start, t1, t2, end)
         return hosts
 
+    def order_failed(self, reason: str) -> None:
+        """An order the scheduler announced (a check's ``expand``/``shrink``) could not
+        be carried out: a ``check_status`` waiting for it returns at once."""
+        log.warning("the scheduler's order failed: %s", reason)
+        self._failed()
+
     def refused(self, n: int, reason: str) -> None:
         """The scheduler will not grant ``n`` of the outstanding places: refuse
         the newest requests until ``n`` is covered."""

@@ -1,0 +1,219 @@
+"""``APGAS_COMMUNICATOR=slurm``: a malleable or evolving program resizes its own Slurm job.
+
+Slurm is then the scheduler. Inside a Slurm job (``sbatch`` or ``salloc``,
+with one place per node), the program's evolving calls act on the job itself,
+as the DMR API's Slurm plug-in does (Iserte et al.):
+
+- ``apgas.request_grow(n)``: Slurm is asked for ``n`` more whole nodes, which
+  join the job (:mod:`apgas_scheduler.slurmctl`), and one place is started on
+  each with ``srun``. When Slurm gives none within ``APGAS_SLURM_GROW_TIMEOUT``
+  seconds, or refuses, the request is refused with Slurm's reason
+  (:class:`apgas.GrowRefused`) and the waiting allocation is cancelled.
+- ``apgas.release_places(places)``: the places drain and stop (the handler
+  runs as for any shrink), then the nodes left without a place go back to
+  Slurm (``scontrol update ... NodeList=``).
+- ``apgas.check_status(min, max, preferred, factor)``: DMR's decision, by the
+  same code as the scheduler's ``dmr`` policy (:func:`apgas_scheduler.dmr.dmr_answer`),
+  from Slurm's view of the partition: its idle nodes, the pending jobs that
+  could start and the running ones; then carried out as above.
+
+Sizes are counted in places, one per node (the job's first node keeps place 0
+and is never given back). After each resize the program's Slurm variables
+(``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ``SLURM_JOB_CPUS_PER_NODE`` ...)
+are what Slurm's own resize script sets, since ``srun`` trusts them. Grow and
+shrink orders from outside do not exist here: Slurm sends none. The timing
+lines go to the log (``apgas.malleability``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from apgas import protocol
+from apgas._config import Config
+from apgas.errors import ApgasError, ConfigError
+from apgas.malleable import MalleableCommunicator
+
+from . import slurmctl
+from ._model import Grow, JobView, Shrink
+from .dmr import dmr_answer
+
+if TYPE_CHECKING:
+    from apgas._malleability import Orders
+
+__all__ = ["SlurmCommunicator"]
+
+log = logging.getLogger("apgas.slurm")
+
+#: Why a pending job cannot start, for the reasons DMR may shrink a job for it.
+STARTABLE = ("Resources", "Priority", "None")
+
+
+class SlurmCommunicator(MalleableCommunicator):
+    """The program's own Slurm job is what grows and shrinks; see the module docstring."""
+
+    def __init__(self, orders: "Orders", config: Config) -> None:
+        super().__init__(orders, config)
+        self.job_id = os.environ.get("SLURM_JOB_ID", "")
+        if not self.job_id:
+            raise ConfigError("APGAS_COMMUNICATOR=slurm works inside a Slurm job (sbatch or "
+                              "salloc), and SLURM_JOB_ID is not set")
+        try:
+            permitted = slurmctl.expansion_permitted()
+            job = slurmctl.show_job(self.job_id)
+        except slurmctl.SlurmError as e:
+            raise ConfigError(f"APGAS_COMMUNICATOR=slurm: cannot ask Slurm about job "
+                              f"{self.job_id}: {e}") from None
+        if not permitted:
+            raise ConfigError("APGAS_COMMUNICATOR=slurm: this Slurm does not let jobs grow; the "
+                              "administrator must add permit_job_expansion to SchedulerParameters "
+                              "in slurm.conf (SchedulerParameters=permit_job_expansion) and run "
+                              "scontrol reconfigure")
+        self.partition = job.partition
+        self.nodes = job.nodes
+        self.first = job.nodes[0] if job.nodes else ""
+        self._resizing = threading.Lock()  # one change of the Slurm job at a time
+        self._work: queue.SimpleQueue[tuple[str, int, bool] | None] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._run, name="apgas-slurm", daemon=True)
+        self.address = None  # Slurm sends no orders: nothing listens
+
+    # -- the communicator ----------------------------------------------------------------
+    def start(self) -> None:
+        log.info("resizing Slurm job %s (partition %s, nodes %s)", self.job_id, self.partition,
+                 ",".join(self.nodes))
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._work.put(None)
+        if self._worker.is_alive():
+            self._worker.join(self.config.slurm_grow_timeout + 60)
+
+    @property
+    def attached(self) -> bool:
+        return True
+
+    def report(self, message: str) -> None:
+        parsed = protocol.parse_message(message)
+        if parsed.kind == "release":
+            self._give_back()
+        else:
+            log.info("%s", message)
+
+    def ask(self, message: str) -> "concurrent.futures.Future[str]":
+        parsed = protocol.parse_message(message)
+        answer: concurrent.futures.Future[str] = concurrent.futures.Future()
+        if parsed.kind == "request":
+            n = int(parsed.fields[0])
+            answer.set_result(f"ok {n}")
+            self._work.put(("grow", n, True))
+        elif parsed.kind == "check":
+            try:
+                answer.set_result(self._check(*protocol.parse_check(parsed)))
+            except Exception as e:  # Slurm could not be asked: check_status says why
+                answer.set_exception(ApgasError(f"DMR's check through Slurm failed: {e}"))
+        else:
+            answer.set_exception(ApgasError(f"the slurm communicator cannot ask {message!r}"))
+        return answer
+
+    # -- DMR's decision from Slurm's view -------------------------------------------------
+    def _check(self, low: int, high: int, preferred: int, factor: int) -> str:
+        view = slurmctl.partition_view(self.partition, self.job_id)
+        now = time.time()
+        places = len(self.orders.status()[1])
+        me = JobView(id=_number(self.job_id), cls="evolving", min_nodes=low,
+                     max_nodes=max(low, min(high, view.total)), walltime=365 * 86400.0,
+                     submit=now, nodes=places, start=now, resizable=True,
+                     preferred=preferred, asks=True)
+        waiting = [JobView(_number(j.id), "rigid", j.nodes, j.nodes, j.limit, j.time)
+                   for j in view.pending if j.reason in STARTABLE]
+        running = [JobView(_number(j.id), "rigid", j.nodes, j.nodes, j.limit, j.time,
+                           nodes=j.nodes, start=j.time) for j in view.running] + [me]
+        decision = dmr_answer(now, me, waiting, running, view.idle, view.total, factor)
+        log.info("DMR check [%d, %d] preferred %d factor %d with %d place(s), %d idle node(s), "
+                 "%d pending job(s): %s", low, high, preferred, factor, places, view.idle,
+                 len(waiting), decision or "no action")
+        if isinstance(decision, Grow):
+            self._work.put(("grow", decision.nodes, False))
+            return f"expand {places + decision.nodes}"
+        if isinstance(decision, Shrink):
+            self._work.put(("shrink", decision.nodes, False))
+            return f"shrink {places - decision.nodes}"
+        return "none"
+
+    # -- carrying it out ------------------------------------------------------------------
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            verb, n, requested = item
+            try:
+                if verb == "grow":
+                    self._grow(n)
+                else:
+                    self.orders.shrink(n, lambda hosts: self._give_back())
+            except Exception as e:
+                reason = str(e)
+                log.warning("%s %d through Slurm failed: %s", verb, n, reason)
+                if requested:
+                    self.orders.refused(n, reason)
+                else:
+                    self.orders.order_failed(reason)
+
+    def _grow(self, n: int) -> None:
+        """``n`` more nodes from Slurm, then a place on each; the nodes go back if
+        the places cannot start."""
+        expansion = slurmctl.allocate_expansion(self.job_id, n, self.partition,
+                                                self.config.slurm_grow_timeout)
+        with self._resizing:  # not while Slurm finds the nodes: a release may go meanwhile
+            before = list(self.nodes)
+            try:
+                self._follow(slurmctl.merge_expansion(self.job_id, expansion))
+            except slurmctl.SlurmError:
+                self._follow({})
+                raise
+            new = [node for node in self.nodes if node not in before]
+            log.info("Slurm job %s grew by %s", self.job_id, ",".join(new))
+        if not new:
+            raise ApgasError(f"Slurm merged expansion {expansion} into job {self.job_id} but "
+                             "the job has no new node")
+        try:
+            self.orders.grow(len(new), new)
+        except Exception:
+            self._give_back()  # the places did not start: the nodes go back at once
+            raise
+
+    def _give_back(self) -> None:
+        """Shrink the Slurm job to the nodes that still have a place (and the first)."""
+        with self._resizing:
+            hosts = {place.host for place in self.orders.status()[1]}
+            keep = [node for node in self.nodes if node in hosts or node == self.first]
+            if keep == self.nodes:
+                return
+            gone = [node for node in self.nodes if node not in keep]
+            self._follow(slurmctl.shrink_job(self.job_id, keep))
+            log.info("Slurm job %s gave back %s", self.job_id, ",".join(gone))
+
+    def _follow(self, changes: dict[str, str | None]) -> None:
+        """Take the job's nodes from Slurm, and its variables as Slurm's resize
+        script sets them (``srun``, which starts the places, trusts them)."""
+        self.nodes = slurmctl.show_job(self.job_id).nodes
+        for name, value in changes.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if not changes:  # Slurm wrote no script: the node variables, at least
+            listed = ",".join(self.nodes)
+            for name in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+                os.environ[name] = listed
+            for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+                os.environ[name] = str(len(self.nodes))
+
+
+def _number(job_id: str) -> int:
+    """A Slurm job id as a number for the policy (array tasks ``12_3`` hash apart)."""
+    return int(job_id) if job_id.isdigit() else abs(hash(job_id)) % 10**9 + 10**9

@@ -1,0 +1,150 @@
+"""Grow and shrink through Slurm beside the local launcher, in one run.
+
+    python -m benchmarks.slurm_resize [--repeats R] [--json FILE] [--quick]
+
+One evolving program asks for one more place (``apgas.request_grow(1)``, timed
+until the place has joined) and gives it back (``apgas.release_places``,
+timed until it returns), R times in a row, on two routes:
+
+- ``slurm``: ``APGAS_COMMUNICATOR=slurm`` inside a 1-node exclusive
+  ``salloc`` of a private 3-node Slurm on 127.0.0.1 (slurmctld, slurmd,
+  slurmdbd on MariaDB, munge: ``tests/_slurm.py``): the grow is a Slurm
+  expansion job merged into the program's job, then ``srun`` starts the
+  place; the release stops the place, then ``scontrol update`` gives the
+  node back.
+- ``local``: the same program under a scripted scheduler
+  (:class:`apgas.testing.FakeScheduler`) that grants each request at once
+  with a ``grow`` order; places are local subprocesses.
+
+Figures are medians of the R rounds; nothing is asserted. Without Slurm (or
+without slurmdbd, which repeated resizes need) the slurm row says why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from apgas.testing import FakeScheduler
+from benchmarks._common import machine_info, median, parse_args, setup_logging, write_json
+
+log = logging.getLogger("benchmarks.slurm_resize")
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 300.0
+
+PROBE = '''
+import json, sys, time
+import apgas
+
+class Chosen(apgas.MalleableHandler):
+    def pre_shrink(self, n, chosen=None):
+        return list(chosen) if chosen is not None else apgas.places()[-n:]
+
+def main():
+    apgas.define_malleable_handler(Chosen())
+    grows, shrinks = [], []
+    for _ in range(int(sys.argv[1])):
+        t = time.perf_counter()
+        added = apgas.request_grow(1).result(timeout=120)
+        grows.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        apgas.release_places(added)
+        shrinks.append(time.perf_counter() - t)
+    return {"grow": grows, "shrink": shrinks, "places": len(apgas.places())}
+
+print("PROBE " + json.dumps(apgas.run(main)), flush=True)
+'''
+
+
+def _run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    for line in out.splitlines():
+        if line.startswith("PROBE "):
+            found = json.loads(line[6:])
+            if found["places"] == 1:
+                return found
+    raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-3000:]}")
+
+
+def _local(probe: Path, rounds: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from orders import free_address
+
+    job = free_address()
+
+    def grant(message: str, fake: FakeScheduler) -> str | None:
+        if message.startswith("Evolving;Request"):
+            fake.later("grow 1 localhost")
+            return "ok 1"
+        return None
+
+    with FakeScheduler(grant, job=job) as fake:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "APGAS_SCHEDULER": "%s:%d" % fake.address,
+               "APGAS_MALLEABLE_LISTEN": "%s:%d" % job}
+        return _run([sys.executable, str(probe), str(rounds)], env)
+
+
+def _slurm(probe: Path, rounds: int, work: Path, stack: list) -> dict[str, Any] | str:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _slurm import SlurmUnavailable, start_slurm
+
+    try:
+        slurm = start_slurm(work / "slurm")
+    except (SlurmUnavailable, RuntimeError) as e:
+        return f"skipped: {e}"
+    stack.append(slurm.stop)
+    if not slurm.resizable:
+        return f"skipped: {slurm.not_resizable}"
+    env = {**slurm.env, "PYTHONUNBUFFERED": "1", "APGAS_COMMUNICATOR": "slurm",
+           **{k: v for k, v in os.environ.items() if k.startswith("PY")}}
+    return _run(["salloc", "--nodes=1", "--exclusive", "--quiet", "--time=10",
+                 "--kill-command=SIGKILL", sys.executable, str(probe), str(rounds)], env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, "python -m benchmarks.slurm_resize", __doc__,
+                      Path("bench-results/slurm_resize.json"), "3 rounds")
+    rounds = args.repeats or (3 if args.quick else 10)
+    setup_logging("benchmarks")
+    report: dict[str, Any] = {"machine": machine_info(), "rounds": rounds, "routes": {}}
+    stack: list = []
+    with tempfile.TemporaryDirectory(prefix="apgas-slurm-resize-") as tmp:
+        probe = Path(tmp) / "probe.py"
+        probe.write_text(PROBE)
+        try:
+            runs = {"local": _local(probe, rounds), "slurm": _slurm(probe, rounds, Path(tmp), stack)}
+        finally:
+            for stop in reversed(stack):
+                stop()
+    print(f"\n{'route':<7}{'grow 1 (median)':>17}{'max':>9}{'shrink 1 (median)':>19}{'max':>9}")
+    for name, run in runs.items():
+        if isinstance(run, str):
+            report["routes"][name] = {"skipped": run}
+            print(f"{name:<7}{run}")
+            continue
+        row = {"grow": median(run["grow"]), "grow_max": max(run["grow"]),
+               "shrink": median(run["shrink"]), "shrink_max": max(run["shrink"]), "samples": run}
+        report["routes"][name] = row
+        print(f"{name:<7}{row['grow']:>15.3f} s{row['grow_max']:>7.3f} s"
+              f"{row['shrink']:>17.3f} s{row['shrink_max']:>7.3f} s")
+    write_json(args.json, report, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
