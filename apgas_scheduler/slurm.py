@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import os
 import queue
 import threading
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 __all__ = ["SlurmCommunicator"]
 
 log = logging.getLogger("apgas.slurm")
+
+#: s past the second in which the job gave a node back before a step may start on it
+#: again (slurmd refuses credentials made in the second they were revoked)
+REVOKED_MARGIN_S = 0.05
 
 #: Why a pending job cannot start, for the reasons DMR may shrink a job for it.
 STARTABLE = ("Resources", "Priority", "None")
@@ -79,6 +84,7 @@ class SlurmCommunicator(MalleableCommunicator):
         self.nodes = job.nodes
         self.first = job.nodes[0] if job.nodes else ""
         self._resizing = threading.Lock()  # one change of the Slurm job at a time
+        self._released: dict[str, float] = {}  # node -> when the job gave it back
         self._work: queue.SimpleQueue[tuple[str, int, bool] | None] = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._run, name="apgas-slurm", daemon=True)
         self.address = None  # Slurm sends no orders: nothing listens
@@ -180,6 +186,14 @@ class SlurmCommunicator(MalleableCommunicator):
         if not new:
             raise ApgasError(f"Slurm merged expansion {expansion} into job {self.job_id} but "
                              "the job has no new node")
+        # A node's slurmd revoked the job's credentials when the job gave it back, and
+        # refuses a step whose credential is from the same second ("Job credential
+        # revoked"): a node given back just now is used once that second is over.
+        pause = max((math.floor(self._released.get(node, 0.0)) + 1 + REVOKED_MARGIN_S
+                     - time.time() for node in new), default=0.0)
+        if pause > 0:
+            log.info("waiting %.2f s: the job gave %s back within the second", pause, ",".join(new))
+            time.sleep(pause)
         try:
             self.orders.grow(len(new), new)
         except Exception:
@@ -195,6 +209,8 @@ class SlurmCommunicator(MalleableCommunicator):
                 return
             gone = [node for node in self.nodes if node not in keep]
             self._follow(slurmctl.shrink_job(self.job_id, keep))
+            now = time.time()
+            self._released.update((node, now) for node in gone)
             log.info("Slurm job %s gave back %s", self.job_id, ",".join(gone))
 
     def _follow(self, changes: dict[str, str | None]) -> None:

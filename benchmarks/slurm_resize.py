@@ -16,7 +16,10 @@ timed until it returns), R times in a row, on two routes:
   (:class:`apgas.testing.FakeScheduler`) that grants each request at once
   with a ``grow`` order; places are local subprocesses.
 
-Figures are medians of the R rounds; nothing is asserted. Without Slurm (or
+Figures are medians of the R rounds, and the first grow alone (in later
+rounds the node given back just before comes again, and Slurm refuses steps
+on it within the second it was given back, so the communicator waits for the
+next second); nothing is asserted. Without Slurm (or
 without slurmdbd, which repeated resizes need) the slurm row says why.
 """
 
@@ -112,7 +115,7 @@ def _slurm(probe: Path, rounds: int, work: Path, stack: list) -> dict[str, Any] 
         return f"skipped: {slurm.not_resizable}"
     env = {**slurm.env, "PYTHONUNBUFFERED": "1", "APGAS_COMMUNICATOR": "slurm",
            **{k: v for k, v in os.environ.items() if k.startswith("PY")}}
-    return _run(["salloc", "--nodes=1", "--exclusive", "--quiet", "--time=10",
+    return _run(["salloc", "--nodes=1", "--ntasks-per-node=1", "--exclusive", "--quiet", "--time=10",
                  "--kill-command=SIGKILL", sys.executable, str(probe), str(rounds)], env)
 
 
@@ -131,16 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for stop in reversed(stack):
                 stop()
-    print(f"\n{'route':<7}{'grow 1 (median)':>17}{'max':>9}{'shrink 1 (median)':>19}{'max':>9}")
+    print(f"\n{'route':<7}{'first grow 1':>14}{'grow 1 (median)':>17}{'max':>9}"
+          f"{'shrink 1 (median)':>19}{'max':>9}")
     for name, run in runs.items():
         if isinstance(run, str):
             report["routes"][name] = {"skipped": run}
             print(f"{name:<7}{run}")
             continue
-        row = {"grow": median(run["grow"]), "grow_max": max(run["grow"]),
+        row = {"grow": median(run["grow"]), "grow_max": max(run["grow"]), "grow_first": run["grow"][0],
                "shrink": median(run["shrink"]), "shrink_max": max(run["shrink"]), "samples": run}
         report["routes"][name] = row
-        print(f"{name:<7}{row['grow']:>15.3f} s{row['grow_max']:>7.3f} s"
+        print(f"{name:<7}{row['grow_first']:>12.3f} s{row['grow']:>15.3f} s{row['grow_max']:>7.3f} s"
               f"{row['shrink']:>17.3f} s{row['shrink_max']:>7.3f} s")
     write_json(args.json, report, log)
     return 0
