@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,22 @@ def write_json(path: Path, report: dict[str, Any], logger: logging.Logger | None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     (logger or logging.getLogger("benchmarks")).info("wrote %s", path)
+
+
+# -- programs that print their result -------------------------------------------------------
+
+def tagged_results(proc: subprocess.Popen, tag: str, timeout: float) -> tuple[list[Any], str, str]:
+    """Wait for ``proc`` (started with ``start_new_session=True`` and text pipes),
+    killing its process group after ``timeout`` s; the JSON values of its output
+    lines that start with ``tag``, its output and its error output."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    found = [json.loads(line[len(tag):]) for line in out.splitlines() if line.startswith(tag)]
+    return found, out, err
 
 
 # -- logging and command line ---------------------------------------------------------------

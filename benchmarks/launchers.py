@@ -17,12 +17,10 @@ Launchers whose daemons are missing are reported as skipped.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, median, parse_args, setup_logging, write_json
+from benchmarks._common import (machine_info, median, parse_args, setup_logging,
+                                tagged_results, write_json)
 
 log = logging.getLogger("benchmarks.launchers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,17 +69,10 @@ print("PROBE " + json.dumps(apgas.run(main)), flush=True)
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    for line in out.splitlines():
-        if line.startswith("PROBE "):
-            found = json.loads(line[6:])
-            if found["ok"] and found["places"] == 4:
-                return found
+    found, _, err = tagged_results(proc, "PROBE ", RUN_TIMEOUT_S)
+    for probe in found:
+        if probe["ok"] and probe["places"] == 4:
+            return probe
     raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-2000:]}")
 
 

@@ -25,11 +25,9 @@ without slurmdbd, which repeated resizes need) the slurm row says why.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from apgas.testing import FakeScheduler
-from benchmarks._common import machine_info, median, parse_args, setup_logging, write_json
+from benchmarks._common import (machine_info, median, parse_args, setup_logging,
+                                tagged_results, write_json)
 
 log = logging.getLogger("benchmarks.slurm_resize")
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,17 +69,10 @@ print("PROBE " + json.dumps(apgas.run(main)), flush=True)
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    for line in out.splitlines():
-        if line.startswith("PROBE "):
-            found = json.loads(line[6:])
-            if found["places"] == 1:
-                return found
+    found, _, err = tagged_results(proc, "PROBE ", RUN_TIMEOUT_S)
+    for probe in found:
+        if probe["places"] == 1:
+            return probe
     raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-3000:]}")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import mpi_exits
+from benchmarks._common import tagged_results
 from conftest import alive, wait_gone
 
 pytest.importorskip("mpi4py")
@@ -34,13 +35,7 @@ def mpiexec(n: int, *args: str, **env: str) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[dict, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    results = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+    results, out, err = tagged_results(proc, "RESULT ", timeout)
     assert proc.returncode == 0 and len(results) == 1, (proc.returncode, out, err)
     assert "BAD TERMINATION" not in err, err
     return results[0], err

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import apgas
+from benchmarks._common import tagged_results
 from apgas.errors import ApgasError
 from conftest import alive, wait_gone
 
@@ -30,14 +31,9 @@ def salloc(cluster, *command: str, nodes: int = 3, **env: str) -> subprocess.Pop
 
 
 def result_of(proc: subprocess.Popen, timeout: float = 90) -> dict:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.communicate()
-    results = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and len(results) == 1, (proc.returncode, out, err)
+    """The one RESULT line of a program that exited with 0."""
+    results, out, err = tagged_results(proc, "RESULT ", timeout)
+    assert proc.returncode == 0 and len(results) == 1, (proc.returncode, out, err[-6000:])
     return results[0]
 
 

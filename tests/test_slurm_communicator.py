@@ -3,7 +3,6 @@ their own Slurm job (tests/slurm_job.py), and Slurm's view follows."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import eventually
+from launcher import expand_hostlist
+from test_launcher_srun import result_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = str(Path(__file__).with_name("slurm_job.py"))
@@ -42,18 +43,6 @@ def start(cluster, signals: Path, mode: str, **env: str) -> subprocess.Popen:
                              sys.executable, PROG],
                             cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-
-
-def result_of(proc: subprocess.Popen, timeout: float = 180) -> dict:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.communicate()
-    results = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and len(results) == 1, (proc.returncode, out, err[-6000:])
-    return results[0]
 
 
 def job_nodes(cluster, name: str = "apgas-resized") -> int | None:
@@ -85,9 +74,11 @@ def test_an_evolving_glb_job_grows_from_one_to_three_nodes_and_back(slurm, tmp_p
     result = result_of(proc)
     assert result["total"] == result["expected"]
     assert result["requests"] >= 2 and len(result["worked"]) >= 2, result
-    assert result["end"] == ["node1"] and result["releases"] == 2, result
-    assert result["env"] == "node1"
-    assert seen[:3] == [1, 2, 3] and seen[-1] == 1, seen
+    assert result["releases"] >= 2, result
+    # 1 -> 2 -> 3 nodes while the work is wide, back to 1 in the chain (where the one
+    # busy place may ask again: GLB asks whenever every place is busy).
+    assert seen[:3] == [1, 2, 3] and 1 in seen[3:], seen
+    assert sorted(expand_hostlist(result["env"])) == sorted(result["end"]), result
 
 
 def test_check_status_expands_onto_idle_nodes_and_shrinks_for_a_pending_job(slurm, tmp_path):
