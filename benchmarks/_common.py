@@ -11,12 +11,13 @@ import logging
 import math
 import os
 import platform
+import shlex
 import signal
 import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # -- metrics and samples ----------------------------------------------------------------
 
@@ -134,6 +135,19 @@ def tagged_results(proc: subprocess.Popen, tag: str, timeout: float) -> tuple[li
             proc.communicate()
     found = [json.loads(line[len(tag):]) for line in out.splitlines() if line.startswith(tag)]
     return found, out, err
+
+
+def run_probe(command: list[str], env: dict[str, str], cwd: Path, timeout: float,
+              accept: "Callable[[Any], bool]") -> Any:
+    """Run a probe program; the first of its ``PROBE <json>`` values that ``accept``
+    takes, else RuntimeError with the command and the end of its error output."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    found, _, err = tagged_results(proc, "PROBE ", timeout)
+    for probe in found:
+        if accept(probe):
+            return probe
+    raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-3000:]}")
 
 
 # -- logging and command line ---------------------------------------------------------------

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (machine_info, median, parse_args, setup_logging,
-                                tagged_results, write_json)
+                                run_probe, write_json)
 
 log = logging.getLogger("benchmarks.launchers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,13 +67,7 @@ print("PROBE " + json.dumps(apgas.run(main)), flush=True)
 
 
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    found, _, err = tagged_results(proc, "PROBE ", RUN_TIMEOUT_S)
-    for probe in found:
-        if probe["ok"] and probe["places"] == 4:
-            return probe
-    raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-2000:]}")
+    return run_probe(command, env, ROOT, RUN_TIMEOUT_S, lambda probe: probe["ok"] and probe["places"] == 4)
 
 
 def _bare(command: list[str], env: dict[str, str], repeats: int) -> float:

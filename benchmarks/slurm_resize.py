@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any
 
 from apgas.testing import FakeScheduler
 from benchmarks._common import (machine_info, median, parse_args, setup_logging,
-                                tagged_results, write_json)
+                                run_probe, write_json)
 
 log = logging.getLogger("benchmarks.slurm_resize")
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,13 +65,7 @@ print("PROBE " + json.dumps(apgas.run(main)), flush=True)
 
 
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    found, _, err = tagged_results(proc, "PROBE ", RUN_TIMEOUT_S)
-    for probe in found:
-        if probe["places"] == 1:
-            return probe
-    raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-3000:]}")
+    return run_probe(command, env, ROOT, RUN_TIMEOUT_S, lambda probe: probe["places"] == 1)
 
 
 def _local(probe: Path, rounds: int) -> dict[str, Any]:
