@@ -40,6 +40,7 @@ class Config:
     srun: str = "srun"  # the srun command, with options
     check_inhibit: float = 10.0  # s: check_status calls this soon after the last one are no-ops
     slurm_grow_timeout: float = 30.0  # s the slurm communicator waits for Slurm to give nodes
+    heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
 
@@ -136,6 +137,12 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         if not isinstance(logging.getLevelName(level), int):
             raise ConfigError(f"{found[0]} must be a logging level name such as INFO, got {found[1]!r}")
         values["log_level"] = level
+    found = pick("heartbeat")
+    if found is not None:
+        from ._heartbeat import parse_heartbeat
+
+        parse_heartbeat(str(found[1]))
+        values["heartbeat"] = str(found[1])
     for field in ("interface", "python", "chaos", "communicator", "ssh", "srun"):
         found = pick(field)
         if found is not None:

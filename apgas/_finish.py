@@ -56,7 +56,7 @@ class HomeFinish:
             self.bump(origin, src, -n)
         self.exceptions.extend(exceptions)
 
-    def place_died(self, place_id: int) -> None:
+    def place_died(self, place_id: int, reason: str = "") -> None:
         if place_id in self.dead:
             return
         lost = any(dst == place_id and n > 0 for (_, dst), n in self.edges.items())
@@ -64,11 +64,12 @@ class HomeFinish:
         for key in [k for k in self.edges if place_id in k]:
             del self.edges[key]
         if lost:
-            self._lost(place_id)
+            self._lost(place_id, reason)
 
-    def _lost(self, place_id: int) -> None:
+    def _lost(self, place_id: int, reason: str = "") -> None:
         if not any(isinstance(e, DeadPlaceError) and e.place_id == place_id for e in self.exceptions):
-            self.exceptions.append(DeadPlaceError(place_id, "it still had tasks of this finish"))
+            why = f" ({reason})" if reason else ""
+            self.exceptions.append(DeadPlaceError(place_id, f"it still had tasks of this finish{why}"))
 
     def check(self) -> bool:
         """Mark the finish done if the body has ended and every edge is balanced."""

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from . import _serialization as ser
 from ._config import Config, parse_chaos
+from ._heartbeat import parse_heartbeat
 from ._finish import HomeFinish, RemoteFinish
 from ._place import Place
 from ._pool import WorkerPool, blocking
@@ -105,8 +106,11 @@ class Runtime:
         self.pool = WorkerPool(config.threads, f"apgas-worker-p{place_id}")
         self.immediate = WorkerPool(config.immediate_threads, f"apgas-immediate-p{place_id}")
         chaos = parse_chaos(config.chaos) if config.chaos else None
+        self.heartbeat = parse_heartbeat(config.heartbeat)
+        # place 0 watches every place; a place watches place 0 (it declares deaths)
         self.transport = Transport(place_id, secret, config.interface, self._on_message, chaos,
-                                   config.max_message_bytes)
+                                   config.max_message_bytes, self.heartbeat, self._link_lost,
+                                   lambda other: place_id == 0 or other == 0)
         # place 0 only
         self._children: dict[int, Any] = {}
         self._joined: dict[int, tuple[str, int, str]] = {}
@@ -459,7 +463,7 @@ class Runtime:
             places.pop(place_id, None)
             self.places = places
             for f in self._home.values():
-                f.place_died(place_id)
+                f.place_died(place_id, reason)
                 f.check()
             for fref in [k for k in self._remote if k[0] == place_id]:
                 del self._remote[fref]
@@ -507,7 +511,8 @@ class Runtime:
             "config": {"threads": self.config.threads, "interface": self.config.interface,
                        "immediate_threads": self.config.immediate_threads,
                        "log_level": self.config.log_level, "chaos": self.config.chaos,
-                       "max_message_bytes": self.config.max_message_bytes},
+                       "max_message_bytes": self.config.max_message_bytes,
+                       "heartbeat": self.config.heartbeat},
         }
 
     def removable(self, place_id: int) -> bool:
@@ -606,14 +611,40 @@ class Runtime:
                     if pid in self._leaving_places or pid in self.left or pid not in self._table:
                         continue  # still joining: a failed start is start_places' to report
                     if code is not None and pid not in self.dead:
-                        self._children.pop(pid, None)
-                        reason = f"its process exited with code {code}"
-                        self.place_died(pid, reason)
-                        payload = ser.dumps(reason)
-                        for other in self.places:
-                            if other != self.id:
-                                self.transport.send(other, DEAD, pid, 0, payload)
+                        self._declare_dead(pid, f"its process exited with code {code}")
         threading.Thread(target=watch, name="apgas-watch", daemon=True).start()
+
+    def _declare_dead(self, pid: int, reason: str) -> None:
+        """Place 0: the place is dead; end its process if any is left, tell everyone."""
+        proc = self._children.pop(pid, None)
+        if proc is not None:
+            _reap(proc, 0)
+        self.place_died(pid, reason)
+        payload = ser.dumps(reason)
+        for other in self.places:
+            if other != self.id:
+                self.transport.send(other, DEAD, pid, 0, payload)
+
+    def _link_lost(self, pid: int) -> None:
+        """The heartbeat of the link to ``pid`` stopped (:mod:`apgas._heartbeat`)."""
+        interval, timeout = self.heartbeat or (0.0, 0.0)
+        silent = (f"no answer to heartbeats for {timeout:g} s: its host is unreachable or its "
+                  f"process does not run (APGAS_HEARTBEAT={self.config.heartbeat})")
+        if self.id != 0:
+            if pid == 0 and not self.stopped.is_set():
+                self.stop_reason = f"lost place 0: {silent}"
+                log.warning("stopping: %s", self.stop_reason)
+                self.stopped.set()
+            return
+        if pid in self._leaving_places:  # remove_places waits for its process: end it
+            proc = self._children.get(pid)
+            log.warning("place %d, leaving, fell silent: %s", pid, silent)
+            if proc is not None:
+                proc.kill()
+            return
+        if pid in self._table and pid in self.places and pid not in self.dead \
+                and not self.stopped.is_set():
+            self._declare_dead(pid, silent)
 
     def shutdown(self) -> None:
         """Place 0: stop every place (within 2 s), then this runtime."""

@@ -99,6 +99,7 @@ from typing import Callable, Sequence
 
 import zmq
 
+from ._heartbeat import LinkWatcher, configure as configure_heartbeat
 from .errors import ApgasError
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
@@ -152,13 +153,15 @@ def _mac(secret: bytes, signed: bytes, tail: bytes) -> bytes:
 class _Link:
     """The DEALER towards one place, the lock its users take, and its sequence numbers."""
 
-    __slots__ = ("sock", "lock", "endpoint", "seq")
+    __slots__ = ("sock", "lock", "endpoint", "seq", "monitor")
 
-    def __init__(self, sock: zmq.Socket, endpoint: str, generation: int) -> None:
+    def __init__(self, sock: zmq.Socket, endpoint: str, generation: int,
+                 monitor: zmq.Socket | None = None) -> None:
         self.sock = sock
         self.lock = threading.Lock()
         self.endpoint = endpoint
         self.seq = generation << GENERATION_SHIFT  # of the last message sent; under ``lock``
+        self.monitor = monitor  # the heartbeat watcher's, if this link is watched
 
 
 class Transport:
@@ -166,8 +169,18 @@ class Transport:
 
     def __init__(self, place_id: int, secret: bytes, interface: str, handler: Handler,
                  chaos: tuple[int, float] | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 heartbeat: tuple[float, float] | None = None,
+                 on_link_lost: Callable[[int], None] | None = None,
+                 watched: Callable[[int], bool] = lambda place_id: True) -> None:
+        """``heartbeat`` (interval, timeout) makes every link ping its place
+        (:mod:`apgas._heartbeat`); ``on_link_lost(place)`` is then called when a
+        link for which ``watched(place)`` holds drops its connection."""
         self.place_id = place_id
+        self._heartbeat = heartbeat
+        self._watched = watched
+        self._watcher = LinkWatcher(on_link_lost, f"apgas-heartbeat-{place_id}") \
+            if heartbeat and on_link_lost else None
         self.rejected = 0
         self.rejected_by: collections.Counter[str] = collections.Counter()
         self.max_message_bytes = max_message_bytes
@@ -201,6 +214,8 @@ class Transport:
 
     def start(self) -> None:
         self._thread.start()
+        if self._watcher is not None:
+            self._watcher.start()
         if self._chaos is not None:
             threading.Thread(target=self._release_held, name=f"apgas-chaos-{self.place_id}",
                              daemon=True).start()
@@ -214,10 +229,15 @@ class Transport:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 0)
+            monitor = None
+            if self._heartbeat is not None:
+                configure_heartbeat(sock, self._heartbeat)
+                if self._watcher is not None and self._watched(place_id):
+                    monitor = self._watcher.watch(place_id, sock)
             sock.connect(endpoint)
             generation = self._generations.get(place_id, -1) + 1
             self._generations[place_id] = generation  # numbers above every earlier link's
-            self._links[place_id] = _Link(sock, endpoint, generation)
+            self._links[place_id] = _Link(sock, endpoint, generation, monitor)
         if link is not None:
             self._close_link(link)
 
@@ -273,6 +293,8 @@ class Transport:
             self._links.clear()
         for link in links:
             self._close_link(link, linger_ms)
+        if self._watcher is not None:
+            self._watcher.stop()
         self._router.close(linger=0)
         self._ctx.term()
         if self._unlogged:
@@ -306,8 +328,9 @@ class Transport:
                 log.error("sending to place %d failed: %s", dst, err)
         return True
 
-    @staticmethod
-    def _close_link(link: _Link, linger_ms: int = 0) -> None:
+    def _close_link(self, link: _Link, linger_ms: int = 0) -> None:
+        if link.monitor is not None and self._watcher is not None:
+            self._watcher.forget(link.monitor)  # a link closed on purpose is not lost
         with link.lock:
             link.sock.close(linger=linger_ms)
 

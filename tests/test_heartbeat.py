@@ -1,0 +1,146 @@
+"""Heartbeats: a place that stops answering (SIGSTOP here; a cut link in the virtual
+cluster tests) is declared dead like one that exited, a busy one is not, and places
+whose place 0 falls silent end by themselves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import apgas
+from apgas import DeadPlaceError, MultipleException
+from apgas._heartbeat import parse_heartbeat
+from conftest import alive, eventually, wait_gone
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = "0.2:1"  # ping every 0.2 s, dead after 1 s of silence
+
+
+@pytest.fixture(autouse=True)
+def fast_heartbeat(monkeypatch):
+    monkeypatch.setenv("APGAS_HEARTBEAT", FAST)
+
+
+def sleep_long() -> None:
+    time.sleep(60)
+
+
+def stop_soon(pid: int, stopped: list) -> None:
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGSTOP)
+    stopped.append(time.monotonic())
+
+
+def test_a_stopped_place_fails_its_finish_and_the_others_go_on():
+    def main():
+        import threading
+
+        victim = apgas.place(2)
+        pid = apgas.at(victim, os.getpid)
+        stopped: list[float] = []
+        threading.Thread(target=stop_soon, args=(pid, stopped)).start()
+        with pytest.raises(MultipleException) as info:
+            with apgas.finish():
+                apgas.async_at(victim, sleep_long)
+                apgas.async_at(apgas.place(1), time.sleep, 0.1)
+        detected = time.monotonic() - stopped[0]
+        dead = [e for e in info.value.exceptions if isinstance(e, DeadPlaceError)]
+        assert len(dead) == 1 and dead[0].place_id == 2
+        assert "no answer to heartbeats for 1 s" in str(dead[0]), dead[0]
+        with apgas.finish():
+            for p in apgas.places():
+                apgas.async_at(p, time.sleep, 0.01)
+        return detected, pid, [p.id for p in apgas.places()]
+
+    detected, pid, live = apgas.run(main, places=3)
+    assert live == [0, 1]
+    assert 0.8 <= detected < 3.0, detected  # the timeout, plus at most an interval or so
+    assert wait_gone([pid], 5) == []  # the stopped process was killed, not left behind
+
+
+def test_at_a_stopped_place_raises_dead_place_error():
+    def main():
+        pid = apgas.at(apgas.place(1), os.getpid)
+        os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(DeadPlaceError, match="place 1"):
+            apgas.at(apgas.place(1), os.getpid)
+        return time.monotonic() - start, pid
+
+    waited, pid = apgas.run(main, places=2)
+    assert waited < 3.0
+    assert wait_gone([pid], 5) == []
+
+
+def spin_with_the_gil(seconds: float) -> float:
+    """A numba loop that holds the GIL for ``seconds`` (no nogil): nothing in Python runs."""
+    import numba
+
+    @numba.njit
+    def spin(rounds):
+        x = 1.0
+        for _ in range(rounds):
+            x = (x * 1.0000001) % 7.3
+        return x
+
+    spin(10)
+    start = time.monotonic()
+    spin(1_000_000)
+    per_round = max((time.monotonic() - start) / 1_000_000, 1e-9)
+    start = time.monotonic()
+    spin(int(seconds / per_round))
+    return time.monotonic() - start
+
+
+def test_a_place_busy_in_a_long_call_that_holds_the_gil_is_not_declared_dead():
+    pytest.importorskip("numba")
+
+    def main():
+        spun = apgas.at(apgas.place(1), spin_with_the_gil, 3.0)  # 3 x the timeout
+        return spun, [p.id for p in apgas.places()]
+
+    spun, live = apgas.run(main, places=2)
+    assert spun >= 2.5 and live == [0, 1]
+
+
+PROGRAM = """
+import os, sys, time, apgas
+def main():
+    print("PLACES", apgas.at(apgas.place(1), os.getpid), flush=True)
+    time.sleep(60)
+apgas.run(main, places=2)
+"""
+
+
+def test_places_end_by_themselves_when_place_0_falls_silent(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "APGAS_HEARTBEAT": FAST}, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PLACES "), line
+        place = int(line.split()[1])
+        os.kill(proc.pid, signal.SIGSTOP)  # place 0 hangs; its pipes stay open
+        start = time.monotonic()
+        eventually(lambda: not alive(place), "place 1 gone after place 0 fell silent", 10)
+        assert time.monotonic() - start < 5
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_heartbeat_settings_are_checked(monkeypatch):
+    assert parse_heartbeat("0.5:4") == (0.5, 4.0)
+    assert parse_heartbeat("2") == (2.0, 20.0)
+    assert parse_heartbeat("0") is None and parse_heartbeat("off") is None
+    for bad in ("fast", "1:2:3", "-1:5", "1:0"):
+        monkeypatch.setenv("APGAS_HEARTBEAT", bad)
+        with pytest.raises(apgas.ConfigError, match=f"APGAS_HEARTBEAT must be .*got '{bad}'"):
+            apgas.run(lambda: None)
