@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from typing import NoReturn
@@ -54,6 +55,8 @@ def serve(boot: dict, watch_stdin: bool) -> int:
     config = dataclasses.replace(Config(), **boot["config"])
     place_id, host = boot["place"], boot["host"]
     setup_logging(place_id, config.log_level)
+    config = dataclasses.replace(config, interface=local_interface(config.interface,
+                                                                   boot["parent_endpoint"]))
     rt = Runtime(place_id, host, bytes.fromhex(boot["secret"]), config)
     install(rt)
     rt.transport.start()
@@ -69,6 +72,35 @@ def serve(boot: dict, watch_stdin: bool) -> int:
     logging.shutdown()
     sys.stderr.flush()
     return code
+
+
+def local_interface(interface: str, parent_endpoint: str) -> str:
+    """The interface setting as it applies on this host.
+
+    ``*`` and addresses of this host stay. Any other address is place 0's
+    (set for its host, e.g. ``APGAS_INTERFACE=10.1.0.1``): here it means the
+    address this host reaches place 0 from, which the kernel's routing picks
+    (a UDP socket's connect sends nothing)."""
+    if interface in ("*", "0.0.0.0"):
+        return interface
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((interface, 0))
+        return interface
+    except OSError:
+        pass
+    peer = parent_endpoint.removeprefix("tcp://").rpartition(":")[0]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((peer, 9))
+            mine = probe.getsockname()[0]
+    except OSError as e:
+        log.warning("interface %s is not this host's, and the route to place 0 at %s is not "
+                    "known (%s); binding it anyway", interface, peer, e)
+        return interface
+    log.info("interface %s is not this host's: binding %s, from which place 0 at %s is reached",
+             interface, mine, peer)
+    return mine
 
 
 def _watch_parent(rt: Runtime) -> None:
