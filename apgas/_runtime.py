@@ -82,6 +82,10 @@ class _Pending:
             pass  # settled already (a reply raced with the place's death)
 
 
+LOST_GRACE_S = 1.0  # s a place's process has to show it ended, once its link dropped
+LEAVE_LINGER_S = 6.0  # s a leaving place may flush (it closes with a 5 s linger) before it exits
+
+
 class Runtime:
     def __init__(self, place_id: int, host: str, secret: bytes, config: Config) -> None:
         self.id = place_id
@@ -626,7 +630,10 @@ class Runtime:
                 self.transport.send(other, DEAD, pid, 0, payload)
 
     def _link_lost(self, pid: int) -> None:
-        """The heartbeat of the link to ``pid`` stopped (:mod:`apgas._heartbeat`)."""
+        """The link to ``pid`` dropped its connection (:mod:`apgas._heartbeat`): its
+        heartbeat stopped, or its process ended. Place 0 gives the process a grace
+        to show that it ended (a leaving place closes its socket up to its linger
+        before it exits), and declares the place dead by silence only if it did not."""
         interval, timeout = self.heartbeat or (0.0, 0.0)
         silent = (f"no answer to heartbeats for {timeout:g} s: its host is unreachable or its "
                   f"process does not run (APGAS_HEARTBEAT={self.config.heartbeat})")
@@ -636,14 +643,26 @@ class Runtime:
                 log.warning("stopping: %s", self.stop_reason)
                 self.stopped.set()
             return
+        threading.Thread(target=self._judge_loss, args=(pid, silent), name=f"apgas-lost-{pid}",
+                         daemon=True).start()  # not on the watcher: other links go on
+
+    def _judge_loss(self, pid: int, silent: str) -> None:
+        timeout = self.heartbeat[1] if self.heartbeat else 0.0
+        proc = self._children.get(pid)
+        grace = (LEAVE_LINGER_S + timeout) if pid in self._leaving_places else LOST_GRACE_S
+        if proc is not None:
+            try:
+                proc.wait(timeout=grace)
+                return  # it ended: watch_children or remove_places say how
+            except Exception:
+                pass
+        if self.stopped.is_set() or pid in self.dead:
+            return
         if pid in self._leaving_places:  # remove_places waits for its process: end it
-            proc = self._children.get(pid)
             log.warning("place %d, leaving, fell silent: %s", pid, silent)
             if proc is not None:
                 proc.kill()
-            return
-        if pid in self._table and pid in self.places and pid not in self.dead \
-                and not self.stopped.is_set():
+        elif pid in self._table and pid in self.places:
             self._declare_dead(pid, silent)
 
     def shutdown(self) -> None:

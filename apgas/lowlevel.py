@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._config import parse_address
+from ._config import Config, parse_address
 from ._pool import blocking
 from ._runtime import current
 from ._serving import LineTooLong, discard_rest, read_line, serve_connections
 
-__all__ = ["blocking", "immediate_at", "parse_address", "removable", "serve_connections",
+__all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "serve_connections",
            "read_line", "discard_rest", "LineTooLong"]
 
 

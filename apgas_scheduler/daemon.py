@@ -13,6 +13,7 @@ programs' asks are answered only under policies with ``grants_requests``
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import subprocess
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 
 import launcher as launchers
 from apgas import auth
+from apgas.lowlevel import Config
 
 from . import access, containment
 
@@ -74,7 +76,9 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         self.register_timeout = register_timeout
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.launcher = launchers.get_launcher(launcher)
+        # APGAS_SSH and APGAS_SRUN give the commands (with options) the launcher runs
+        self.launcher = launchers.get_launcher(launcher, Config(
+            ssh=os.environ.get("APGAS_SSH") or "ssh", srun=os.environ.get("APGAS_SRUN") or "srun"))
         self._local = launcher == "local"
         self._key = auth.load_or_create_secret(key_file or access.default_key_file())
         self._guard = auth.ReplayGuard()

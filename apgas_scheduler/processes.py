@@ -64,6 +64,9 @@ class ProcessesMixin(SchedulerCore):
             slurm_job = os.environ.get("SLURM_JOB_ID")
         if self._local:
             env["APGAS_LOCAL_HOSTS"] = ",".join(self._owner)
+        elif self.launcher.name == "ssh":  # its grows reach the other nodes the same way
+            env["APGAS_LAUNCHER"] = "ssh"
+            env["APGAS_SSH"] = getattr(self.launcher.config, "ssh", "ssh")
         if job.malleable:
             try:
                 env.update(self._order_env(job, nodes[0]))

@@ -37,8 +37,8 @@ import time
 from typing import TYPE_CHECKING
 
 from apgas import protocol
-from apgas._config import Config
 from apgas.errors import ApgasError, ConfigError
+from apgas.lowlevel import Config
 from apgas.malleable import MalleableCommunicator
 
 from . import slurmctl

@@ -37,6 +37,16 @@ can be resized repeatedly and ``not_resizable`` why not (for a skip reason).
 Without those binaries the cluster starts as before, with ``accounting/none``.
 ``SchedulerParameters=permit_job_expansion`` lets a job grow (``--dependency=expand:``).
 
+Nodes on other addresses (the virtual cluster of network namespaces,
+``tests/vcluster.py``): ``start_slurm(..., names=[...], addresses=[...],
+controller_address=..., wrap=...)`` names the nodes, gives each its own
+``NodeAddr``, lets slurmctld be reached at ``controller_address``
+(``SlurmctldHost=<this host>(<address>)``; it listens on every address anyway)
+and starts each slurmd through ``wrap(name, argv)`` (e.g. ``nsenter --net=``; not
+``ip netns exec``, whose fresh /sys lacks the /sys/fs/cgroup slurmd needs).
+munged, slurmdbd and MariaDB are reached through unix sockets and slurmdbd on
+127.0.0.1 by slurmctld only, so they stay where the test runs.
+
 Steps sharing an allocation's CPUs need ``srun --overlap`` (otherwise they
 wait for each other); a ``salloc`` whose command outlives the job needs
 ``--kill-command``, or it keeps running after ``stop()``.
@@ -124,23 +134,37 @@ def _socket_holders(directory: Path) -> set[int]:
     """Pids holding a unix socket bound under ``directory``: the slurmstepds of our slurmds.
 
     slurmstepd daemonizes away from slurmd, so only its socket in the spool
-    directory tells which cluster it belongs to.
+    directory tells which cluster it belongs to.  /proc/net/unix lists only the
+    sockets of the reader's network namespace, so that of every namespace a
+    process runs in is read (slurmds may run in other namespaces).
     """
     prefix = str(directory) + "/"
+    pids = [e for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()]
+    tables = {"/proc/net/unix"}
+    seen: set[str] = set()
+    for pid in pids:
+        try:
+            netns = os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:
+            continue
+        if netns not in seen:
+            seen.add(netns)
+            tables.add(f"/proc/{pid}/net/unix")
     inodes: set[str] = set()
-    try:
-        with open("/proc/net/unix") as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if len(fields) >= 8 and fields[7].startswith(prefix):
-                    inodes.add(f"socket:[{fields[6]}]")
-    except OSError:
+    for table in sorted(tables):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) >= 8 and fields[7].startswith(prefix):
+                        inodes.add(f"socket:[{fields[6]}]")
+        except (OSError, StopIteration):
+            continue
+    if not inodes:
         return set()
     holders: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
+    for entry in pids:
         try:
             fds = os.listdir(f"/proc/{entry}/fd")
             if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in fds):
@@ -265,18 +289,21 @@ class SlurmCluster:
 
 
 def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int],
-                dbd_port: int | None = None) -> Path:
+                dbd_port: int | None = None, addresses: list[str] | None = None,
+                controller_address: str = "127.0.0.1") -> Path:
     """slurm.conf for ``nodes`` on 127.0.0.1: slurmctld on ports[0], node i on ports[i+1].
 
-    With ``dbd_port`` jobs are recorded by the slurmdbd listening there.
+    With ``dbd_port`` jobs are recorded by the slurmdbd listening there.  Node i
+    has address ``addresses[i]`` when given; slurmctld is reached at ``controller_address``.
     """
+    addresses = addresses or ["127.0.0.1"] * len(nodes)
     host = socket.gethostname().split(".")[0]
     user = pwd.getpwuid(os.geteuid()).pw_name
     (run / "plugstack.conf").write_text("")
     lines = [
         "ClusterName=apgastest",
         # slurmctld only runs where SlurmctldHost names this host.
-        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmctldHost={host}({controller_address})",
         f"SlurmctldPort={ports[0]}",
         f"SlurmUser={user}",
         f"SlurmdUser={user}",
@@ -321,8 +348,8 @@ def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int],
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
     ]
-    for name, port in zip(nodes, ports[1:]):
-        lines.append(f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={port}"
+    for name, port, address in zip(nodes, ports[1:], addresses):
+        lines.append(f"NodeName={name} NodeHostname={name} NodeAddr={address} Port={port}"
                      f" CPUs={cpus} State=UNKNOWN")
     lines.append(f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES"
                  " MaxTime=INFINITE State=UP")
@@ -464,12 +491,19 @@ def _start_accounting(cluster: SlurmCluster, paths: dict[str, str], port: int,
 
 
 def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8, timeout: float = 30,
-                accounting: bool | None = None) -> SlurmCluster:
+                accounting: bool | None = None, *, names: list[str] | None = None,
+                addresses: list[str] | None = None, controller_address: str = "127.0.0.1",
+                wrap: Callable[[str, list[str]], list[str]] | None = None) -> SlurmCluster:
     """Start munged, slurmctld and ``nodes`` slurmds (node1..nodeN, ``cpus`` CPUs each).
 
     ``accounting``: None (default) also starts MariaDB and slurmdbd when they are
     installed (``SlurmCluster.resizable``), True requires them (SlurmUnavailable
     without), False keeps ``accounting_storage/none``.
+
+    ``names``: the node names (then ``nodes`` is ignored); ``addresses``: each
+    node's NodeAddr (default 127.0.0.1 for all); ``controller_address``: where
+    slurmds reach slurmctld; ``wrap(name, argv)``: the command that starts the
+    slurmd of node ``name`` (it must exec slurmd in place, not fork it).
 
     Returns once every node is idle.  Raises SlurmUnavailable when Slurm cannot
     run here and RuntimeError (with the daemon logs) when it does not come up.
@@ -487,12 +521,16 @@ def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8, timeout: float = 3
     if len(str(workdir)) > MAX_DIR_LENGTH:
         # Unix socket paths are limited to 108 bytes.
         workdir = Path(tempfile.mkdtemp(prefix="slurm-"))
-    names = [f"node{i}" for i in range(1, nodes + 1)]
+    names = list(names) if names is not None else [f"node{i}" for i in range(1, nodes + 1)]
+    nodes = len(names)
+    if addresses is not None and len(addresses) != nodes:
+        raise ValueError(f"{len(addresses)} addresses for {nodes} nodes")
     for sub in ("state", "spool", *(f"spool/{n}" for n in names)):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     ports = free_ports(nodes + 2)
     dbd_port = ports.pop() if dbd_paths else None
-    conf = _write_conf(workdir, names, cpus, ports[:nodes + 1], dbd_port)
+    conf = _write_conf(workdir, names, cpus, ports[:nodes + 1], dbd_port,
+                       list(addresses) if addresses is not None else None, controller_address)
     env = {**_clean_environ(), "SLURM_CONF": str(conf)}
     cluster = SlurmCluster(nodes=names, conf=str(conf), env=env, workdir=workdir,
                            not_resizable=why_not)
@@ -512,7 +550,8 @@ def start_slurm(workdir: Path, nodes: int = 3, cpus: int = 8, timeout: float = 3
         _wait(cluster, "slurmctld answers",
               lambda: cluster.run("scontrol", "ping", timeout=5).stdout.count("UP") > 0, timeout)
         for name in names:
-            _spawn(cluster, f"slurmd-{name}", [paths["slurmd"], "-D", "-N", name, "-f", str(conf)])
+            argv = [paths["slurmd"], "-D", "-N", name, "-f", str(conf)]
+            _spawn(cluster, f"slurmd-{name}", wrap(name, argv) if wrap else argv)
         _wait(cluster, "all nodes idle",
               lambda: all(cluster.node_states().get(n) == "idle" for n in names), timeout)
     except BaseException:

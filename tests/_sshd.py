@@ -5,10 +5,19 @@ when run as root): keys, configs, pid file and log live in a work directory, the
 reads only the config written here (``ssh -F``), and host keys are neither checked nor
 remembered. The same sshd answers to several host aliases
 (``sshhost1`` ...), so a test can place workers on "different hosts" of one machine.
+
+For the virtual cluster (``tests/vcluster.py``) an sshd can also listen on another
+address and a fixed port (``address``, ``port``), be started through a command wrapper
+(``wrap``: e.g. ``nsenter --net=...``, to run it inside a network namespace), share one
+set of keys with other sshds (``make_keys``, ``keys``), end sessions whose client vanished
+(``client_alive``, ``login_grace``) and die with the process that started it
+(``die_with_parent``);
+``client_config`` writes one client config for several such sshds.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import shutil
@@ -17,13 +26,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from orders import free_port
 
-__all__ = ["SshServer", "SshUnavailable", "start_sshd", "sshd"]
+__all__ = ["SshServer", "SshUnavailable", "client_config", "make_keys", "start_sshd", "sshd"]
 
 HOSTS = ["sshhost1", "sshhost2", "sshhost3"]
 READY_TIMEOUT = 10.0
@@ -44,6 +53,20 @@ class SshServer:
     workdir: Path
     log: Path
     process: subprocess.Popen = field(repr=False)
+    address: str = "127.0.0.1"  # where sshd listens (ListenAddress)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until a login works (for ``start_sshd(..., wait=False)``); on failure stop
+        sshd and raise RuntimeError with the sshd log."""
+        try:
+            error = _wait_ready(self, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        if error:
+            self.stop()
+            raise RuntimeError(f"sshd on {self.address} port {self.port} is not usable: {error}\n"
+                               f"sshd log {self.log}:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
         """The end of the sshd log, for error messages."""
@@ -58,13 +81,13 @@ class SshServer:
         sshd puts each connection in its own session (setsid), so killing its process group
         is not enough. The tree under sshd is ended leaves first, so that each parent is
         still there to reap its children (no zombies handed to init); then sshd itself, and
-        last any process whose SSH_CONNECTION names this sshd's port (a session process that
-        was reparented to init). SIGTERM first, SIGKILL after ``timeout``. Idempotent.
+        last any process whose SSH_CONNECTION names this sshd's address and port (a session
+        process that was reparented to init). SIGTERM first, SIGKILL after ``timeout``. Idempotent.
         """
         for level in reversed(_levels(self.process.pid)):
             _end(level, timeout)
         _end([self.process.pid], timeout, self.process)
-        _end(_session_processes(self.port), timeout)
+        _end(_session_processes(self.port, self.address), timeout)
 
 
 def _end(pids: list[int], timeout: float, process: subprocess.Popen | None = None) -> None:
@@ -121,9 +144,9 @@ def _levels(root: int) -> list[list[int]]:
     return levels
 
 
-def _session_processes(port: int) -> list[int]:
-    """Processes started by a session of the sshd on ``port`` (found by SSH_CONNECTION)."""
-    tail = f" 127.0.0.1 {port}".encode()
+def _session_processes(port: int, address: str = "127.0.0.1") -> list[int]:
+    """Processes started by a session of the sshd on ``address``:``port`` (found by SSH_CONNECTION)."""
+    tail = f" {address} {port}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -166,14 +189,21 @@ def _quote(path: Path) -> str:
     return '"' + str(path).replace("%", "%%") + '"'
 
 
-def _sshd_config(workdir: Path, port: int) -> str:
+def _sshd_config(workdir: Path, port: int, address: str = "127.0.0.1", keys: Path | None = None,
+                 client_alive: tuple[int, int] | None = None, login_grace: int | None = None) -> str:
+    keys = keys or workdir
+    alive = "" if client_alive is None else (
+        "# End sessions whose client vanished: no answer to `count` probes `interval` s apart.\n"
+        f"ClientAliveInterval {client_alive[0]}\nClientAliveCountMax {client_alive[1]}\n")
+    if login_grace is not None:  # connections still logging in (ClientAlive* starts after)
+        alive += f"LoginGraceTime {login_grace}\n"
     return f"""\
-ListenAddress 127.0.0.1
+ListenAddress {address}
 Port {port}
-HostKey {_quote(workdir / "host_key")}
+HostKey {_quote(keys / "host_key")}
 PidFile {_quote(workdir / "sshd.pid")}
-AuthorizedKeysFile {_quote(workdir / "authorized_keys")}
-PubkeyAuthentication yes
+AuthorizedKeysFile {_quote(keys / "authorized_keys")}
+{alive}PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
@@ -189,13 +219,21 @@ MaxSessions 200
 """
 
 
-def _client_config(workdir: Path, port: int, hosts: list[str]) -> str:
+def _client_config(workdir: Path, port: int, hosts: list[str], address: str = "127.0.0.1") -> str:
+    names = hosts + ([] if address in hosts else [address])
+    if address == "127.0.0.1":
+        names.append("localhost")
     return f"""\
-Host {" ".join(hosts)} 127.0.0.1 localhost
-    HostName 127.0.0.1
+Host {" ".join(names)}
+    HostName {address}
     Port {port}
+{_client_options(workdir)}"""
+
+
+def _client_options(keys: Path) -> str:
+    return f"""\
     User {pwd.getpwuid(os.geteuid()).pw_name}
-    IdentityFile {_quote(workdir / "user_key")}
+    IdentityFile {_quote(keys / "user_key")}
     IdentitiesOnly yes
     StrictHostKeyChecking no
     UserKnownHostsFile /dev/null
@@ -206,41 +244,93 @@ Host {" ".join(hosts)} 127.0.0.1 localhost
 """
 
 
-def start_sshd(workdir: Path, hosts: list[str] | None = None) -> SshServer:
+def client_config(keys: Path, servers: dict[str, tuple[str, int]]) -> str:
+    """An ssh client config (for ``ssh -F``) reaching several sshds that share the keys
+    made by ``make_keys(keys)``: alias -> (address, port); each address is an alias too."""
+    keys = Path(keys).resolve()
+    blocks = []
+    for alias, (address, port) in servers.items():
+        names = [alias] + ([address] if address != alias else [])
+        blocks.append(f"Host {' '.join(names)}\n    HostName {address}\n    Port {port}\n")
+    names = sorted({n for alias, (address, _) in servers.items() for n in (alias, address)})
+    return "".join(blocks) + f"Host {' '.join(names)}\n{_client_options(keys)}"
+
+
+def make_keys(directory: Path) -> Path:
+    """Fresh host and user keys and an authorized_keys in ``directory`` (returned, resolved)."""
+    _, _, keygen = _tools()
+    directory = Path(directory).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, kind in (("host_key", "ed25519"), ("user_key", "ed25519")):
+        for old in (directory / name, directory / f"{name}.pub"):
+            old.unlink(missing_ok=True)
+        subprocess.run([keygen, "-q", "-t", kind, "-N", "", "-C", f"apgas-test-{name}",
+                        "-f", str(directory / name)], check=True, stdin=subprocess.DEVNULL)
+    (directory / "authorized_keys").write_text((directory / "user_key.pub").read_text())
+    (directory / "authorized_keys").chmod(0o600)
+    return directory
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Child side of Popen: get SIGTERM when the thread that started us ends."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def start_sshd(workdir: Path, hosts: list[str] | None = None, *, address: str = "127.0.0.1",
+               port: int | None = None, wrap: Callable[[list[str]], list[str]] | None = None,
+               keys: Path | None = None, client_alive: tuple[int, int] | None = None,
+               login_grace: int | None = None, die_with_parent: bool = False,
+               wait: bool = True) -> SshServer:
     """Start an sshd on 127.0.0.1 that the current user can log in to with a fresh key.
 
     Returns once ``ssh -F config <first host> true`` succeeds; RuntimeError (with the sshd
     log) if that does not happen within READY_TIMEOUT seconds, SshUnavailable if the ssh
     programs are not installed. The caller must call ``stop()``.
+
+    Options (all keyword-only; the defaults are the behaviour above):
+    ``address``: listen there instead (the client config's HostName);
+    ``port``: listen on this port (e.g. 22 inside a network namespace) instead of a free
+    one of 127.0.0.1; ``wrap``: argv -> argv, how to start sshd (e.g. prefix it with
+    ``nsenter --net=<ns>``; the wrapper must exec sshd, not fork it);
+    ``keys``: a directory made by ``make_keys`` to use instead of fresh keys in ``workdir``;
+    ``client_alive``: (ClientAliveInterval, ClientAliveCountMax): a logged-in session whose
+    client vanished ends after about 2 * interval * (count + 1) s (OpenSSH 9.2);
+    ``login_grace``: LoginGraceTime, the same for a connection still logging in;
+    ``die_with_parent``: sshd gets SIGTERM when the calling thread ends (PR_SET_PDEATHSIG:
+    start it from a thread that lives as long as it should);
+    ``wait=False``: return at once, call ``SshServer.wait_ready()`` later.
     """
-    sshd_path, ssh, keygen = _tools()
+    sshd_path, ssh, _ = _tools()
     hosts = list(hosts or HOSTS)
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    for name, kind in (("host_key", "ed25519"), ("user_key", "ed25519")):
-        for old in (workdir / name, workdir / f"{name}.pub"):
-            old.unlink(missing_ok=True)
-        subprocess.run([keygen, "-q", "-t", kind, "-N", "", "-C", f"apgas-test-{name}",
-                        "-f", str(workdir / name)], check=True, stdin=subprocess.DEVNULL)
-    (workdir / "authorized_keys").write_text((workdir / "user_key.pub").read_text())
-    (workdir / "authorized_keys").chmod(0o600)
+    keys = make_keys(workdir) if keys is None else Path(keys).resolve()
     if os.geteuid() == 0:  # privilege separation directory; sshd refuses to start without
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
     error = ""
     for _attempt in range(3):  # the free port may be taken before sshd binds it
-        port = free_port()
+        listen_port = free_port() if port is None else port
         server_config = workdir / "sshd_config"
-        server_config.write_text(_sshd_config(workdir, port))
+        server_config.write_text(_sshd_config(workdir, listen_port, address, keys, client_alive,
+                                              login_grace))
         config = workdir / "ssh_config"
-        config.write_text(_client_config(workdir, port, hosts))
+        config.write_text(_client_config(keys, listen_port, hosts, address))
         log = workdir / "sshd.log"
+        argv = [sshd_path, "-D", "-e", "-f", str(server_config)]
         with open(log, "wb") as out:
-            process = subprocess.Popen([sshd_path, "-D", "-e", "-f", str(server_config)],
-                                       stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-        server = SshServer(port=port, config=str(config), hosts=hosts,
+            process = subprocess.Popen(wrap(argv) if wrap else argv,
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                       preexec_fn=_die_with_parent if die_with_parent else None)
+        server = SshServer(port=listen_port, config=str(config), hosts=hosts,
                            command=[ssh, "-F", str(config)], workdir=workdir, log=log,
-                           process=process)
+                           process=process, address=address)
+        if not wait:
+            return server
         try:
             error = _wait_ready(server)
         except BaseException:
@@ -250,21 +340,21 @@ def start_sshd(workdir: Path, hosts: list[str] | None = None) -> SshServer:
             return server
         server.stop()
         log_tail = server.log_tail()
-        if "Address already in use" not in log_tail:
+        if "Address already in use" not in log_tail or port is not None:
             break
-    raise RuntimeError(f"sshd on 127.0.0.1 port {port} is not usable: {error}\n"
+    raise RuntimeError(f"sshd on {address} port {listen_port} is not usable: {error}\n"
                        f"sshd log {log}:\n{log_tail}")
 
 
-def _wait_ready(server: SshServer) -> str:
+def _wait_ready(server: SshServer, timeout: float = READY_TIMEOUT) -> str:
     """Wait until a real login works; "" then, else what went wrong.
 
     First wait for sshd to say it listens (or to die, e.g. on a taken port): an ssh to a
     port someone else holds could hang until ConnectTimeout.
     """
-    deadline = time.monotonic() + READY_TIMEOUT
-    listening = f"Server listening on 127.0.0.1 port {server.port}."
-    last = f"sshd did not report listening within {READY_TIMEOUT} s"
+    deadline = time.monotonic() + timeout
+    listening = f"Server listening on {server.address} port {server.port}."
+    last = f"sshd did not report listening within {timeout} s"
     while listening not in server.log.read_text(errors="replace"):
         if server.process.poll() is not None:
             return f"sshd exited with code {server.process.returncode}"
@@ -284,7 +374,7 @@ def _wait_ready(server: SshServer) -> str:
         except subprocess.TimeoutExpired:
             last = f"{' '.join(probe)} took more than 5 s"
         time.sleep(0.05)
-    return f"no login within {READY_TIMEOUT} s; last try: {last}"
+    return f"no login within {timeout} s; last try: {last}"
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,18 @@ them and after shrinking by ``SHRINK`` places (orders sent to itself).
 
 import json
 import os
+import socket
 
 import apgas
+from apgas._runtime import current
 from apgas.order import send_order
 
 
 def whoami() -> dict:
     return {"place": apgas.here().id, "host": apgas.here().host, "pid": os.getpid(),
             "ppid": os.getppid(), "node": os.environ.get("SLURMD_NODENAME"),
-            "rank": os.environ.get("PMI_RANK"), "ssh": bool(os.environ.get("SSH_CONNECTION"))}
+            "rank": os.environ.get("PMI_RANK"), "ssh": bool(os.environ.get("SSH_CONNECTION")),
+            "hostname": socket.gethostname(), "endpoint": current().transport.endpoint}
 
 
 def survey() -> list[dict]:

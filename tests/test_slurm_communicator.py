@@ -113,7 +113,7 @@ def test_check_status_expands_onto_idle_nodes_and_shrinks_for_a_pending_job(slur
 
 def test_a_grow_slurm_cannot_meet_is_refused_with_its_reason_and_leaves_nothing(slurm, tmp_path):
     result = result_of(start(slurm, tmp_path, "grow", N="3"))
-    assert result["state"] == "refused" and result["end"] == ["node1"]
+    assert result["state"] == "refused" and len(result["end"]) == 1
     assert "Slurm gave no 3 node(s) within 3 s" in result["reason"], result
     jobs = slurm.run("squeue", "--noheader", "--format=%j %t").stdout
     assert "apgas-expand" not in jobs, jobs

@@ -1,0 +1,243 @@
+"""Places on several hosts for real: the virtual cluster's network namespaces
+(``tests/vcluster.py``), each with its own address in 198.18.0.0/15, host name,
+sshd and slurmd. Runs through ssh and srun, grows onto a new host, GLB under
+orders, the scheduler with jobs on other hosts, and hosts that crash or fall
+off the network."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks._common import tagged_results
+from conftest import eventually
+from orders import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+SURVEY = str(ROOT / "tests" / "launch_prog.py")
+PROG = str(ROOT / "tests" / "cross_host_prog.py")
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def ssh_env(vc, **extra: str) -> dict[str, str]:
+    """A program's environment for the ssh launcher over the cluster's sshds."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("APGAS_", "SLURM_"))}
+    return {**environ, "PYTHONUNBUFFERED": "1", "APGAS_LAUNCHER": "ssh",
+            "APGAS_SSH": shlex.join(vc.ssh_command), **extra}
+
+
+def run_on(vc, host: str, argv: list[str], env: dict[str, str], timeout: float = 120) -> dict:
+    """Run ``argv`` on ``host``; its one RESULT line."""
+    proc = vc.exec(host, argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                   start_new_session=True)
+    results, out, err = tagged_results(proc, "RESULT ", timeout)
+    assert proc.returncode == 0 and len(results) == 1, (proc.returncode, out, err[-5000:])
+    return results[0]
+
+
+def strays(vc) -> dict[str, list[str]]:
+    """Processes on the hosts other than their daemons (sshd listener, slurmd)."""
+    found = {}
+    for host in vc.hosts:
+        rest = []
+        for pid in vc.pids(host):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if not any(daemon in cmd for daemon in ("sshd -D", "sshd: -D", "slurmd", "slurmstepd")) \
+                    and "apgas" in cmd:
+                rest.append(cmd)
+        if rest:
+            found[host] = rest
+    return found
+
+
+@pytest.mark.parametrize("interface", ["*", "address"])
+def test_run_on_four_hosts_through_ssh(vcluster, interface):
+    vc = vcluster
+    setting = "*" if interface == "*" else vc.addresses["vh1"]
+    result = run_on(vc, "vh1", [PY, SURVEY],
+                    ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE=setting))
+    start = result["start"]
+    assert [(p["place"], p["host"], p["hostname"]) for p in start] == \
+        [(i, f"vh{i + 1}", f"vh{i + 1}") for i in range(4)]
+    assert [p["ssh"] for p in start] == [False, True, True, True]
+    for p in start:  # each place listens where the others reach it on its own host
+        where = p["endpoint"].removeprefix("tcp://").rpartition(":")[0]
+        assert where == (p["host"] if interface == "*" else vc.addresses[p["host"]]), p
+    assert strays(vc) == {}
+
+
+def test_run_on_four_hosts_through_srun(vcluster, tmp_path):
+    vc = vcluster
+    if vc.slurm is None:
+        pytest.skip("the virtual cluster runs no Slurm")
+    out = tmp_path / "job.out"
+    env = {**vc.env, "PYTHONUNBUFFERED": "1", "APGAS_INTERFACE": "*"}
+    done = subprocess.run(["sbatch", "--wait", "--nodes=4", "--time=5", f"--output={out}",
+                           f"--chdir={ROOT}", f"--wrap={shlex.join([PY, SURVEY])}"],
+                          env=env, capture_output=True, text=True, timeout=150)
+    text = out.read_text() if out.exists() else ""
+    results = [json.loads(line[7:]) for line in text.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and len(results) == 1, (done, text[-5000:])
+    start = results[0]["start"]
+    assert [(p["host"], p["hostname"], p["node"]) for p in start][1:] == \
+        [(f"vh{i}", f"vh{i}", f"vh{i}") for i in (2, 3, 4)]
+    assert start[0]["hostname"] == "vh1"  # the batch script runs on the first node
+    assert len({p["endpoint"] for p in start}) == 4
+
+
+def test_a_grow_starts_a_place_on_a_host_that_had_none(vcluster):
+    vc = vcluster
+    listen = f"{vc.addresses['vh1']}:{free_port()}"
+    result = run_on(vc, "vh1", [PY, SURVEY],
+                    ssh_env(vc, APGAS_HOSTS="vh1,vh2", APGAS_INTERFACE="*",
+                            APGAS_MALLEABLE_LISTEN=listen, GROW="vh4", SHRINK="1"))
+    assert result["grow_reply"] == ["ok grow 1 places 2"]
+    grown = result["grown"][2]
+    assert (grown["host"], grown["hostname"]) == ("vh4", "vh4") and grown["ssh"]
+    assert result["shrink_reply"] == ["vh4"]
+    assert strays(vc) == {}
+
+
+def test_glb_over_the_hosts_under_grow_and_shrink_orders_is_exact(vcluster):
+    vc = vcluster
+    listen = f"{vc.addresses['vh1']}:{free_port()}"
+    result = run_on(vc, "vh1", [PY, PROG],
+                    ssh_env(vc, MODE="glb", APGAS_HOSTS="vh1,vh2", APGAS_INTERFACE="*",
+                            APGAS_MALLEABLE_LISTEN=listen, APGAS_THREADS="2",
+                            ORDERS="grow 2 vh3 vh4;shrink 1;grow 1 vh4;shrink 2"))
+    assert result["total"] == result["expected"]
+    assert [r[0].split()[:3] if r and r[0].startswith("ok") else r for r in result["replies"]] == \
+        [["ok", "grow", "2"], ["vh4"], ["ok", "grow", "1"], ["vh3", "vh4"]]
+    assert result["hosts"] == ["vh1", "vh2"]
+    assert strays(vc) == {}
+
+
+def start_failing(vc, env: dict[str, str]) -> subprocess.Popen:
+    proc = vc.exec("vh1", [PY, PROG], cwd=ROOT, env={**env, "MODE": "fail"},
+                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "RUNNING"
+    time.sleep(0.5)  # the long tasks have reached their places
+    return proc
+
+
+def test_a_crashed_host_fails_what_waits_on_it_and_the_others_go_on(vcluster):
+    vc = vcluster
+    env = ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT="0.5:3")
+    proc = start_failing(vc, env)
+    try:
+        crashed = time.monotonic()
+        vc.kill_host("vh3")  # every process there: the place, the ssh session, sshd, slurmd
+        results, out, err = tagged_results(proc, "RESULT ", 60)
+        assert proc.returncode == 0 and len(results) == 1, (out, err[-5000:])
+        result = results[0]
+        assert [c["place"] for c in result["caught"]] == [2], result
+        assert result["survivors"] == [0, 1, 3]
+        assert result["detected"] - crashed < 5.0, result
+        assert strays(vc) == {}
+    finally:
+        vc.revive_host("vh3")
+
+
+def test_a_host_cut_off_the_network_fails_within_the_heartbeat_and_leaves_nothing(vcluster):
+    vc = vcluster
+    env = ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT="0.5:3")
+    proc = start_failing(vc, env)
+    try:
+        cut = time.monotonic()
+        vc.link_down("vh4")
+        results, out, err = tagged_results(proc, "RESULT ", 60)
+        assert proc.returncode == 0 and len(results) == 1, (out, err[-5000:])
+        result = results[0]
+        assert [c["place"] for c in result["caught"]] == [3], result
+        assert "no answer to heartbeats for 3 s" in result["caught"][0]["error"]
+        assert result["survivors"] == [0, 1, 2]
+        assert 2.5 <= result["detected"] - cut < 6.0, result
+        # on the cut-off host the place saw place 0 fall silent and ended by itself
+        eventually(lambda: "vh4" not in strays(vc), "the place on vh4 gone while cut off", 10)
+    finally:
+        vc.link_up("vh4")
+    eventually(lambda: strays(vc) == {}, "nothing left on any host after the link came back", 20)
+
+
+SCHEDULED_JOB = """
+import json, socket, threading
+import apgas
+
+shrunk = threading.Event()
+
+def where():
+    return [apgas.here().id, apgas.here().host, socket.gethostname()]
+
+class Newest(apgas.MalleableHandler):
+    def pre_shrink(self, n):
+        return apgas.places()[-n:]
+    def post_grow(self, n, continued, added):
+        print("GROWN " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
+    def post_shrink(self, n, removed):
+        print("SHRUNK " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
+        shrunk.set()
+
+def main():
+    print("LISTEN %s:%d" % apgas.define_malleable_handler(Newest()).address, flush=True)
+    shrunk.wait(90)
+    apgas.disable_malleable_handler()
+
+apgas.run(main)
+"""
+
+
+def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
+        vcluster, tmp_path, monkeypatch):
+    from apgas_scheduler.daemon import Scheduler
+    from apgas_scheduler.jobs import JobSpec
+    from apgas_scheduler.policies import get_policy
+
+    vc = vcluster
+    monkeypatch.setenv("APGAS_SSH", shlex.join(vc.ssh_command))
+    monkeypatch.delenv("APGAS_LOCAL_HOSTS", raising=False)
+    sched = Scheduler(list(vc.hosts), get_policy("malleable", resize_interval=0.5), interval=0.2,
+                      host=vc.login_address, port=0, launcher="ssh", output_dir=tmp_path,
+                      events=tmp_path / "events.jsonl", state_dir=tmp_path / "state",
+                      node_addresses={h: vc.addresses[h] for h in vc.hosts}).start()
+    try:
+        env = (("APGAS_INTERFACE", "*"), ("PYTHONUNBUFFERED", "1"))
+        m = sched.submit(JobSpec("m", (PY, "-c", SCHEDULED_JOB), "malleable", 1, 3, 90, env,
+                                 str(ROOT)))
+
+        def jobs():
+            return {j["id"]: j for j in sched.status()["jobs"]}
+
+        eventually(lambda: len(jobs()[m]["nodes"]) == 3, "the malleable job grown to 3 nodes", 60)
+        r = sched.submit(JobSpec("r", (PY, "-c", "import socket; print(socket.gethostname())"),
+                                 "rigid", 2, 2, 60, (), str(ROOT)))
+        eventually(lambda: all(j["state"] in ("done", "failed", "cancelled")
+                               for j in jobs().values()), "both jobs ended", 90)
+        final = jobs()
+    finally:
+        sched.shutdown()
+    out = (tmp_path / f"job-{m}.out").read_text()
+    assert (final[m]["state"], final[r]["state"]) == ("done", "done"), (
+        final, out, (tmp_path / f"job-{m}.err").read_text())
+    first = final[m]["listen"].rpartition(":")[0]
+    assert first == vc.addresses["vh1"] and f"LISTEN {final[m]['listen']}" in out
+    lines = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+             for line in out.splitlines() if line.startswith(("GROWN ", "SHRUNK "))}
+    assert [(host, name) for _, host, name in lines["GROWN"]] == \
+        [("vh1", "vh1"), ("vh2", "vh2"), ("vh3", "vh3")]
+    assert len(lines["SHRUNK"]) == 2 and final[m]["shrinks"] == 1
+    assert (tmp_path / f"job-{r}.out").read_text().split()[0] in ("vh3", "vh4")
+    assert strays(vc) == {}
