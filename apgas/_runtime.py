@@ -82,7 +82,7 @@ class _Pending:
             pass  # settled already (a reply raced with the place's death)
 
 
-LOST_GRACE_S = 1.0  # s a place's process has to show it ended, once its link dropped
+LOST_GRACE_S = 0.25  # s a place's process has to show it ended, once its link dropped
 LEAVE_LINGER_S = 6.0  # s a leaving place may flush (it closes with a 5 s linger) before it exits
 
 

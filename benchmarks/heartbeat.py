@@ -7,7 +7,11 @@ finish with a long task at place 2, and the place is stopped (SIGSTOP, which
 looks to the others like a hung process or a host cut off the network);
 measured is the time from the stop until the finish raises
 ``DeadPlaceError``. Detection should come after ``timeout`` and before
-``interval + timeout`` seconds. Nothing is asserted.
+``interval + timeout`` seconds. Where the virtual cluster of the tests can
+run (``tests/vcluster.py``: root, network namespaces), the same is measured
+for a host cut off the network: place 0 on ``vh1``, places over ssh on
+``vh2``..``vh4``, and the link of ``vh4`` taken down (``--link`` setting,
+default ``0.5:3``). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (machine_info, median, parse_args, percentile, run_probe,
-                                setup_logging, write_json)
+                                setup_logging, tagged_results, write_json)
 
 log = logging.getLogger("benchmarks.heartbeat")
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +54,45 @@ print("PROBE " + json.dumps(apgas.run(main, places=3)), flush=True)
 '''
 
 
+def _link_cut(setting: str, repeats: int, work: Path) -> list[float] | str:
+    """Detection times of a cut link in the virtual cluster, or why it cannot run."""
+    import shlex
+    import subprocess
+    import time
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vcluster import VirtualClusterUnavailable, start_vcluster
+
+    try:
+        vc = start_vcluster(work, hosts=4, slurm=False)
+    except (VirtualClusterUnavailable, RuntimeError, OSError) as e:
+        return f"skipped: {e}"
+    times = []
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("APGAS_")}
+        env.update(PYTHONUNBUFFERED="1", APGAS_LAUNCHER="ssh", APGAS_SSH=shlex.join(vc.ssh_command),
+                   APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT=setting,
+                   APGAS_LOG_LEVEL="ERROR", MODE="fail")
+        for _ in range(repeats):
+            proc = vc.exec("vh1", [sys.executable, str(ROOT / "tests" / "cross_host_prog.py")],
+                           cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+            if proc.stdout.readline().strip() != "RUNNING":
+                raise RuntimeError(f"the program did not start: {proc.communicate()[1][-2000:]}")
+            time.sleep(0.5)
+            cut = time.monotonic()
+            vc.link_down("vh4")
+            found, _, err = tagged_results(proc, "RESULT ", 60)
+            vc.link_up("vh4")
+            if len(found) != 1 or [c["place"] for c in found[0]["caught"]] != [3]:
+                raise RuntimeError(f"no DeadPlaceError for place 3: {found} {err[-2000:]}")
+            times.append(found[0]["detected"] - cut)
+            time.sleep(1.0)
+    finally:
+        vc.stop()
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, "python -m benchmarks.heartbeat", __doc__,
                       Path("bench-results/heartbeat.json"), "one repeat, the first two settings")
@@ -66,10 +110,21 @@ def main(argv: list[str] | None = None) -> int:
                                        "median": median(times), "max": max(times),
                                        "p90": percentile(times, 90), "samples": times}
         log.info("%s: median %.2f s", setting, median(times))
+    link = "0.5:3"
+    with tempfile.TemporaryDirectory(prefix="apgas-hb-", dir="/tmp") as tmp:
+        cut = _link_cut(link, repeats, Path(tmp))
+    report["link_cut"] = {"setting": link, **({"skipped": cut} if isinstance(cut, str) else
+                          {"median": median(cut), "max": max(cut), "samples": cut})}
     print(f"\n{'APGAS_HEARTBEAT':<16}{'interval':>9}{'timeout':>9}{'median':>9}{'p90':>9}{'max':>9}")
     for setting, row in report["settings"].items():
         print(f"{setting:<16}{row['interval']:>8g}s{row['timeout']:>8g}s{row['median']:>8.2f}s"
               f"{row['p90']:>8.2f}s{row['max']:>8.2f}s")
+    row = report["link_cut"]
+    if "skipped" in row:
+        print(f"link cut ({link}): {row['skipped']}")
+    else:
+        print(f"link cut in the virtual cluster ({link}): median {row['median']:.2f} s, "
+              f"max {row['max']:.2f} s")
     write_json(args.json, report, log)
     return 0
 
