@@ -79,12 +79,14 @@ def test_run_on_four_hosts_through_ssh(vcluster, interface):
     assert strays(vc) == {}
 
 
-def test_run_on_four_hosts_through_srun(vcluster, tmp_path):
+@pytest.mark.parametrize("interface", ["*", "address"])
+def test_run_on_four_hosts_through_srun(vcluster, tmp_path, interface):
     vc = vcluster
     if vc.slurm is None:
         pytest.skip("the virtual cluster runs no Slurm")
     out = tmp_path / "job.out"
-    env = {**vc.env, "PYTHONUNBUFFERED": "1", "APGAS_INTERFACE": "*"}
+    setting = "*" if interface == "*" else vc.addresses["vh1"]  # the batch script runs on vh1
+    env = {**vc.env, "PYTHONUNBUFFERED": "1", "APGAS_INTERFACE": setting}
     done = subprocess.run(["sbatch", "--wait", "--nodes=4", "--time=5", f"--output={out}",
                            f"--chdir={ROOT}", f"--wrap={shlex.join([PY, SURVEY])}"],
                           env=env, capture_output=True, text=True, timeout=150)
@@ -95,7 +97,9 @@ def test_run_on_four_hosts_through_srun(vcluster, tmp_path):
     assert [(p["host"], p["hostname"], p["node"]) for p in start][1:] == \
         [(f"vh{i}", f"vh{i}", f"vh{i}") for i in (2, 3, 4)]
     assert start[0]["hostname"] == "vh1"  # the batch script runs on the first node
-    assert len({p["endpoint"] for p in start}) == 4
+    for p in start:
+        where = p["endpoint"].removeprefix("tcp://").rpartition(":")[0]
+        assert where == (p["hostname"] if interface == "*" else vc.addresses[p["hostname"]]), p
 
 
 def test_a_grow_starts_a_place_on_a_host_that_had_none(vcluster):
