@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from _slurm import _alive
+
 from orders import free_port
 
 __all__ = ["SshServer", "SshUnavailable", "client_config", "make_keys", "start_sshd", "sshd"]
@@ -106,16 +108,6 @@ def _end(pids: list[int], timeout: float, process: subprocess.Popen | None = Non
                        for p in pids):
                 return
             time.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _parents() -> dict[int, int]:

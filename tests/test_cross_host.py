@@ -129,25 +129,27 @@ def test_glb_over_the_hosts_under_grow_and_shrink_orders_is_exact(vcluster):
     assert strays(vc) == {}
 
 
-def start_failing(vc, env: dict[str, str]) -> subprocess.Popen:
-    proc = vc.exec("vh1", [PY, PROG], cwd=ROOT, env={**env, "MODE": "fail"},
-                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                   text=True, start_new_session=True)
+def fail_while_running(vc, fault) -> tuple[dict, float]:
+    """Run ``cross_host_prog.py`` in MODE=fail on vh1..vh4, call ``fault()`` once its
+    long tasks run; its result and when the fault came (time.monotonic)."""
+    env = ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT="0.5:3",
+                  MODE="fail")
+    proc = vc.exec("vh1", [PY, PROG], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                   start_new_session=True)
     assert proc.stdout.readline().strip() == "RUNNING"
     time.sleep(0.5)  # the long tasks have reached their places
-    return proc
+    when = time.monotonic()
+    fault()
+    results, out, err = tagged_results(proc, "RESULT ", 60)
+    assert proc.returncode == 0 and len(results) == 1, (out, err[-5000:])
+    return results[0], when
 
 
 def test_a_crashed_host_fails_what_waits_on_it_and_the_others_go_on(vcluster):
     vc = vcluster
-    env = ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT="0.5:3")
-    proc = start_failing(vc, env)
-    try:
-        crashed = time.monotonic()
-        vc.kill_host("vh3")  # every process there: the place, the ssh session, sshd, slurmd
-        results, out, err = tagged_results(proc, "RESULT ", 60)
-        assert proc.returncode == 0 and len(results) == 1, (out, err[-5000:])
-        result = results[0]
+    try:  # kill every process there: the place, the ssh session, sshd, slurmd
+        result, crashed = fail_while_running(vc, lambda: vc.kill_host("vh3"))
         assert [c["place"] for c in result["caught"]] == [2], result
         assert result["survivors"] == [0, 1, 3]
         assert result["detected"] - crashed < 5.0, result
@@ -158,14 +160,8 @@ def test_a_crashed_host_fails_what_waits_on_it_and_the_others_go_on(vcluster):
 
 def test_a_host_cut_off_the_network_fails_within_the_heartbeat_and_leaves_nothing(vcluster):
     vc = vcluster
-    env = ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT="0.5:3")
-    proc = start_failing(vc, env)
     try:
-        cut = time.monotonic()
-        vc.link_down("vh4")
-        results, out, err = tagged_results(proc, "RESULT ", 60)
-        assert proc.returncode == 0 and len(results) == 1, (out, err[-5000:])
-        result = results[0]
+        result, cut = fail_while_running(vc, lambda: vc.link_down("vh4"))
         assert [c["place"] for c in result["caught"]] == [3], result
         assert "no answer to heartbeats for 3 s" in result["caught"][0]["error"]
         assert result["survivors"] == [0, 1, 2]
@@ -175,33 +171,6 @@ def test_a_host_cut_off_the_network_fails_within_the_heartbeat_and_leaves_nothin
     finally:
         vc.link_up("vh4")
     eventually(lambda: strays(vc) == {}, "nothing left on any host after the link came back", 20)
-
-
-SCHEDULED_JOB = """
-import json, socket, threading
-import apgas
-
-shrunk = threading.Event()
-
-def where():
-    return [apgas.here().id, apgas.here().host, socket.gethostname()]
-
-class Newest(apgas.MalleableHandler):
-    def pre_shrink(self, n):
-        return apgas.places()[-n:]
-    def post_grow(self, n, continued, added):
-        print("GROWN " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
-    def post_shrink(self, n, removed):
-        print("SHRUNK " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
-        shrunk.set()
-
-def main():
-    print("LISTEN %s:%d" % apgas.define_malleable_handler(Newest()).address, flush=True)
-    shrunk.wait(90)
-    apgas.disable_malleable_handler()
-
-apgas.run(main)
-"""
 
 
 def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
@@ -218,9 +187,9 @@ def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
                       events=tmp_path / "events.jsonl", state_dir=tmp_path / "state",
                       node_addresses={h: vc.addresses[h] for h in vc.hosts}).start()
     try:
-        env = (("APGAS_INTERFACE", "*"), ("PYTHONUNBUFFERED", "1"))
-        m = sched.submit(JobSpec("m", (PY, "-c", SCHEDULED_JOB), "malleable", 1, 3, 90, env,
-                                 str(ROOT)))
+        env = (("APGAS_INTERFACE", "*"), ("END_AT_PLACES", "2"), ("PYTHONUNBUFFERED", "1"))
+        m = sched.submit(JobSpec("m", (PY, str(ROOT / "tests" / "reporting_job.py")), "malleable",
+                                 1, 3, 90, env, str(ROOT)))
 
         def jobs():
             return {j["id"]: j for j in sched.status()["jobs"]}

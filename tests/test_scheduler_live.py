@@ -288,33 +288,6 @@ def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_sc
     assert [(d.job, d.nodes) for _, d in simulated.decisions] == live
 
 
-SLURM_MALLEABLE_JOB = """
-import json, os, threading
-import apgas
-
-back_to_one = threading.Event()
-
-def where():
-    return [apgas.here().id, apgas.here().host, os.environ.get("SLURMD_NODENAME")]
-
-class Newest(apgas.MalleableHandler):
-    def pre_shrink(self, n):
-        return apgas.places()[-n:]
-    def post_grow(self, n, continued, added):
-        print("GROWN " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
-    def post_shrink(self, n, removed):
-        print("SHRUNK " + json.dumps([apgas.at(p, where) for p in apgas.places()]), flush=True)
-        if len(apgas.places()) == 1:
-            back_to_one.set()
-
-def main():
-    print("LISTEN %s:%d" % apgas.define_malleable_handler(Newest()).address, flush=True)
-    back_to_one.wait(60)
-    apgas.disable_malleable_handler()
-
-apgas.run(main)
-"""
-
 SCHEDULER_IN_ALLOCATION = """
 import json, os, sys, time
 from apgas_scheduler.daemon import Scheduler
@@ -335,7 +308,7 @@ def wait(check):
     while not check(jobs()) and time.monotonic() < deadline:
         time.sleep(0.05)
 
-m = sched.submit(JobSpec("m", (sys.executable, "-c", program), "malleable", 1, 3, 90, (), os.getcwd()))
+m = sched.submit(JobSpec("m", (sys.executable, program), "malleable", 1, 3, 90, (), os.getcwd()))
 wait(lambda j: len(j[m]["nodes"]) == 3 or j[m]["state"] in ("done", "failed"))
 r = sched.submit(JobSpec("r", (sys.executable, "-c", "pass"), "rigid", 2, 2, 60, (), os.getcwd()))
 wait(lambda j: all(x["state"] in ("done", "failed", "cancelled") for x in j.values()))
@@ -354,7 +327,7 @@ def test_a_malleable_job_under_srun_listens_on_its_first_node(slurm_cluster, tmp
     environ = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("APGAS_")}
     proc = subprocess.Popen(["salloc", "--nodes=3", "--quiet", "--time=5", "--kill-command=SIGKILL",
                              PY, "-c", SCHEDULER_IN_ALLOCATION, str(tmp_path), str(port - 1),
-                             SLURM_MALLEABLE_JOB],
+                             str(ROOT / "tests" / "reporting_job.py")],
                             cwd=ROOT, env={**environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -75,7 +75,7 @@ import pytest
 if __name__ == "__main__":  # run as a script: the test helpers and apgas must be importable
     sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _slurm import SlurmCluster, SlurmUnavailable, _spawn, start_slurm
+from _slurm import SlurmCluster, SlurmUnavailable, _alive, _spawn, start_slurm
 from _sshd import SshServer, SshUnavailable, client_config, make_keys, start_sshd
 
 __all__ = ["LOGIN", "VirtualCluster", "VirtualClusterUnavailable", "cleanup", "leftovers",
@@ -135,16 +135,6 @@ def _ip(*args: str, ns: str | None = None, batch: list[str] | None = None,
 def _block(k: int) -> str:
     """The first three octets of cluster ``k``'s /24 in 198.18.0.0/15."""
     return f"198.{18 + k // 256}.{k % 256}"
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _started(pid: int) -> float | None:
