@@ -201,6 +201,11 @@ def parse_chaos(spec: str) -> tuple[int, float]:
         raise ConfigError(f"APGAS_CHAOS must look like 'seed:max_delay_ms', got {spec!r}") from None
 
 
+def is_wildcard(interface: str) -> bool:
+    """Whether the interface setting means every interface (``*`` or ``0.0.0.0``)."""
+    return interface in ("*", "0.0.0.0")
+
+
 def parse_address(name: str, value: str) -> tuple[str, int]:
     """Parse ``host:port`` (port 0 means any free port)."""
     host, sep, port = value.rpartition(":")

@@ -634,7 +634,7 @@ class Runtime:
         heartbeat stopped, or its process ended. Place 0 gives the process a grace
         to show that it ended (a leaving place closes its socket up to its linger
         before it exits), and declares the place dead by silence only if it did not."""
-        interval, timeout = self.heartbeat or (0.0, 0.0)
+        timeout = self.heartbeat[1] if self.heartbeat else 0.0
         silent = (f"no answer to heartbeats for {timeout:g} s: its host is unreachable or its "
                   f"process does not run (APGAS_HEARTBEAT={self.config.heartbeat})")
         if self.id != 0:
@@ -643,11 +643,10 @@ class Runtime:
                 log.warning("stopping: %s", self.stop_reason)
                 self.stopped.set()
             return
-        threading.Thread(target=self._judge_loss, args=(pid, silent), name=f"apgas-lost-{pid}",
-                         daemon=True).start()  # not on the watcher: other links go on
+        threading.Thread(target=self._judge_loss, args=(pid, silent, timeout),
+                         name=f"apgas-lost-{pid}", daemon=True).start()  # the watcher goes on
 
-    def _judge_loss(self, pid: int, silent: str) -> None:
-        timeout = self.heartbeat[1] if self.heartbeat else 0.0
+    def _judge_loss(self, pid: int, silent: str, timeout: float) -> None:
         proc = self._children.get(pid)
         grace = (LEAVE_LINGER_S + timeout) if pid in self._leaving_places else LOST_GRACE_S
         if proc is not None:

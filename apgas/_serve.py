@@ -22,7 +22,7 @@ from typing import NoReturn
 from launcher.mpi import load_mpi
 
 from . import _serialization as ser
-from ._config import Config
+from ._config import Config, is_wildcard
 from ._logging import setup_logging
 from ._runtime import JOIN, Runtime, install
 
@@ -81,7 +81,7 @@ def local_interface(interface: str, parent_endpoint: str) -> str:
     (set for its host, e.g. ``APGAS_INTERFACE=10.1.0.1``): here it means the
     address this host reaches place 0 from, which the kernel's routing picks
     (a UDP socket's connect sends nothing)."""
-    if interface in ("*", "0.0.0.0"):
+    if is_wildcard(interface):
         return interface
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

@@ -99,6 +99,7 @@ from typing import Callable, Sequence
 
 import zmq
 
+from ._config import is_wildcard
 from ._heartbeat import LinkWatcher, configure as configure_heartbeat
 from .errors import ApgasError
 
@@ -194,7 +195,7 @@ class Transport:
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # per frame
-        wildcard = interface in ("*", "0.0.0.0")
+        wildcard = is_wildcard(interface)
         port = self._router.bind_to_random_port("tcp://*" if wildcard else f"tcp://{interface}")
         # bound to every interface: others reach this place by its host name
         self.endpoint = f"tcp://{socket.getfqdn() if wildcard else interface}:{port}"

@@ -53,6 +53,20 @@ class SlurmError(ApgasError):
     """A Slurm command failed; the message has Slurm's own words."""
 
 
+def _execute(args: list[str] | tuple[str, ...], timeout: float,
+             cwd: str | None = None) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run a Slurm command; it and what it said (its output lines, joined with `` | ``).
+    SlurmError when the command is missing; TimeoutExpired is the caller's."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    except FileNotFoundError:
+        raise SlurmError(f"{args[0]} not found: the slurm communicator needs Slurm's client "
+                         "commands on the PATH") from None
+    said = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines()
+                      if line.strip())
+    return done, said
+
+
 def run(*args: str, timeout: float = COMMAND_TIMEOUT, retry_for: float = 0.0,
         cwd: str | None = None) -> str:
     """Run a Slurm command and return its output; retry for ``retry_for`` s while
@@ -61,14 +75,9 @@ def run(*args: str, timeout: float = COMMAND_TIMEOUT, retry_for: float = 0.0,
     delay = 0.1
     while True:
         try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-        except FileNotFoundError:
-            raise SlurmError(f"{args[0]} not found: the slurm communicator needs Slurm's client "
-                             "commands on the PATH") from None
+            done, said = _execute(args, timeout, cwd)
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{' '.join(args)} did not finish within {timeout:g} s") from None
-        said = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines()
-                          if line.strip())
         if done.returncode == 0:
             return done.stdout
         if any(text in said for text in _RETRY) and time.monotonic() < deadline:
@@ -121,15 +130,10 @@ def allocate_expansion(job_id: str, n: int, partition: str, timeout: float) -> s
     if partition:
         args.append(f"--partition={partition}")
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 15)
-    except FileNotFoundError:
-        raise SlurmError("salloc not found: the slurm communicator needs Slurm's client "
-                         "commands on the PATH") from None
+        done, said = _execute(args, timeout + 15)
     except subprocess.TimeoutExpired:
         cancel_expansions(job_id)
         raise SlurmError(f"salloc gave no node within {timeout + 15:g} s") from None
-    said = " | ".join(line.strip() for line in (done.stderr + done.stdout).splitlines()
-                      if line.strip())
     granted = re.search(r"Granted job allocation (\d+)", said)
     if done.returncode != 0 or granted is None:
         cancel_expansions(job_id)
