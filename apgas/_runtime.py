@@ -43,7 +43,8 @@ log = logging.getLogger("apgas.runtime")
  FENCE, LEFT) = range(1, 14)
 
 
-_ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread
+_ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread,
+# or a Finish not opened yet (see Finish.ref)
 _runtime: "Runtime | None" = None
 
 
@@ -57,7 +58,9 @@ def current() -> "Runtime":
 
 
 def current_finish() -> tuple[int, int] | None:
-    return getattr(_ctx, "finish", None)
+    """(home place, finish id) of the finish governing this thread's spawns, if any."""
+    f = getattr(_ctx, "finish", None)
+    return f.ref() if isinstance(f, Finish) else f
 
 
 class _Pending:
@@ -195,7 +198,7 @@ class Runtime:
                     state.live += delta
 
     def _run_task(self, fref: tuple[int, int], src: int, fn: Callable, args: tuple, kwargs: dict) -> None:
-        prev = current_finish()
+        prev = getattr(_ctx, "finish", None)
         _ctx.finish = fref
         exc = None
         try:
@@ -215,7 +218,7 @@ class Runtime:
         self._run_task(fref, src, fn, args, kwargs)
 
     def _run_uncounted(self, fn: Callable, args: tuple, kwargs: dict) -> None:
-        prev = current_finish()
+        prev = getattr(_ctx, "finish", None)
         _ctx.finish = None
         try:
             fn(*args, **kwargs)
@@ -723,25 +726,35 @@ class Finish:
     Task failures, and an exception of the body itself, are raised together as a
     :class:`MultipleException`. With ``solo=True`` (used by ``at`` and ``run``) a
     body exception alone is raised as itself.
+
+    The finish is opened at its first spawn: a body that spawns nothing (most
+    ``at`` calls) costs no bookkeeping at all.
     """
 
     __slots__ = ("_rt", "_f", "_prev", "_solo")
 
     def __init__(self, solo: bool = False) -> None:
         self._solo = solo
+        self._f: HomeFinish | None = None
 
     def __enter__(self) -> "Finish":
         self._rt = current()
-        self._f = self._rt.open_finish()
-        self._prev = current_finish()
-        _ctx.finish = (self._rt.id, self._f.fid)
+        self._f = None
+        self._prev = getattr(_ctx, "finish", None)
+        _ctx.finish = self  # opened by ref() at the first spawn of this thread
         return self
+
+    def ref(self) -> tuple[int, int]:
+        """(home place, finish id), opening the finish if nothing was spawned yet."""
+        if self._f is None:
+            self._f = self._rt.open_finish()
+        return self._rt.id, self._f.fid
 
     def __exit__(self, etype, exc, tb) -> bool:
         _ctx.finish = self._prev
         if exc is not None and not isinstance(exc, Exception):
             return False  # KeyboardInterrupt and friends: do not wait
-        errors = list(self._rt.wait_finish(self._f))
+        errors = list(self._rt.wait_finish(self._f)) if self._f is not None else []
         if exc is not None:
             errors.insert(0, exc)
         if not errors:

@@ -7,17 +7,22 @@ that socket's lock (a lock is the memory barrier ZeroMQ asks for when a
 socket changes threads); skipping a hop through the network thread halves
 the latency of ``at``.
 
-Frames on the wire: ``[mac + header + route, body, *buffers]``.
+Frames on the wire: ``[mac + header + route + body]`` for a payload of one
+frame under 4 KiB (most messages: one frame, one send), else
+``[mac + header + route, body, *buffers]``.
 
 * ``header`` (:data:`HEADER`): kind, source place, and the two integers
   ``a`` and ``b`` the runtime gives every message;
 * ``route`` (:data:`ROUTE`): the destination place and a sequence number;
-* ``mac``: HMAC-SHA256 under the run's secret of ``header + route + tail``.
-  For a payload of one frame under 4 KiB (most messages), ``tail`` is
-  ``0x01 + body``; otherwise it is ``0x02 + digest``, the SHA-256 of the
-  number of payload frames, their lengths and their bytes, computed outside
-  the link's lock so that large payloads are hashed in parallel. The HMAC
-  itself is taken under the lock, where the sequence number is assigned.
+* ``mac``: keyed BLAKE2b-256 (RFC 7693's MAC mode, a PRF under the run's
+  32-byte secret) of ``header + route + tail``. For a payload of one frame
+  under 4 KiB, ``tail`` is ``0x01 + body``; otherwise it is ``0x02 +
+  digest``, the BLAKE2b of the number of payload frames, their lengths and
+  their bytes, computed outside the link's lock so that large payloads are
+  hashed in parallel. The MAC itself is taken under the lock, where the
+  sequence number is assigned. (Keyed BLAKE2b is a single pass without
+  HMAC's two; a MAC costs 0.6 us here against HMAC-SHA256's 2.2 us, and
+  every message takes two.)
 
 Sequence numbers count per link (one DEALER towards one place): a link's
 first message has number ``(generation << 40) + 1`` and each next one is one
@@ -136,19 +141,34 @@ def _nbytes(frame) -> int:
     return memoryview(frame).nbytes
 
 
-def _tail(frames: Sequence, sizes: Sequence[int]) -> bytes:
-    """What the MAC covers after the header and route: a short body itself, else a digest
-    of the frames, their number and their lengths (the first byte tells which)."""
-    if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
-        return _DIRECT + frames[0]
-    h = hashlib.sha256(struct.pack(f"!{len(sizes) + 1}Q", len(sizes), *sizes))
+def _digest(frames: Sequence, sizes: Sequence[int]) -> bytes:
+    """What the MAC covers of a long or many-framed payload: a hash of the frames,
+    their number and their lengths."""
+    h = hashlib.blake2b(struct.pack(f"!{len(sizes) + 1}Q", len(sizes), *sizes))
     for frame in frames:
         h.update(frame)
-    return _DIGESTED + h.digest()
+    return h.digest()
 
 
-def _mac(secret: bytes, signed: bytes, tail: bytes) -> bytes:
-    return hmac.digest(secret, signed + tail, hashlib.sha256)
+class _Mac:
+    """Keyed BLAKE2b under the run's secret; the keyed state is made once and copied."""
+
+    __slots__ = ("_keyed",)
+
+    def __init__(self, secret: bytes) -> None:
+        self._keyed = hashlib.blake2b(key=secret, digest_size=MAC_BYTES)  # keys up to 64 bytes
+
+    def __call__(self, signed: bytes, body, digest: bytes | None) -> bytes:
+        """MAC of ``signed`` and either a short ``body`` itself or the payload's ``digest``."""
+        h = self._keyed.copy()
+        h.update(signed)
+        if digest is None:
+            h.update(_DIRECT)
+            h.update(body)
+        else:
+            h.update(_DIGESTED)
+            h.update(digest)
+        return h.digest()
 
 
 class _Link:
@@ -185,7 +205,7 @@ class Transport:
         self.rejected = 0
         self.rejected_by: collections.Counter[str] = collections.Counter()
         self.max_message_bytes = max_message_bytes
-        self._secret = secret
+        self._mac = _Mac(secret)
         self._handler = handler
         self._last_seq: dict[int, int] = {}  # source place -> last sequence number accepted
         self._unlogged: collections.Counter[str] = collections.Counter()
@@ -208,7 +228,7 @@ class Transport:
         self._chaos = random.Random(chaos[0] * 1000 + place_id) if chaos else None
         self._chaos_delay = chaos[1] if chaos else 0.0
         self._chaos_cond = threading.Condition()
-        self._held: list = []  # chaos: heap of (due, n, dst, kind, a, b, payload, tail)
+        self._held: list = []  # chaos: heap of (due, n, dst, kind, a, b, payload, digest)
         self._held_last: dict[int, float] = {}
         self._held_seq = 0
         self._thread = threading.Thread(target=self._loop, name=f"apgas-net-{place_id}", daemon=True)
@@ -269,10 +289,11 @@ class Transport:
                 f"a message of {total:,} bytes from place {self.place_id} to place {dst} is larger "
                 f"than the limit of {self.max_message_bytes:,} bytes; raise the option "
                 "max_message_bytes (APGAS_MAX_MESSAGE_BYTES) or send the data in smaller pieces")
-        tail = _tail(payload, sizes)
+        # a short single frame is MACed itself; anything else through a digest, out of the lock
+        digest = None if len(sizes) == 1 and total < _DIRECT_MAX else _digest(payload, sizes)
         if self._chaos is None:
-            return self._send_now(dst, kind, a, b, payload, tail, guard)
-        return self._hold(dst, kind, a, b, payload, tail, guard)
+            return self._send_now(dst, kind, a, b, payload, digest, guard)
+        return self._hold(dst, kind, a, b, payload, digest, guard)
 
     def close(self, linger_ms: int = 0) -> None:
         """Stop; with ``linger_ms`` > 0, wait that long for queued messages to leave."""
@@ -302,14 +323,13 @@ class Transport:
             self._log_summary(time.monotonic())
 
     # -- sending ----------------------------------------------------------------
-    def _send_now(self, dst: int, kind: int, a: int, b: int, payload: Sequence, tail: bytes,
-                  guard: Callable[[], bool] | None = None) -> bool:
+    def _send_now(self, dst: int, kind: int, a: int, b: int, payload: Sequence,
+                  digest: bytes | None, guard: Callable[[], bool] | None = None) -> bool:
         link = self._links.get(dst)
         if link is None:
             log.debug("message to place %d dropped: no link (place gone)", dst)
             return guard is None
         header = HEADER.pack(kind, self.place_id, a, b)
-        last = len(payload) - 1
         try:
             with link.lock:
                 if guard is not None and not guard():
@@ -320,7 +340,12 @@ class Transport:
                 # numbered here, under the lock: in the order the messages go on the wire
                 link.seq += 1
                 signed = header + ROUTE.pack(dst, link.seq)
-                sock.send(_mac(self._secret, signed, tail) + signed, zmq.SNDMORE)
+                if digest is None:  # one frame: envelope and body
+                    body = payload[0]
+                    sock.send(b"".join((self._mac(signed, body, None), signed, body)))
+                    return True
+                sock.send(self._mac(signed, None, digest) + signed, zmq.SNDMORE)
+                last = len(payload) - 1
                 for i, frame in enumerate(payload):
                     big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
                     sock.send(frame, zmq.SNDMORE if i < last else 0, copy=not big)
@@ -335,7 +360,7 @@ class Transport:
         with link.lock:
             link.sock.close(linger=linger_ms)
 
-    def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence, tail: bytes,
+    def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence, digest: bytes | None,
               guard: Callable[[], bool] | None = None) -> bool:
         """Chaos hook: delay at random, keeping the order within each pair.
 
@@ -349,7 +374,7 @@ class Transport:
                       self._held_last.get(dst, 0.0))
             self._held_last[dst] = due
             self._held_seq += 1
-            heapq.heappush(self._held, (due, self._held_seq, dst, kind, a, b, payload, tail))
+            heapq.heappush(self._held, (due, self._held_seq, dst, kind, a, b, payload, digest))
             self._chaos_cond.notify()
         return True
 
@@ -375,10 +400,15 @@ class Transport:
 
     # -- receiving (network thread) -------------------------------------------------
     def _loop(self) -> None:
-        recv = self._router.recv_multipart
+        recv = self._router.recv
         try:
             while True:
-                frames = recv(copy=False)
+                # frame by frame: Frame.more is cheaper than recv_multipart's RCVMORE lookups
+                frame = recv(copy=False)
+                frames = [frame]
+                while frame.more:
+                    frame = recv(copy=False)
+                    frames.append(frame)
                 if not self._running:
                     return
                 self._deliver(frames)
@@ -389,17 +419,25 @@ class Transport:
             raise
 
     def _deliver(self, frames: list) -> None:
-        # frames: [routing id, mac + header + route, body, *buffers]
-        if len(frames) < 3 or len(frames[1]) != ENVELOPE_BYTES:
+        # frames: [routing id, mac + header + route (+ body), *payload frames]
+        if len(frames) < 2 or len(frames[1]) < ENVELOPE_BYTES or \
+                (len(frames) > 2 and len(frames[1]) != ENVELOPE_BYTES):
             self._reject(frames, "malformed frames")
             return
-        parts = [f.buffer for f in frames[2:]]
-        sizes = [parts[0].nbytes] if len(parts) == 1 else [p.nbytes for p in parts]
-        if sum(sizes) > self.max_message_bytes:
-            self._reject(frames, "too large")
-            return
-        envelope = frames[1].bytes
-        signed = envelope[MAC_BYTES:]
+        first = frames[1].buffer
+        if len(frames) == 2:  # one frame: envelope and a short body
+            parts = [first[ENVELOPE_BYTES:]]
+            sizes = [parts[0].nbytes]
+            if sizes[0] >= _DIRECT_MAX:
+                self._reject(frames, "malformed frames")
+                return
+        else:
+            parts = [f.buffer for f in frames[2:]]
+            sizes = [parts[0].nbytes] if len(parts) == 1 else [p.nbytes for p in parts]
+            if sum(sizes) > self.max_message_bytes:
+                self._reject(frames, "too large")
+                return
+        signed = first[MAC_BYTES:ENVELOPE_BYTES]
         dst, seq = ROUTE.unpack_from(signed, HEADER.size)
         if dst != self.place_id:
             self._reject(frames, "wrong destination")
@@ -408,8 +446,11 @@ class Transport:
         if seq <= self._last_seq.get(src, 0):
             self._reject(frames, "replayed or stale: old sequence number")
             return
-        if not hmac.compare_digest(_mac(self._secret, signed, _tail(parts, sizes)),
-                                   envelope[:MAC_BYTES]):
+        if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
+            mac = self._mac(signed, parts[0], None)
+        else:
+            mac = self._mac(signed, None, _digest(parts, sizes))
+        if not hmac.compare_digest(mac, first[:MAC_BYTES]):
             self._reject(frames, "bad MAC")
             return
         self._last_seq[src] = seq

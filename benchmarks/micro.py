@@ -1,4 +1,4 @@
-"""Micro-benchmarks of the APGAS runtime against a Dask ``LocalCluster``.
+"""Micro-benchmarks of the APGAS runtime against its floor and a Dask ``LocalCluster``.
 
     python -m benchmarks.micro [--repeats R] [--json FILE] [--quick]
 
@@ -8,6 +8,14 @@ Measures startup, ``at`` round trips, uncounted-task throughput and one
 figure is the median of R repeats. Prints a table (with the APGAS/Dask
 speedups) on stdout and writes every sample to a JSON file. Times are
 reported, never asserted on: the targets are informational.
+
+The floor (``benchmarks._floor``) is measured in the same run, repeat by
+repeat beside ``at``: a bare pyzmq DEALER/ROUTER ping-pong of 100 bytes with
+a second process, the same ping-pong carrying a pickled call and its pickled
+result, and ``multiprocessing.Pool.map(chunksize=1)`` over the batch's tasks
+with 2 and with 4 workers. The second table gives ``at`` over the bare
+ping-pong (target: at most 2x, median and p99) and the batch over the faster
+pool (target: at least 1x).
 
 Code that waits on the runtime runs under a deadline, so that a lost
 message makes one run fail (it is retried and counted) instead of hanging
@@ -29,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import apgas
+from benchmarks._floor import Echo, pool_rate
 from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
                                 meets, parse_args, percentile, setup_logging, write_json)
 
@@ -89,6 +98,20 @@ METRICS = [
     Metric("batch_tasks_s", "batch of counted tasks: throughput", "tasks/s", True),
 ]
 
+FLOOR_METRICS = [
+    Metric("bare_median_us", "bare pyzmq ping-pong (100 B): median", "us", False),
+    Metric("bare_p99_us", "bare pyzmq ping-pong (100 B): p99", "us", False),
+    Metric("pickled_median_us", "pickled-call ping-pong: median", "us", False),
+    Metric("pickled_p99_us", "pickled-call ping-pong: p99", "us", False),
+    Metric("rtt_median_us", "apgas at(): median", "us", False),
+    Metric("rtt_p99_us", "apgas at(): p99", "us", False),
+    Metric("pool2_tasks_s", "Pool(2).map(chunksize=1)", "tasks/s", True),
+    Metric("pool4_tasks_s", f"Pool({PLACES}).map(chunksize=1)", "tasks/s", True),
+    Metric("batch_tasks_s", f"apgas finish over the same tasks ({PLACES} places)", "tasks/s", True),
+]
+AT_OVER_BARE_TARGET = 2.0
+BATCH_OVER_POOL_TARGET = 1.0
+
 def latency_samples(samples: Samples, latencies_s: list[float]) -> None:
     """Record median and p99 (in µs) of one repeat's round trips."""
     add_sample(samples, "rtt_median_us", statistics.median(latencies_s) * 1e6)
@@ -103,6 +126,10 @@ _count_lock = threading.Lock()
 
 def noop(*args: Any) -> None:
     """Do nothing."""
+
+
+def _percentile_us(times: list[float], q: float) -> float:
+    return (statistics.median(times) if q == 50 else percentile(times, q)) * 1e6
 
 
 def count_task() -> None:
@@ -222,7 +249,7 @@ def _batch(tasks: int) -> float:
     start = time.perf_counter()
     with apgas.finish():
         for i in range(tasks):
-            apgas.async_at(ps[i % len(ps)], noop)
+            apgas.async_at(ps[i % len(ps)], noop, i)  # the pool's tasks: noop(i)
     return time.perf_counter() - start
 
 
@@ -233,8 +260,21 @@ def _warm_up(target: apgas.Place, params: Params) -> None:
     _batch(params.warmup_calls)
 
 
-def _repeat(target: apgas.Place, params: Params, samples: Samples) -> None:
+def _floor_repeat(echo: Echo, params: Params, samples: Samples) -> None:
+    """The floor of one repeat: ping-pongs and the pools, beside the runtime's figures."""
+    with deadline(PHASE_DEADLINE_S, "the ping-pongs"):
+        for name, times in (("bare", echo.bare(params.rtt_calls)),
+                            ("pickled", echo.pickled(params.rtt_calls, noop))):
+            add_sample(samples, f"{name}_median_us", _percentile_us(times, 50))
+            add_sample(samples, f"{name}_p99_us", _percentile_us(times, 99))
+    for workers in (2, PLACES):
+        [rate] = pool_rate(noop, params.batch_tasks, workers, 1)
+        add_sample(samples, f"pool{workers}_tasks_s", rate)
+
+
+def _repeat(target: apgas.Place, params: Params, samples: Samples, echo: Echo) -> None:
     """One repeat of every measurement."""
+    _floor_repeat(echo, params, samples)
     with deadline(PHASE_DEADLINE_S, "the round trips"):
         latency_samples(samples, _round_trips(target, params.rtt_calls))
     with deadline(PHASE_DEADLINE_S, "the uncounted tasks"):
@@ -252,9 +292,12 @@ def _measure_main(params: Params) -> Samples:
     with deadline(PHASE_DEADLINE_S, "the warm-up"):
         _warm_up(target, params)
     samples: Samples = {}
-    for i in range(params.repeats):
-        _repeat(target, params, samples)
-        log.info("apgas repeat %d/%d: %s", i + 1, params.repeats, _latest(samples))
+    with Echo() as echo:
+        echo.bare(params.warmup_calls)
+        echo.pickled(params.warmup_calls, noop)
+        for i in range(params.repeats):
+            _repeat(target, params, samples, echo)
+            log.info("apgas repeat %d/%d: %s", i + 1, params.repeats, _latest(samples))
     return samples
 
 
@@ -374,6 +417,49 @@ def _speedup(m: Metric, ours: float | None, theirs: float | None) -> float | Non
     return ours / theirs if m.higher_is_better else theirs / ours
 
 
+def floor_summary(samples: Samples) -> dict[str, Any]:
+    """The runtime against its floor: medians, samples and the two ratios with their targets."""
+    medians = {m.key: median(samples.get(m.key)) for m in FLOOR_METRICS}
+
+    def ratio(a: str, b: str) -> float | None:
+        return medians[a] / medians[b] if medians[a] and medians[b] else None
+
+    best_pool = max((medians[k] for k in ("pool2_tasks_s", "pool4_tasks_s") if medians[k]),
+                    default=None)
+    batch_over_pool = medians["batch_tasks_s"] / best_pool \
+        if medians["batch_tasks_s"] and best_pool else None
+    return {
+        "medians": medians,
+        "samples": {m.key: samples.get(m.key, []) for m in FLOOR_METRICS},
+        "at_over_bare_median": ratio("rtt_median_us", "bare_median_us"),
+        "at_over_bare_p99": ratio("rtt_p99_us", "bare_p99_us"),
+        "at_over_pickled_median": ratio("rtt_median_us", "pickled_median_us"),
+        "batch_over_best_pool": batch_over_pool,
+        "targets": {"at_over_bare": AT_OVER_BARE_TARGET, "batch_over_pool": BATCH_OVER_POOL_TARGET},
+    }
+
+
+def render_floor(floor: dict[str, Any]) -> str:
+    """The second table: the runtime beside its floor, and the ratios."""
+    header = f"{'against the floor (same run)':<52} {'median of repeats':>18}"
+    lines = [header, "-" * len(header)]
+    for m in FLOOR_METRICS:
+        lines.append(f"{m.label:<52} {fmt(floor['medians'][m.key], m.unit):>18}")
+
+    def verdict(value: float | None, target: float, at_most: bool) -> str:
+        if value is None:
+            return "-"
+        met = value <= target if at_most else value >= target
+        return f"{value:.2f}x ({'<=' if at_most else '>='} {target:g}x: {'met' if met else 'missed'})"
+
+    lines += [
+        f"{'at() / bare ping-pong, median':<52} {verdict(floor['at_over_bare_median'], AT_OVER_BARE_TARGET, True)}",
+        f"{'at() / bare ping-pong, p99':<52} {verdict(floor['at_over_bare_p99'], AT_OVER_BARE_TARGET, True)}",
+        f"{'finish / faster pool, tasks/s':<52} {verdict(floor['batch_over_best_pool'], BATCH_OVER_POOL_TARGET, False)}",
+    ]
+    return "\n".join(lines)
+
+
 def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: Params) -> str:
     """The table printed at the end."""
     header = f"{'metric':<40} {'apgas':>14} {'dask':>14} {'speedup':>9}  target"
@@ -411,9 +497,12 @@ def main(argv: list[str] | None = None) -> int:
     dask_samples = dask_measure(params)
     failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
     rows = summarize({**startup, **measured}, dask_samples)
+    floor = floor_summary(measured)
     write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows}, log)
+                           "failures": failures, "results": rows, "floor": floor}, log)
     print(render_table(rows, failures, params))
+    print()
+    print(render_floor(floor))
     return 0
 
 
