@@ -52,7 +52,7 @@ def _saved_by_reference(fn: types.FunctionType) -> bool:
 
 def _plain(obj: Any, depth: int = _NESTING) -> bool:
     """True if the C pickler writes ``obj`` as cloudpickle would: scalars, and
-    tuples and dicts of them (nested up to ``depth``) and of functions saved by name."""
+    tuples, lists and dicts of them (nested up to ``depth``) and of functions saved by name."""
     kind = type(obj)
     if kind in _SCALARS:
         return True
@@ -60,7 +60,7 @@ def _plain(obj: Any, depth: int = _NESTING) -> bool:
         return _saved_by_reference(obj)
     if not depth:
         return False
-    if kind is tuple:
+    if kind is tuple or kind is list:
         for item in obj:
             if not _plain(item, depth - 1):
                 return False
