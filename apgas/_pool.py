@@ -91,12 +91,10 @@ class WorkerPool:
             self._threads -= 1
 
 
-@contextlib.contextmanager
-def blocking() -> Iterator[None]:
+def blocking() -> contextlib.AbstractContextManager:
     """Wrap a wait; on a pool thread, a spare thread keeps the pool's parallelism."""
     pool = getattr(_local, "pool", None)
-    if pool is None:
-        yield
-    else:
-        with pool._blocking():
-            yield
+    return _NOT_A_POOL_THREAD if pool is None else pool._blocking()
+
+
+_NOT_A_POOL_THREAD = contextlib.nullcontext()

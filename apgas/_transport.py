@@ -161,13 +161,8 @@ class _Mac:
     def __call__(self, signed: bytes, body, digest: bytes | None) -> bytes:
         """MAC of ``signed`` and either a short ``body`` itself or the payload's ``digest``."""
         h = self._keyed.copy()
-        h.update(signed)
-        if digest is None:
-            h.update(_DIRECT)
-            h.update(body)
-        else:
-            h.update(_DIGESTED)
-            h.update(digest)
+        h.update(b"".join((signed, _DIRECT, body)) if digest is None
+                 else b"".join((signed, _DIGESTED, digest)))
         return h.digest()
 
 
@@ -282,15 +277,22 @@ class Transport:
         larger than ``max_message_bytes``: the receiver would drop it and cut
         the link.
         """
-        sizes = [_nbytes(payload[0])] if len(payload) == 1 else [_nbytes(f) for f in payload]
-        total = sum(sizes)
+        if len(payload) == 1:  # most messages: a short body, MACed itself under the lock
+            total = _nbytes(payload[0])
+            if total < _DIRECT_MAX:
+                if self._chaos is None:
+                    return self._send_now(dst, kind, a, b, payload, None, guard)
+                return self._hold(dst, kind, a, b, payload, None, guard)
+            sizes = [total]
+        else:
+            sizes = [_nbytes(f) for f in payload]
+            total = sum(sizes)
         if total > self.max_message_bytes:
             raise MessageTooLarge(
                 f"a message of {total:,} bytes from place {self.place_id} to place {dst} is larger "
                 f"than the limit of {self.max_message_bytes:,} bytes; raise the option "
                 "max_message_bytes (APGAS_MAX_MESSAGE_BYTES) or send the data in smaller pieces")
-        # a short single frame is MACed itself; anything else through a digest, out of the lock
-        digest = None if len(sizes) == 1 and total < _DIRECT_MAX else _digest(payload, sizes)
+        digest = _digest(payload, sizes)  # outside the link's lock: large payloads hash in parallel
         if self._chaos is None:
             return self._send_now(dst, kind, a, b, payload, digest, guard)
         return self._hold(dst, kind, a, b, payload, digest, guard)
