@@ -11,12 +11,14 @@ import logging
 import os
 from typing import Any, Mapping
 
-from launcher import (HostSpecError, check_hosts, detect_launcher, launcher_names,
-                      mpi_rank_from_env, read_hostfile, slurm_hosts)
+from launcher import (HostSpecError, check_hosts, default_start_method, detect_launcher,
+                      launcher_names, mpi_rank_from_env, read_hostfile, slurm_hosts)
 
 from .errors import ConfigError
 
 __all__ = ["Config", "load_config"]
+
+START_METHODS = ("fork", "spawn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Config:
     heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
+    # local places: "fork" (from a warmed template process) or "spawn" (fresh interpreters)
+    start_method: str = dataclasses.field(default_factory=default_start_method)
 
 
 def _parse_int(name: str, value: Any, minimum: int) -> int:
@@ -147,6 +151,11 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         found = pick(field)
         if found is not None:
             values[field] = str(found[1])
+    found = pick("start_method")
+    if found is not None:
+        if found[1] not in START_METHODS:
+            raise ConfigError(f"{found[0]} must be one of {list(START_METHODS)}, got {found[1]!r}")
+        values["start_method"] = str(found[1])
     for field in ("scheduler", "malleable_listen"):
         found = pick(field)
         if found is not None:

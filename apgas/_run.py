@@ -57,16 +57,26 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     hosts = list(cfg.hosts) or [_runtime.default_host()]
     others = [hosts[i % len(hosts)] for i in range(1, cfg.places)]
     started = time.monotonic_ns()
-    rt = Runtime(0, hosts[0], secrets.token_bytes(32), cfg)
+    first = launcher.get_launcher(cfg.launcher, cfg)
+    grower = launcher.get_launcher(cfg.grow_launcher, cfg)
+    try:
+        if others and not under_mpi:
+            first.prepare(cfg.python)  # the local fork server imports while place 0 sets up
+        elif cfg.communicator or cfg.scheduler or cfg.malleable_listen:
+            grower.prepare(cfg.python)  # grows are expected
+        rt = Runtime(0, hosts[0], secrets.token_bytes(32), cfg)
+    except BaseException:
+        _close(first, grower)
+        raise
     rt.orders = Orders(rt, started)
     _runtime.install(rt)
     try:
-        rt.launcher = launcher.get_launcher(cfg.grow_launcher, cfg)
+        rt.launcher = grower
         rt.transport.start()
         if under_mpi:
             _mpi.start_ranks(rt, cfg.join_timeout)
         elif others:
-            rt.start_places(others, launcher.get_launcher(cfg.launcher, cfg), cfg.join_timeout)
+            rt.start_places(others, first, cfg.join_timeout)
         rt.watch_children()
         log.info("%d place(s) ready in %.3f s", cfg.places, (time.monotonic_ns() - started) / 1e9)
         if cfg.communicator or cfg.scheduler or cfg.malleable_listen:
@@ -77,8 +87,20 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
         try:
             rt.orders.close()
         finally:
-            rt.shutdown()
-            _runtime.install(None)
+            try:
+                rt.shutdown()
+            finally:
+                _runtime.install(None)
+                _close(first, grower)
+
+
+def _close(*launchers: launcher.Launcher) -> None:
+    """Stop what the launchers keep running (the fork server): no process stays behind."""
+    for used in launchers:
+        try:
+            used.close()
+        except Exception:
+            log.exception("closing the %s launcher failed", used.name)
 
 
 @contextlib.contextmanager

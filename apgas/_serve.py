@@ -3,6 +3,10 @@
 Reads one JSON line of bootstrap data from stdin, joins place 0, serves
 tasks until told to stop, and exits by itself when stdin reaches end of file
 (its parent is gone).
+
+With ``--fork-server FD`` the process is the local launcher's template instead
+(:mod:`launcher._forkserver`): it imports what a place needs, once, and forks a
+child per request that runs :func:`main` as above.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 import threading
 from typing import NoReturn
 
+from launcher._forktemplate import serve_forks
 from launcher.mpi import load_mpi
 
 from . import _serialization as ser
@@ -34,8 +39,12 @@ EXIT_PARENT_LOST = 3
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apgas._serve")
     parser.add_argument("--parent", type=int, required=True)
-    parser.add_argument("--place", type=int, required=True)
-    parser.parse_args(argv)
+    role = parser.add_mutually_exclusive_group(required=True)
+    role.add_argument("--place", type=int)
+    role.add_argument("--fork-server", type=int, metavar="FD")
+    args = parser.parse_args(argv)
+    if args.fork_server is not None:
+        return fork_server(args.fork_server)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is place 0's to handle
     boot = json.loads(sys.stdin.buffer.readline() or b"null")
     if not isinstance(boot, dict):
@@ -43,6 +52,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     code = serve(boot, watch_stdin=True)
     os._exit(code)  # worker threads may be deep in a task: do not wait for them
+
+
+def fork_server(fd: int) -> int:
+    """The template: import now what every place would import at its start, then fork places.
+
+    No thread and no ZeroMQ context exist here before a fork (numpy's OpenBLAS
+    stops its own threads in a fork handler); ``gc.freeze`` keeps the imported
+    objects out of the children's collections, so their pages stay shared.
+    """
+    import gc
+
+    import cloudpickle  # noqa: F401  (the places' pickler)
+    import zmq  # noqa: F401
+
+    from . import _heartbeat, _transport  # noqa: F401
+
+    try:
+        import numpy.random  # noqa: F401  (tasks and the serializer's buffers; reseeded per place)
+    except ImportError:
+        pass
+    gc.freeze()
+    return serve_forks(fd, main)
 
 
 def serve(boot: dict, watch_stdin: bool) -> int:

@@ -167,17 +167,22 @@ class _Mac:
 
 
 class _Link:
-    """The DEALER towards one place, the lock its users take, and its sequence numbers."""
+    """The DEALER towards one place, the lock its users take, and its sequence numbers.
 
-    __slots__ = ("sock", "lock", "endpoint", "seq", "monitor")
+    The socket is made at the first send (:meth:`Transport._open`), unless the
+    link is watched by heartbeats: a place that joins a run of 64 would
+    otherwise open 63 connections it may never use.
+    """
 
-    def __init__(self, sock: zmq.Socket, endpoint: str, generation: int,
-                 monitor: zmq.Socket | None = None) -> None:
-        self.sock = sock
+    __slots__ = ("sock", "lock", "endpoint", "seq", "monitor", "closed")
+
+    def __init__(self, endpoint: str, generation: int) -> None:
+        self.sock: zmq.Socket | None = None  # under ``lock``
         self.lock = threading.Lock()
         self.endpoint = endpoint
         self.seq = generation << GENERATION_SHIFT  # of the last message sent; under ``lock``
-        self.monitor = monitor  # the heartbeat watcher's, if this link is watched
+        self.monitor: zmq.Socket | None = None  # the heartbeat watcher's, if this link is watched
+        self.closed = False  # under ``lock``: never opened again
 
 
 class Transport:
@@ -242,20 +247,27 @@ class Transport:
             link = self._links.get(place_id)
             if link is not None and link.endpoint == endpoint:
                 return  # a new socket would drop what is queued on the old one
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            monitor = None
-            if self._heartbeat is not None:
-                configure_heartbeat(sock, self._heartbeat)
-                if self._watcher is not None and self._watched(place_id):
-                    monitor = self._watcher.watch(place_id, sock)
-            sock.connect(endpoint)
             generation = self._generations.get(place_id, -1) + 1
             self._generations[place_id] = generation  # numbers above every earlier link's
-            self._links[place_id] = _Link(sock, endpoint, generation, monitor)
+            new = self._links[place_id] = _Link(endpoint, generation)
+            if self._watcher is not None and self._watched(place_id):
+                with new.lock:
+                    self._open(new, place_id)  # heartbeats watch it from now on
         if link is not None:
             self._close_link(link)
+
+    def _open(self, link: _Link, place_id: int) -> zmq.Socket:
+        """Make and connect the link's socket (caller holds ``link.lock``)."""
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        if self._heartbeat is not None:
+            configure_heartbeat(sock, self._heartbeat)
+            if self._watcher is not None and self._watched(place_id):
+                link.monitor = self._watcher.watch(place_id, sock)
+        sock.connect(link.endpoint)
+        link.sock = sock
+        return sock
 
     def disconnect(self, place_id: int, linger_ms: int = 0) -> None:
         """Close the link to a place; ``linger_ms`` lets queued messages still leave."""
@@ -337,7 +349,11 @@ class Transport:
                 if guard is not None and not guard():
                     return False
                 sock = link.sock
-                if sock.closed:
+                if sock is None:
+                    if link.closed:
+                        return True
+                    sock = self._open(link, dst)
+                elif sock.closed:
                     return True
                 # numbered here, under the lock: in the order the messages go on the wire
                 link.seq += 1
@@ -360,7 +376,9 @@ class Transport:
         if link.monitor is not None and self._watcher is not None:
             self._watcher.forget(link.monitor)  # a link closed on purpose is not lost
         with link.lock:
-            link.sock.close(linger=linger_ms)
+            link.closed = True
+            if link.sock is not None:
+                link.sock.close(linger=linger_ms)
 
     def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence, digest: bytes | None,
               guard: Callable[[], bool] | None = None) -> bool:

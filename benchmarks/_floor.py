@@ -18,7 +18,71 @@ from typing import Any, Callable
 
 import zmq
 
-__all__ = ["Echo", "pool_rate", "MESSAGE_BYTES"]
+from benchmarks._common import Metric, Samples, fmt, median
+
+__all__ = ["Echo", "pool_rate", "floor_summary", "render_floor", "MESSAGE_BYTES"]
+
+AT_OVER_BARE_TARGET = 2.0
+BATCH_OVER_POOL_TARGET = 1.0
+
+
+def floor_metrics(places: int) -> list[Metric]:
+    """The rows of the floor table, for a run of ``places`` places."""
+    return [
+        Metric("bare_median_us", "bare pyzmq ping-pong (100 B): median", "us", False),
+        Metric("bare_p99_us", "bare pyzmq ping-pong (100 B): p99", "us", False),
+        Metric("pickled_median_us", "pickled-call ping-pong: median", "us", False),
+        Metric("pickled_p99_us", "pickled-call ping-pong: p99", "us", False),
+        Metric("rtt_median_us", "apgas at(): median", "us", False),
+        Metric("rtt_p99_us", "apgas at(): p99", "us", False),
+        Metric("pool2_tasks_s", "Pool(2).map(chunksize=1)", "tasks/s", True),
+        Metric("batch2_tasks_s", "apgas finish over the same tasks, 2 places", "tasks/s", True),
+        Metric(f"pool{places}_tasks_s", f"Pool({places}).map(chunksize=1)", "tasks/s", True),
+        Metric("batch_tasks_s", f"apgas finish over the same tasks, {places} places", "tasks/s", True),
+    ]
+
+
+def floor_summary(samples: Samples, places: int) -> dict[str, Any]:
+    """The runtime against its floor: medians, samples and the ratios with their targets."""
+    metrics = floor_metrics(places)
+    medians = {m.key: median(samples.get(m.key)) for m in metrics}
+
+    def ratio(a: str, b: str) -> float | None:
+        return medians[a] / medians[b] if medians[a] and medians[b] else None
+
+    return {
+        "medians": medians,
+        "samples": {m.key: samples.get(m.key, []) for m in metrics},
+        "at_over_bare_median": ratio("rtt_median_us", "bare_median_us"),
+        "at_over_bare_p99": ratio("rtt_p99_us", "bare_p99_us"),
+        "at_over_pickled_median": ratio("rtt_median_us", "pickled_median_us"),
+        "batch2_over_pool2": ratio("batch2_tasks_s", "pool2_tasks_s"),
+        f"batch{places}_over_pool{places}": ratio("batch_tasks_s", f"pool{places}_tasks_s"),
+        "targets": {"at_over_bare": AT_OVER_BARE_TARGET, "batch_over_pool": BATCH_OVER_POOL_TARGET},
+    }
+
+
+def render_floor(floor: dict[str, Any], places: int) -> str:
+    """The floor table: the runtime beside its floor, then the ratios against the targets."""
+    header = f"{'against the floor (same run)':<52} {'median of repeats':>18}"
+    lines = [header, "-" * len(header)]
+    for m in floor_metrics(places):
+        lines.append(f"{m.label:<52} {fmt(floor['medians'][m.key], m.unit):>18}")
+
+    def verdict(value: float | None, target: float, at_most: bool) -> str:
+        if value is None:
+            return "-"
+        met = value <= target if at_most else value >= target
+        return f"{value:.2f}x ({'<=' if at_most else '>='} {target:g}x: {'met' if met else 'missed'})"
+
+    for label, key, target, at_most in [
+            ("at() / bare ping-pong, median", "at_over_bare_median", AT_OVER_BARE_TARGET, True),
+            ("at() / bare ping-pong, p99", "at_over_bare_p99", AT_OVER_BARE_TARGET, True),
+            ("finish / Pool(2), 2 places", "batch2_over_pool2", BATCH_OVER_POOL_TARGET, False),
+            (f"finish / Pool({places}), {places} places", f"batch{places}_over_pool{places}",
+             BATCH_OVER_POOL_TARGET, False)]:
+        lines.append(f"{label:<52} {verdict(floor[key], target, at_most)}")
+    return "\n".join(lines)
 
 MESSAGE_BYTES = 100
 _BARE, _PICKLED, _STOP = b"B", b"P", b"S"

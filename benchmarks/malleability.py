@@ -1,17 +1,21 @@
-"""Malleability benchmark: start to ready, grow and shrink orders.
+"""Malleability benchmark: start, grow and shrink, forked places beside fresh interpreters.
 
     python -m benchmarks.malleability [--repeats R] [--json FILE] [--quick]
+                                      [--sizes 4,16,64] [--step 8] [--methods fork,spawn]
 
-Each repeat starts one malleable job (a small program under ``python`` on 2
-places, ``APGAS_LOCAL_HOSTS='*'`` so that every host name is this machine)
-with ``APGAS_SCHEDULER`` pointing at a fake scheduler of this benchmark, which
-collects the job's messages. It measures the wall time from just before the
-launch until the ready message arrives, then sends the orders grow 1, shrink 1,
-grow 2, shrink 2, grow 4, shrink 4, timing each on the client side (grow: to
-the ``ok grow`` reply; shrink: to the connection closing) beside the job's
-own ``readyTimeAPGAS``, ``growTimeAPGAS`` and ``shrinkTimeAPGAS``. Every
-figure is the median of R repeats; the table shows the targets and the
-figures of APGAS for Java. Times are reported, never asserted on.
+Each repeat starts one malleable job (a small program under ``python``, one
+worker thread per place, ``APGAS_LOCAL_HOSTS='*'`` so that every host name is
+this machine) on N places with ``APGAS_START_METHOD`` set to each start method
+in turn (``fork``: places forked from the local launcher's template;
+``spawn``: a fresh interpreter per place), and ``APGAS_SCHEDULER`` pointing at
+a fake scheduler of this benchmark, which collects the job's messages. It
+measures the wall time from just before the launch until the ready message
+arrives beside the job's own ``readyTimeAPGAS`` (``apgas.run`` called to every
+place ready), then sends ``grow STEP`` and ``shrink STEP``, timing each on the
+client side (grow: to the ``ok grow`` reply; shrink: to the connection
+closing) beside the job's ``growTimeAPGAS`` and ``shrinkTimeAPGAS``. The start
+methods alternate job by job, so that both see the same machine. Every figure
+is the median of R repeats; times are reported, never asserted on.
 
 The job and its places run in a process group of their own, which is
 killed at the end of each repeat whatever happened.
@@ -19,6 +23,7 @@ killed at the end of each repeat whatever happened.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import logging
@@ -36,21 +41,27 @@ from typing import Any
 from apgas import protocol
 from apgas.order import send_order
 from apgas.testing import FakeScheduler
-from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
-                                meets, parse_args, setup_logging, write_json)
+from benchmarks._common import Samples, add_sample, machine_info, median, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.malleability")
 
-INITIAL_PLACES = 2
-ORDERS: tuple[tuple[str, int], ...] = (
-    ("grow", 1), ("shrink", 1), ("grow", 2), ("shrink", 2), ("grow", 4), ("shrink", 4))
-READY_TIMEOUT_S = 30.0     # launch to the ready message
+SIZES = (4, 16, 64)
+STEP = 8
+METHODS = ("fork", "spawn")
+THREADS = 1                # worker threads per place
+JOIN_TIMEOUT_S = 120       # APGAS_JOIN_TIMEOUT of the job: fresh interpreters are slow in crowds
+READY_TIMEOUT_S = 30.0     # launch to the ready message, plus one second per place
 ORDER_TIMEOUT_S = 60.0     # one order, sent to connection closed
 MESSAGE_TIMEOUT_S = 10.0   # a timing message after its order's reply
 EXIT_TIMEOUT_S = 15.0      # the job's own exit once told to stop
 KILL_TIMEOUT_S = 5.0       # after SIGTERM, before SIGKILL
-SETTLE_S = 0.2             # pause between orders: leaving places exit, reports go out
+SETTLE_S = 0.3             # pause between orders: leaving places exit, reports go out
 MAX_FAILURES = 3           # failed repeats (retried) before giving up
+# metric -> (target in s, the case it applies to: start method, number of places or None for all)
+TARGETS: dict[str, tuple[float, str, int | None]] = {
+    "ready_job_s": (1.5, "fork", 64), "grow_client_s": (0.3, "fork", None)}
+METRICS = ("ready_wall_s", "ready_job_s", "grow_client_s", "grow_job_s", "shrink_client_s",
+           "shrink_job_s")
 
 # The job: registers a handler that releases the newest places, prints where it
 # takes orders, and ends when a line (or end of file) arrives on its stdin.
@@ -79,49 +90,23 @@ class BenchmarkError(Exception):
     """One repeat failed: an order was refused, a message or the job did not come."""
 
 
-# -- parameters and metrics ---------------------------------------------------------------
+# -- parameters -----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Params:
     """Sizes of one benchmark session."""
 
     repeats: int
-    initial_places: int = INITIAL_PLACES
-    orders: tuple[tuple[str, int], ...] = ORDERS
+    sizes: tuple[int, ...] = SIZES
+    step: int = STEP
+    methods: tuple[str, ...] = METHODS
 
 
-def make_params(repeats: int | None, quick: bool) -> Params:
-    """5 repeats, or 1 for a smoke test (``--quick``)."""
-    return Params(repeats=repeats or (1 if quick else 5))
-
-
-# metric key -> (seconds, what) of APGAS for Java, for the same kind of figure
-JAVA_REFERENCE: dict[str, tuple[float, str]] = {
-    "ready_wall_s": (6.0, ""),
-    "grow2_client_s": (14.1, "3.8 places"),
-    "shrink2_client_s": (6.3, "2.6 places"),
-}
-TARGETS = {"ready_wall_s": 1.5, "grow2_client_s": 1.5, "shrink2_client_s": 0.5}
-
-
-def _order_metrics(verb: str, n: int) -> list[Metric]:
-    """The client's and the job's figure of one order."""
-    until = "reply" if verb == "grow" else "close"
-    client, job = f"{verb}{n}_client_s", f"{verb}{n}_job_s"
-    return [Metric(client, f"{verb} by {n}: order to {until} (client)", "s", False, TARGETS.get(client)),
-            Metric(job, f"{verb} by {n}: job's {verb}TimeAPGAS", "s", False, TARGETS.get(job))]
-
-
-def make_metrics(params: Params) -> list[Metric]:
-    """The table's rows: ready, then each order in the sequence."""
-    metrics = [
-        Metric("ready_wall_s", f"ready, {params.initial_places} places: launch to {protocol.READY}",
-               "s", False, TARGETS["ready_wall_s"]),
-        Metric("ready_job_s", "ready: job's readyTimeAPGAS", "s", False),
-    ]
-    for verb, n in sorted(set(params.orders), key=lambda o: (o[0] != "grow", o[1])):
-        metrics += _order_metrics(verb, n)
-    return metrics
+def make_params(repeats: int | None, quick: bool, sizes: tuple[int, ...] = (), step: int = STEP,
+                methods: tuple[str, ...] = ()) -> Params:
+    """3 repeats, or 1 for a smoke test (``--quick``, which also stops at 16 places)."""
+    return Params(repeats=repeats or (1 if quick else 3),
+                  sizes=sizes or (SIZES[:2] if quick else SIZES), step=step, methods=methods or METHODS)
 
 
 # -- orders ---------------------------------------------------------------------------------
@@ -153,8 +138,8 @@ def grow(job: Job, scheduler: FakeScheduler, n: int, samples: Samples) -> None:
     reply = timed_order(job.address, ["grow", str(n), *hosts])
     if not reply.lines or not reply.lines[0].startswith(f"ok grow {n} "):
         raise BenchmarkError(f"unexpected reply to grow {n}: {reply.lines}")
-    add_sample(samples, f"grow{n}_client_s", reply.first_line_s)
-    add_sample(samples, f"grow{n}_job_s", scheduler.take("growTimeAPGAS", n, MESSAGE_TIMEOUT_S).seconds)
+    add_sample(samples, "grow_client_s", reply.first_line_s)
+    add_sample(samples, "grow_job_s", scheduler.take("growTimeAPGAS", n, MESSAGE_TIMEOUT_S).seconds)
 
 
 def shrink(job: Job, scheduler: FakeScheduler, n: int, samples: Samples) -> None:
@@ -162,8 +147,8 @@ def shrink(job: Job, scheduler: FakeScheduler, n: int, samples: Samples) -> None
     reply = timed_order(job.address, ["shrink", str(n)])
     if len(reply.lines) != n:
         raise BenchmarkError(f"shrink {n} released {reply.lines}, expected {n} host(s)")
-    add_sample(samples, f"shrink{n}_client_s", reply.closed_s)
-    add_sample(samples, f"shrink{n}_job_s", scheduler.take("shrinkTimeAPGAS", n, MESSAGE_TIMEOUT_S).seconds)
+    add_sample(samples, "shrink_client_s", reply.closed_s)
+    add_sample(samples, "shrink_job_s", scheduler.take("shrinkTimeAPGAS", n, MESSAGE_TIMEOUT_S).seconds)
 
 
 def check_places(job: Job, expected: int) -> None:
@@ -208,18 +193,19 @@ class Job:
         return f"node{self._hosts}"
 
 
-def _job_env(scheduler: FakeScheduler) -> dict[str, str]:
+def _job_env(scheduler: FakeScheduler, method: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(APGAS_SCHEDULER="%s:%d" % scheduler.address, APGAS_LOCAL_HOSTS="*",
-               APGAS_MALLEABLE_LISTEN="127.0.0.1:0")
+               APGAS_MALLEABLE_LISTEN="127.0.0.1:0", APGAS_START_METHOD=method,
+               APGAS_THREADS=str(THREADS), APGAS_JOIN_TIMEOUT=str(JOIN_TIMEOUT_S))
     return env
 
 
-def launch_job(scheduler: FakeScheduler, places: int) -> Job:
+def launch_job(scheduler: FakeScheduler, places: int, method: str) -> Job:
     """Start the job program in a process group of its own."""
-    proc = subprocess.Popen([sys.executable, "-c", JOB_PROGRAM, str(places)], env=_job_env(scheduler),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", JOB_PROGRAM, str(places)],
+                            env=_job_env(scheduler, method), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     return Job(proc)
 
 
@@ -267,114 +253,118 @@ def _group_alive(pgid: int) -> bool:
 
 # -- one repeat -----------------------------------------------------------------------------
 
-def run_repeat(params: Params) -> tuple[Samples, list[str]]:
-    """One job: ready, then every order. The samples, and every line the job sent."""
+def run_repeat(places: int, method: str, step: int) -> tuple[Samples, list[str]]:
+    """One job: ready, grow, shrink. The samples, and every line the job sent."""
     samples: Samples = {}
     with FakeScheduler() as scheduler:
         start = time.perf_counter()
-        job = launch_job(scheduler, params.initial_places)
+        job = launch_job(scheduler, places, method)
         try:
-            ready = scheduler.take(protocol.READY, timeout=READY_TIMEOUT_S)
+            ready = scheduler.take(protocol.READY, timeout=READY_TIMEOUT_S + places)
             add_sample(samples, "ready_wall_s", ready.arrived - start)
             add_sample(samples, "ready_job_s", scheduler.take("readyTimeAPGAS", timeout=MESSAGE_TIMEOUT_S).seconds)
             job.wait_address(MESSAGE_TIMEOUT_S)
-            _run_orders(job, scheduler, params, samples)
+            time.sleep(SETTLE_S)
+            grow(job, scheduler, step, samples)
+            time.sleep(SETTLE_S)
+            shrink(job, scheduler, step, samples)
+            check_places(job, places)
             stop_job(job)
         finally:
             kill_job(job)
         return samples, list(scheduler.lines)
 
 
-def _run_orders(job: Job, scheduler: FakeScheduler, params: Params, samples: Samples) -> None:
-    """Send the orders in turn, checking the number of places at the end."""
-    places = params.initial_places
-    for verb, n in params.orders:
-        time.sleep(SETTLE_S)
-        if verb == "grow":
-            grow(job, scheduler, n, samples)
-            places += n
-        else:
-            shrink(job, scheduler, n, samples)
-            places -= n
-    check_places(job, places)
+Case = tuple[str, int]  # start method, places
 
 
-def measure(params: Params) -> tuple[list[Samples], list[list[str]], int]:
-    """Every repeat's samples and job messages, and the number of failed repeats."""
-    repeats: list[Samples] = []
-    messages: list[list[str]] = []
+def measure(params: Params) -> tuple[dict[Case, Samples], dict[Case, list[list[str]]], int]:
+    """Every case's samples and job messages, and the number of failed repeats. The
+    cases take turns, so that a change in the machine's load falls on all of them."""
+    samples: dict[Case, Samples] = {}
+    messages: dict[Case, list[list[str]]] = {}
     failures = 0
-    while len(repeats) < params.repeats:
-        try:
-            samples, lines = run_repeat(params)
-        except (BenchmarkError, OSError) as e:  # TimeoutError: a message did not come
-            failures += 1
-            log.warning("repeat failed (%d so far): %s", failures, e)
-            if failures >= MAX_FAILURES:
-                break
-            continue
-        repeats.append(samples)
-        messages.append(lines)
-        log.info("repeat %d/%d: %s", len(repeats), params.repeats,
-                 ", ".join(f"{k}={v[0]:.3f}" for k, v in samples.items()))
-    return repeats, messages, failures
-
-
-def merge(repeats: list[Samples]) -> Samples:
-    """One list of values per metric, one value per repeat."""
-    merged: Samples = {}
-    for samples in repeats:
-        for key, values in samples.items():
-            for value in values:
-                add_sample(merged, key, value)
-    return merged
+    for repeat in range(params.repeats):
+        for places in params.sizes:
+            for method in params.methods:
+                case = (method, places)
+                while True:
+                    try:
+                        got, lines = run_repeat(places, method, params.step)
+                        break
+                    except (BenchmarkError, OSError) as e:  # TimeoutError: a message did not come
+                        failures += 1
+                        log.warning("%s, %d places failed (%d so far): %s", method, places, failures, e)
+                        if failures >= MAX_FAILURES:
+                            return samples, messages, failures
+                for key, values in got.items():
+                    for value in values:
+                        add_sample(samples.setdefault(case, {}), key, value)
+                messages.setdefault(case, []).append(lines)
+                log.info("repeat %d/%d, %s, %d places: %s", repeat + 1, params.repeats, method,
+                         places, ", ".join(f"{k}={v[0]:.3f}" for k, v in got.items()))
+    return samples, messages, failures
 
 
 # -- report ---------------------------------------------------------------------------------
 
-def summarize(metrics: list[Metric], samples: Samples) -> list[dict[str, Any]]:
-    """One JSON-ready record per metric: median, samples, target, Java's figure."""
+def target_of(metric: str, method: str, places: int) -> float | None:
+    """The target a case's figure has, if any."""
+    found = TARGETS.get(metric)
+    if found is None or found[1] != method or found[2] not in (None, places):
+        return None
+    return found[0]
+
+
+def summarize(samples: dict[Case, Samples]) -> list[dict[str, Any]]:
+    """One JSON-ready record per case: per metric the median, range, samples and target."""
     rows = []
-    for m in metrics:
-        values = samples.get(m.key, [])
-        mid = median(values)
-        java = JAVA_REFERENCE.get(m.key)
-        rows.append({
-            "metric": m.key, "label": m.label, "unit": m.unit, "median": mid,
-            "min": min(values) if values else None, "max": max(values) if values else None,
-            "target": m.target, "meets_target": meets(m, mid),
-            "java_s": java[0] if java else None, "java_note": java[1] if java else None,
-            "samples": values,
-        })
+    for (method, places), case in sorted(samples.items(), key=lambda c: (c[0][1], c[0][0])):
+        row: dict[str, Any] = {"method": method, "places": places}
+        for metric in METRICS:
+            values = case.get(metric, [])
+            mid = median(values)
+            target = target_of(metric, method, places)
+            row[metric] = {"median": mid, "min": min(values, default=None),
+                           "max": max(values, default=None), "samples": values, "target": target,
+                           "meets_target": None if target is None or mid is None else mid <= target}
+        rows.append(row)
     return rows
 
 
-def _fmt_java(row: dict[str, Any]) -> str:
-    if row["java_s"] is None:
-        return ""
-    return f"{row['java_s']:g} s" + (f" ({row['java_note']})" if row["java_note"] else "")
-
-
-def _fmt_range(row: dict[str, Any]) -> str:
-    if row["min"] is None:
+def _cell(figure: dict[str, Any]) -> str:
+    if figure["median"] is None:
         return "-"
-    return f"{row['min']:.3f}-{row['max']:.3f}"
+    verdict = "" if figure["target"] is None else (
+        f" (<= {figure['target']:g}: {'met' if figure['meets_target'] else 'missed'})")
+    return f"{figure['median']:.3f} s{verdict}"
 
 
-def render_table(metrics: list[Metric], rows: list[dict[str, Any]], params: Params, failures: int) -> str:
-    """The table printed at the end."""
-    header = f"{'metric':<46} {'median':>9} {'min-max':>13}  {'target':<22} APGAS for Java"
-    lines = [header, "-" * (len(header) + 10)]
-    for m, row in zip(metrics, rows):
-        lines.append(f"{m.label:<46} {fmt(row['median'], m.unit):>9} {_fmt_range(row):>13}  "
-                     f"{fmt_target(m, row['meets_target']):<22} {_fmt_java(row)}".rstrip())
-    orders = ", ".join(f"{verb} {n}" for verb, n in params.orders)
+def growth(rows: list[dict[str, Any]], method: str) -> str:
+    """How the job's start time grows from the smallest to the largest size."""
+    mine = [r for r in rows if r["method"] == method and r["ready_job_s"]["median"]]
+    if len(mine) < 2:
+        return ""
+    small, large = mine[0], mine[-1]
+    ratio = large["ready_job_s"]["median"] / small["ready_job_s"]["median"]
+    return (f"{method}: {large['places'] / small['places']:g}x the places, "
+            f"{ratio:.1f}x the start time")
+
+
+def render_table(rows: list[dict[str, Any]], params: Params, failures: int) -> str:
+    """The table printed at the end (Markdown, as docs/results.md shows it)."""
+    lines = [f"| places | start method | start: launch to ready (wall) | start: apgas.run to ready "
+             f"(job) | grow {params.step} | shrink {params.step} |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['places']} | {r['method']} | {_cell(r['ready_wall_s'])} | "
+                     f"{_cell(r['ready_job_s'])} | {_cell(r['grow_client_s'])} | "
+                     f"{_cell(r['shrink_client_s'])} |")
     lines += [
         "",
-        f"medians of {params.repeats} repeat(s), one job per repeat started on "
-        f"{params.initial_places} places, orders: {orders}",
-        "client: order sent -> first reply line (grow) or connection closed (shrink); "
-        "job: the job's own timing message",
+        f"medians of {params.repeats} repeat(s); one job per repeat and case, {THREADS} worker "
+        f"thread per place; grow: order sent to reply, shrink: order sent to connection closed",
+        "start-time growth: " + "; ".join(g for g in (growth(rows, m) for m in params.methods) if g),
         f"failed repeats (retried): {failures}",
     ]
     return "\n".join(lines)
@@ -382,20 +372,52 @@ def render_table(metrics: list[Metric], rows: list[dict[str, Any]], params: Para
 
 # -- command line ---------------------------------------------------------------------------
 
+def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
+    """``--repeats``, ``--json`` and ``--quick`` as every benchmark has them, and the cases."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.malleability",
+                                     description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repeats of each case (default 3, or 1 with --quick)")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/malleability.json"),
+                        help="where to write the results (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one repeat of 4 and 16 places: a smoke test")
+    parser.add_argument("--sizes", default="", help="numbers of places to start with "
+                        f"(default {','.join(map(str, SIZES))})")
+    parser.add_argument("--step", type=int, default=STEP, help="places of the grow and the "
+                        "shrink (default %(default)s)")
+    parser.add_argument("--methods", default="", help=f"start methods (default {','.join(METHODS)})")
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    if args.step < 1:
+        parser.error("--step must be at least 1")
+    try:
+        args.sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else ()
+    except ValueError:
+        parser.error(f"--sizes must be numbers separated by commas, got {args.sizes!r}")
+    if any(n < 1 for n in args.sizes):
+        parser.error("--sizes must be at least 1")
+    args.methods = tuple(args.methods.split(",")) if args.methods else ()
+    if any(m not in METHODS for m in args.methods):
+        parser.error(f"--methods must be among {','.join(METHODS)}, got {','.join(args.methods)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.malleability", __doc__ or "",
-                      Path("bench-results/malleability.json"), "one repeat: a smoke test")
+    args = parse_command_line(argv)
     setup_logging(log.name)
-    params = make_params(args.repeats, args.quick)
+    params = make_params(args.repeats, args.quick, args.sizes, args.step, args.methods)
     info = machine_info()
-    log.info("malleability (%d repeats)", params.repeats)
-    repeats, messages, failures = measure(params)
-    metrics = make_metrics(params)
-    rows = summarize(metrics, merge(repeats))
+    log.info("malleability: %s", params)
+    samples, messages, failures = measure(params)
+    rows = summarize(samples)
     write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows, "job_messages": messages}, log)
-    print(render_table(metrics, rows, params, failures))
-    return 0 if repeats else 1
+                           "threads_per_place": THREADS, "failures": failures, "results": rows,
+                           "job_messages": {f"{m} {n}": lines for (m, n), lines in messages.items()}},
+               log)
+    print(render_table(rows, params, failures))
+    return 0 if rows else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Start place processes on hosts: ``local``, ``ssh``, ``srun`` and ``mpi``.
 
 A :class:`Launcher` starts one place with the runtime's bootstrap data and
-returns a handle whose ``poll()`` tells when the place process has ended.
+returns a handle whose ``poll()`` tells when the place process has ended. The
+local launcher forks places from a warmed template process where it can
+(:class:`ForkedPlace`, ``start_method`` ``fork``).
 Other launchers come through the entry-point group ``apgas.launchers``: an
 entry point names a :class:`Launcher` subclass, built with the configuration.
 """
@@ -13,17 +15,18 @@ from typing import Any, Mapping
 
 from ._base import (Launcher, LaunchedPlace, PlaceProcess, checked_host, child_environment,
                     place_command)
+from ._forkserver import ForkedPlace
 from ._hosts import HostSpecError, check_hosts, expand_hostlist, read_hostfile, slurm_hosts
-from .local import LocalLauncher, is_local_host
+from .local import LocalLauncher, default_start_method, is_local_host
 from .mpi import MpiLauncher, mpi_rank_from_env
 from .srun import SrunLauncher
 from .ssh import SshLauncher
 
-__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "LocalLauncher", "SshLauncher",
-           "SrunLauncher", "MpiLauncher", "HostSpecError", "is_local_host", "place_command",
+__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "ForkedPlace", "LocalLauncher",
+           "SshLauncher", "SrunLauncher", "MpiLauncher", "HostSpecError", "is_local_host", "place_command",
            "child_environment", "check_hosts", "checked_host",
            "get_launcher", "launcher_names", "detect_launcher", "read_hostfile",
-           "expand_hostlist", "slurm_hosts", "mpi_rank_from_env"]
+           "expand_hostlist", "slurm_hosts", "mpi_rank_from_env", "default_start_method"]
 
 _BUILTIN: dict[str, type[Launcher]] = {
     "local": LocalLauncher, "ssh": SshLauncher, "srun": SrunLauncher, "mpi": MpiLauncher}

@@ -6,13 +6,14 @@ import abc
 import collections
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
-from typing import Any, Mapping, Protocol, Sequence
+from typing import IO, Any, Mapping, Protocol, Sequence
 
-__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "place_command", "child_environment",
-           "checked_host"]
+__all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "StderrTail", "StderrHub", "stderr_hub",
+           "place_command", "child_environment", "checked_host"]
 
 
 class PlaceProcess(Protocol):
@@ -25,6 +26,10 @@ class PlaceProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
     def kill(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def last_error(self) -> str: ...
 
 
 class Launcher(abc.ABC):
@@ -46,6 +51,13 @@ class Launcher(abc.ABC):
         """Start place ``place_id`` on ``host``; raise ``OSError`` with the reason if it cannot."""
         checked_host(host)
         return LaunchedPlace(self.command(host, place_command(place_id, python)), bootstrap)
+
+    def prepare(self, python: str = "") -> None:
+        """Place 0 will start places soon: get ready now, in the background (the
+        local launcher starts its fork server). Launching works without it."""
+
+    def close(self) -> None:
+        """``apgas.run`` ends: stop whatever :meth:`prepare` or :meth:`launch` left running."""
 
     def command(self, host: str, argv: Sequence[str],
                 env: Mapping[str, str] | None = None) -> list[str]:
@@ -93,12 +105,137 @@ def child_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_MPI_PREFIXES)}
 
 
+class StderrTail:
+    """Copies a place's stderr through to ours, keeping the last lines, so that a
+    place that dies before joining can be reported with its own words
+    (``ssh: Could not resolve hostname``, ``srun: error: ...``)."""
+
+    def __init__(self, stream: IO[bytes], label: object, keep_lines: int = 8) -> None:
+        self._stream = stream
+        self._tail: collections.deque[str] = collections.deque(maxlen=keep_lines)
+        self._copier = threading.Thread(target=self._copy, daemon=True, name=f"apgas-stderr-{label}")
+        self._copier.start()
+
+    def _copy(self) -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        with self._stream:
+            for line in self._stream:
+                self._tail.append(line.decode(errors="replace").rstrip())
+                try:
+                    if out is not None:
+                        out.write(line)
+                        out.flush()
+                    else:
+                        sys.stderr.write(line.decode(errors="replace"))
+                except (OSError, ValueError):
+                    pass
+
+    def text(self, ended: bool) -> str:
+        """The kept lines; once the process has ended, after its last ones came."""
+        if ended:
+            self._copier.join(1.0)
+        return "\n".join(line for line in self._tail if line)
+
+
+class StderrHub:
+    """One thread that copies the stderr of many places through, keeping each one's
+    last lines like :class:`StderrTail`. Forked places use it: a thread per place
+    would be started, and waited for until it runs, on the launch path."""
+
+    class Tail:
+        """One place's stderr: the kept lines, and whether its end has come."""
+
+        def __init__(self, keep_lines: int) -> None:
+            self.lines: collections.deque[str] = collections.deque(maxlen=keep_lines)
+            self.partial = b""
+            self.done = threading.Event()
+
+        def text(self, ended: bool) -> str:
+            if ended:
+                self.done.wait(1.0)
+            return "\n".join(line for line in self.lines if line)
+
+    def __init__(self) -> None:
+        self._poll = select.epoll()
+        self._tails: dict[int, StderrHub.Tail] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._copy, name="apgas-stderr", daemon=True).start()
+
+    def add(self, fd: int, keep_lines: int = 8) -> StderrHub.Tail:
+        """Copy ``fd`` (a pipe's read end, closed at its end of file) from now on."""
+        tail = StderrHub.Tail(keep_lines)
+        with self._lock:
+            self._tails[fd] = tail
+        self._poll.register(fd, select.EPOLLIN)
+        return tail
+
+    def _copy(self) -> None:
+        while True:
+            for fd, _ in self._poll.poll():
+                with self._lock:
+                    tail = self._tails.get(fd)
+                if tail is None:
+                    continue
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    data = b""
+                if data:
+                    *whole, tail.partial = (tail.partial + data).split(b"\n")
+                    self._emit(tail, [line + b"\n" for line in whole])
+                    continue
+                self._emit(tail, [tail.partial] if tail.partial else [])
+                self._poll.unregister(fd)
+                with self._lock:
+                    del self._tails[fd]
+                os.close(fd)
+                tail.done.set()
+
+    @staticmethod
+    def _emit(tail: StderrHub.Tail, lines: list[bytes]) -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        for line in lines:
+            tail.lines.append(line.decode(errors="replace").rstrip())
+            try:
+                if out is not None:
+                    out.write(line)
+                else:
+                    sys.stderr.write(line.decode(errors="replace"))
+            except (OSError, ValueError):
+                pass
+        if lines and out is not None:
+            try:
+                out.flush()
+            except (OSError, ValueError):
+                pass
+
+
+_hub: StderrHub | None = None
+_hub_lock = threading.Lock()
+
+
+def stderr_hub() -> StderrHub:
+    """This process's :class:`StderrHub`, started on first use."""
+    global _hub
+    with _hub_lock:
+        if _hub is None:
+            _hub = StderrHub()
+        return _hub
+
+
+def _forget_hub_after_fork() -> None:
+    global _hub, _hub_lock
+    _hub, _hub_lock = None, threading.Lock()  # its thread did not come along
+
+
+os.register_at_fork(after_in_child=_forget_hub_after_fork)
+
+
 class LaunchedPlace:
     """A place started as a child process (directly, or via ssh or srun).
 
-    Its stderr passes through to ours, and the last lines are kept so that a
-    place that dies before joining can be reported with its own words
-    (``ssh: Could not resolve hostname``, ``srun: error: ...``).
+    Its stderr passes through to ours, and the last lines are kept for error
+    messages (:class:`StderrTail`).
     """
 
     def __init__(self, command: Sequence[str], bootstrap: Mapping[str, Any],
@@ -109,36 +246,17 @@ class LaunchedPlace:
                                       else dict(env))
         self.pid = self._proc.pid
         self.stdin = self._proc.stdin
-        self._tail: collections.deque[str] = collections.deque(maxlen=keep_lines)
-        self._copier = threading.Thread(target=self._copy_stderr, daemon=True,
-                                        name=f"apgas-stderr-{self.pid}")
-        self._copier.start()
-        assert self.stdin is not None
+        assert self._proc.stderr is not None and self.stdin is not None
+        self._tail = StderrTail(self._proc.stderr, self.pid, keep_lines)
         try:
             self.stdin.write(json.dumps(dict(bootstrap)).encode() + b"\n")
             self.stdin.flush()
         except BrokenPipeError:
             pass  # it died at once: poll() and last_error() tell why
 
-    def _copy_stderr(self) -> None:
-        out = getattr(sys.stderr, "buffer", None)
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self._tail.append(line.decode(errors="replace").rstrip())
-            try:
-                if out is not None:
-                    out.write(line)
-                    out.flush()
-                else:
-                    sys.stderr.write(line.decode(errors="replace"))
-            except (OSError, ValueError):
-                pass
-
     def last_error(self) -> str:
         """The last lines the process wrote to stderr (after it ended: all of them)."""
-        if self._proc.poll() is not None:
-            self._copier.join(1.0)
-        return "\n".join(line for line in self._tail if line)
+        return self._tail.text(self._proc.poll() is not None)
 
     def poll(self) -> int | None:
         return self._proc.poll()

@@ -60,6 +60,9 @@ class _Rank:
     def kill(self) -> None:
         pass
 
+    def terminate(self) -> None:
+        pass
+
     def last_error(self) -> str:
         return ""
 

@@ -27,6 +27,18 @@ def fast_heartbeat(monkeypatch):
     monkeypatch.setenv("APGAS_HEARTBEAT", FAST)
 
 
+def stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped: the kernel stops a process's
+    threads asynchronously, and a fast place answers a message in the meantime."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+    eventually(stopped, f"process {pid} to stop", timeout=5)
+
+
 def sleep_long() -> None:
     time.sleep(60)
 
@@ -67,7 +79,7 @@ def test_a_stopped_place_fails_its_finish_and_the_others_go_on():
 def test_at_a_stopped_place_raises_dead_place_error():
     def main():
         pid = apgas.at(apgas.place(1), os.getpid)
-        os.kill(pid, signal.SIGSTOP)
+        stop(pid)
         start = time.monotonic()
         with pytest.raises(DeadPlaceError, match="place 1"):
             apgas.at(apgas.place(1), os.getpid)
