@@ -1,12 +1,13 @@
 """The GLB applications: kernels, bags and results that users and tests import, and one
 command line to run them.
 
-    python -m glb.apps {uts,nqueens,bc,pi} [app options] --places P --workers W
+    python -m glb.apps {uts,nqueens,bc,pi,synthetic} [app options] --places P --workers W
 
 - :mod:`glb.apps.uts`: count the nodes of an Unbalanced Tree Search tree (UTS);
 - :mod:`glb.apps.nqueens`: count the solutions of the N-Queens problem;
 - :mod:`glb.apps.bc`: betweenness centrality of an SSCA2 R-MAT graph;
-- :mod:`glb.apps.pi`: a Monte Carlo estimate of pi.
+- :mod:`glb.apps.pi`: a Monte Carlo estimate of pi;
+- :mod:`glb.apps.synthetic`: a UTS tree whose nodes sleep, to measure balancing beyond the cores.
 
 Their kernels are compiled with numba, so this package needs the ``apps`` extra
 (numpy and numba): ``pip install "apgas[apps]"``. The runtime (``apgas``) and
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 
-APPS = ("uts", "nqueens", "bc", "pi")
+APPS = ("uts", "nqueens", "bc", "pi", "synthetic")
 
 __all__ = ["APPS"]
 

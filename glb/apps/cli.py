@@ -1,6 +1,6 @@
 """Run one GLB benchmark application.
 
-    python -m glb.apps {uts,nqueens,bc,pi} [app options] --places P --workers W
+    python -m glb.apps {uts,nqueens,bc,pi,synthetic} [app options] --places P --workers W
                        [--sequential] [--static] [--malleable | --evolving] [--json FILE]
 
 Prints the result, whether it is correct against a known reference, the time of
