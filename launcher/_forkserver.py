@@ -51,7 +51,7 @@ __all__ = ["ForkServer", "ForkedPlace", "fork_available", "shared_server", "repo
 log = logging.getLogger("apgas.launcher")
 
 READY_TIMEOUT_S = 30.0   # the template's imports, on a busy machine
-REPLY_TIMEOUT_S = 10.0   # silence of a template that has requests to answer
+REPLY_TIMEOUT_S = 4.0   # silence of a template that has requests to answer (then: spawn)
 STOP_TIMEOUT_S = 2.0
 MAX_MESSAGE = 1 << 20
 UNKNOWN_EXIT = 255       # a forked place whose status went elsewhere (someone else reaped it)
