@@ -151,6 +151,28 @@ def test_split_moves_sources_and_never_scores():
     assert len(set(covered([bag, loot]))) == len(before)
 
 
+def test_process_adds_into_the_bags_one_array():
+    """process() adds each call's scores into the bag's one partial array (none allocated
+    per call, so small calls cost nothing) and counts what work() would have given."""
+    bag = bc.make_bag({"scale": 6, "seed": 2})
+    assert bag.process(5) == 5
+    scores = bag.partial.scores
+    assert bag.process(7) == 7 and bag.partial.scores is scores and bag.partial.sources == 12
+    assert_scores(scores, bag.work(0, 12).array())  # the sources taken: 0..4, then 5..11
+    loot = bag.split(False)
+    other = bc.make_bag({"scale": 6, "seed": 2})
+    other.ranges, other._left = [], 0
+    other.merge(loot)
+    other.process(64)
+    bag.merge(other)  # the merged partial scores are added, not lost
+    while not bag.is_empty():
+        bag.process(3)
+    result = bc.make_result({"scale": 6, "seed": 2})
+    bag.submit(result)
+    assert result.sources == 64
+    assert_scores(result.array(), sequential(6, 2))
+
+
 def test_loot_is_small():
     bag = bc.make_bag({"scale": 12, "seed": 1})
     bag.process(1)
