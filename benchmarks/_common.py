@@ -123,16 +123,22 @@ def write_json(path: Path, report: dict[str, Any], logger: logging.Logger | None
 
 # -- programs that print their result -------------------------------------------------------
 
-def tagged_results(proc: subprocess.Popen, tag: str, timeout: float) -> tuple[list[Any], str, str]:
-    """Wait for ``proc`` (started with ``start_new_session=True`` and text pipes),
-    killing its process group after ``timeout`` s; the JSON values of its output
-    lines that start with ``tag``, its output and its error output."""
+def communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[Any, Any]:
+    """``proc.communicate()`` for a process started with ``start_new_session=True``;
+    its whole process group is killed if it takes longer than ``timeout`` s."""
     try:
-        out, err = proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+
+
+def tagged_results(proc: subprocess.Popen, tag: str, timeout: float) -> tuple[list[Any], str, str]:
+    """Wait for ``proc`` (started with ``start_new_session=True`` and text pipes),
+    killing its process group after ``timeout`` s; the JSON values of its output
+    lines that start with ``tag``, its output and its error output."""
+    out, err = communicate_or_kill(proc, timeout)
     found = [json.loads(line[len(tag):]) for line in out.splitlines() if line.startswith(tag)]
     return found, out, err
 

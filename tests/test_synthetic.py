@@ -6,14 +6,13 @@ asserted)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
 from benchmarks import balancing
+from benchmarks._common import communicate_or_kill
 from glb.apps import synthetic, uts
 from glb.apps.cli import build_parser
 from glb.testing import check_bag
@@ -33,12 +32,7 @@ def run_cli(*args: str, timeout: float = 100) -> subprocess.CompletedProcess:
     """``python -m glb.apps synthetic ...`` in a session of its own, killed whole on timeout."""
     proc = subprocess.Popen([sys.executable, "-m", "glb.apps", "synthetic", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    out, err = communicate_or_kill(proc, timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

@@ -28,6 +28,7 @@ The result is the node count, checked against the plain UTS kernel's count.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -35,7 +36,6 @@ from typing import Any
 import numba
 import numpy as np
 
-from ._app import App
 from .uts import APP as UTS
 from .uts import NodeCount, UTSBag, frontier, make_bag as uts_bag
 from .uts import sequential as uts_count, tree_of
@@ -210,18 +210,17 @@ def node_count(params: dict) -> int:
 def _check(params: dict, value: Any) -> bool:
     return value == node_count(params)
 
-APP = App(
+
+# UTS's application with sleeping bags: the same result, value and units
+APP = dataclasses.replace(
+    UTS,
     name="synthetic",
     add_arguments=_add_arguments,
     params=_params,
     make_bag=make_bag,
     make_static_bag=make_static_bag,
-    make_result=lambda params: NodeCount(),
     sequential=sequential,
-    value=lambda result: result.nodes,
-    units=lambda result: result.nodes,
     check=_check,
     warm_up=warm_up,
-    unit_name="nodes",
     default_n=8,   # nodes per process call: 8 ms between checks for thieves at 1 ms units
 )
