@@ -162,7 +162,7 @@ class Runtime:
         fref = current_finish() if kind == TASK else None
         if kind == TASK and fref is None:
             kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
-        payload = None if dst == self.id else ser.dumps_call(fn, args, kwargs)
+        payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
         if kind == TASK:
             self._count_spawn(fref, dst, 1)  # type: ignore[arg-type]
         if dst != self.id:
@@ -317,7 +317,7 @@ class Runtime:
         if dst == self.id:
             with Finish(solo=True):
                 return fn(*args, **kwargs)
-        payload = ser.dumps_call(fn, args, kwargs)
+        payload = ser.dumps((fn, args, kwargs))
         req = self.next_id()
         pending = _Pending(dst)
         with self._lock:

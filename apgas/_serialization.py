@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import cloudpickle
 from cloudpickle import cloudpickle as _cp
 
-__all__ = ["dumps", "dumps_call", "loads", "OOB_MIN_BYTES"]
+__all__ = ["dumps", "loads", "OOB_MIN_BYTES"]
 
 #: buffers smaller than this are pickled in band (a separate frame costs more)
 OOB_MIN_BYTES = 64 * 1024
@@ -71,24 +71,6 @@ def _plain(obj: Any, depth: int = _NESTING) -> bool:
                 return False
         return True
     return False
-
-
-def _plain_call(fn: Any, args: Any, kwargs: Any) -> bool:
-    """:func:`_plain` of ``(fn, args, kwargs)``, unrolled for the commonest message."""
-    if type(fn) is not types.FunctionType or not _saved_by_reference(fn) or type(args) is not tuple \
-            or type(kwargs) is not dict:
-        return False
-    for item in args:
-        if type(item) not in _SCALARS and not _plain(item, 0):
-            return False
-    return not kwargs or _plain(kwargs, 1)
-
-
-def dumps_call(fn: Any, args: tuple, kwargs: dict) -> list:
-    """:func:`dumps` of a task or an ``at`` call ``(fn, args, kwargs)``."""
-    if _plain_call(fn, args, kwargs):
-        return [pickle.dumps((fn, args, kwargs), 5)]
-    return dumps((fn, args, kwargs))
 
 
 def dumps(obj: Any) -> list:

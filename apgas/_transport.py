@@ -95,7 +95,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import zmq
 
@@ -136,9 +136,11 @@ def _nbytes(frame) -> int:
     return memoryview(frame).nbytes
 
 
-def _digest(frames: Sequence, sizes: Sequence[int]) -> bytes:
-    """What the MAC covers of a long or many-framed payload: a hash of the frames,
-    their number and their lengths."""
+def _digest(frames: Sequence, sizes: Sequence[int]) -> bytes | None:
+    """What the MAC covers of the payload besides its body: None for one frame under
+    4 KiB (MACed itself), else a hash of the frames, their number and their lengths."""
+    if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
+        return None
     h = hashlib.blake2b(struct.pack(f"!{len(sizes) + 1}Q", len(sizes), *sizes))
     for frame in frames:
         h.update(frame)
@@ -153,7 +155,7 @@ class _Mac:
     def __init__(self, secret: bytes) -> None:
         self._keyed = hashlib.blake2b(key=secret, digest_size=MAC_BYTES)  # keys up to 64 bytes
 
-    def __call__(self, signed: bytes, body, digest: bytes | None) -> bytes:
+    def __call__(self, signed: bytes, body: Any, digest: bytes | None) -> bytes:
         """MAC of ``signed`` and either a short ``body`` itself or the payload's ``digest``."""
         h = self._keyed.copy()
         h.update(b"".join((signed, _DIRECT, body)) if digest is None
@@ -284,16 +286,8 @@ class Transport:
         larger than ``max_message_bytes``: the receiver would drop it and cut
         the link.
         """
-        if len(payload) == 1:  # most messages: a short body, MACed itself under the lock
-            total = _nbytes(payload[0])
-            if total < _DIRECT_MAX:
-                if self._chaos is None:
-                    return self._send_now(dst, kind, a, b, payload, None, guard)
-                return self._hold(dst, kind, a, b, payload, None, guard)
-            sizes = [total]
-        else:
-            sizes = [_nbytes(f) for f in payload]
-            total = sum(sizes)
+        sizes = [_nbytes(payload[0])] if len(payload) == 1 else [_nbytes(f) for f in payload]
+        total = sum(sizes)
         if total > self.max_message_bytes:
             raise MessageTooLarge(
                 f"a message of {total:,} bytes from place {self.place_id} to place {dst} is larger "
@@ -357,7 +351,7 @@ class Transport:
                     body = payload[0]
                     sock.send(b"".join((self._mac(signed, body, None), signed, body)))
                     return True
-                sock.send(self._mac(signed, None, digest) + signed, zmq.SNDMORE)
+                sock.send(self._mac(signed, payload[0], digest) + signed, zmq.SNDMORE)
                 last = len(payload) - 1
                 for i, frame in enumerate(payload):
                     big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
@@ -461,11 +455,8 @@ class Transport:
         if seq <= self._last_seq.get(src, 0):
             self._reject(frames, "replayed or stale: old sequence number")
             return
-        if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
-            mac = self._mac(signed, parts[0], None)
-        else:
-            mac = self._mac(signed, None, _digest(parts, sizes))
-        if not hmac.compare_digest(mac, first[:MAC_BYTES]):
+        if not hmac.compare_digest(self._mac(signed, parts[0], _digest(parts, sizes)),
+                                   first[:MAC_BYTES]):
             self._reject(frames, "bad MAC")
             return
         self._last_seq[src] = seq

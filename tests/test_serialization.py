@@ -77,10 +77,3 @@ def test_registering_a_module_by_value_is_seen_at_once(tmp_path, monkeypatch):
         cloudpickle.unregister_pickle_by_value(byvalue_mod)
         sys.modules.pop("byvalue_mod", None)
 
-
-@pytest.mark.parametrize("call", [c for c in PLAIN + GENERAL[1:] if callable(c[0])], ids=repr)
-def test_a_call_is_pickled_as_its_tuple(call):
-    body, *buffers = ser.dumps_call(*call)
-    if not buffers:
-        assert bytes(body) == cloudpickle.dumps(call, protocol=5)
-    assert ser._plain_call(*call) == ser._plain(call)
