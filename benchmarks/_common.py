@@ -16,6 +16,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -132,6 +133,28 @@ def communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[Any, An
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+
+
+def have_dask() -> bool:
+    """Whether Dask distributed (the ``bench`` extra) can be imported."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def with_cli(app_name: str, args: list[str], env: dict[str, str] | None = None,
+             timeout: float | None = None) -> dict:
+    """One run of ``python -m glb.apps APP ARGS``; its JSON record (RuntimeError with
+    the command and the end of its error output if it fails)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        cmd = [sys.executable, "-m", "glb.apps", app_name, *args, "--json", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return json.loads(out.read_text())
 
 
 def tagged_results(proc: subprocess.Popen, tag: str, timeout: float) -> tuple[list[Any], str, str]:

@@ -43,18 +43,15 @@ the node count against the plain UTS kernel. Timings are not asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ._common import machine_info, setup_logging, write_json
+from ._common import have_dask, machine_info, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.balancing")
 
@@ -125,16 +122,10 @@ def run_glb(params: dict, places: int, static: bool, timeout: float = 900) -> tu
     """``python -m glb.apps synthetic`` on ``places`` places; (seconds, nodes, correct)."""
     tree = [a for k, v in params.items() if k not in ("unit_ms",)
             for a in (f"--{k}", f"{v:g}" if isinstance(v, float) else str(v))]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "glb.apps", "synthetic", *tree, "--unit-ms", str(params["unit_ms"]),
-               "--places", str(places), "--workers", "1", *GLB_ARGS, *(["--static"] if static else []),
-               "--json", str(out)]
-        env = {**os.environ, "APGAS_JOIN_TIMEOUT": os.environ.get("APGAS_JOIN_TIMEOUT", "300")}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        rec = json.loads(out.read_text())
+    args = [*tree, "--unit-ms", str(params["unit_ms"]), "--places", str(places), "--workers", "1",
+            *GLB_ARGS, *(["--static"] if static else [])]
+    env = {**os.environ, "APGAS_JOIN_TIMEOUT": os.environ.get("APGAS_JOIN_TIMEOUT", "300")}
+    rec = with_cli("synthetic", args, env=env, timeout=timeout)
     return rec["seconds"], rec["result"], rec["correct"]
 
 
@@ -191,14 +182,6 @@ def run_dask(params: dict, workers: int, piece_counts: tuple[int, ...]) -> tuple
             nodes, tasks = 0, 0
         dynamic = (time.perf_counter() - start, nodes, tasks)
     return static, dynamic
-
-
-def have_dask() -> bool:
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # -- the bounds a static split allows ---------------------------------------------------------------

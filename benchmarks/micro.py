@@ -100,10 +100,11 @@ METRICS = [
 ]
 
 
-def latency_samples(samples: Samples, latencies_s: list[float]) -> None:
-    """Record median and p99 (in µs) of one repeat's round trips."""
-    add_sample(samples, "rtt_median_us", statistics.median(latencies_s) * 1e6)
-    add_sample(samples, "rtt_p99_us", percentile(latencies_s, 99) * 1e6)
+def latency_samples(samples: Samples, latencies_s: list[float], name: str = "rtt") -> None:
+    """Record median and p99 (in µs) of one repeat's round trips, as ``<name>_median_us``
+    and ``<name>_p99_us``."""
+    add_sample(samples, f"{name}_median_us", statistics.median(latencies_s) * 1e6)
+    add_sample(samples, f"{name}_p99_us", percentile(latencies_s, 99) * 1e6)
 
 
 # -- tasks (module level: they pickle by reference) -------------------------------------
@@ -114,10 +115,6 @@ _count_lock = threading.Lock()
 
 def noop(*args: Any) -> None:
     """Do nothing."""
-
-
-def _percentile_us(times: list[float], q: float) -> float:
-    return (statistics.median(times) if q == 50 else percentile(times, q)) * 1e6
 
 
 def count_task() -> None:
@@ -253,8 +250,7 @@ def _floor_repeat(echo: Echo, params: Params, samples: Samples) -> None:
     with deadline(PHASE_DEADLINE_S, "the ping-pongs"):
         for name, times in (("bare", echo.bare(params.rtt_calls)),
                             ("pickled", echo.pickled(params.rtt_calls, noop))):
-            add_sample(samples, f"{name}_median_us", _percentile_us(times, 50))
-            add_sample(samples, f"{name}_p99_us", _percentile_us(times, 99))
+            latency_samples(samples, times, name)
     for workers in (2, PLACES):
         [rate] = pool_rate(noop, params.batch_tasks, workers, 1)
         add_sample(samples, f"pool{workers}_tasks_s", rate)

@@ -20,17 +20,14 @@ the subtrees even out, while in the binomial T3 one child of the root holds
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ._common import machine_info, setup_logging, write_json
+from ._common import have_dask, machine_info, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.peers")
 
@@ -110,25 +107,6 @@ def with_dask(app_name: str, params: dict, pieces: int) -> tuple[float, Any]:
         parts = client.gather(futures)
         seconds = time.perf_counter() - start
     return seconds, fold_all(app_name, params, parts)
-
-
-def have_dask() -> bool:
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def with_cli(app_name: str, args: list[str]) -> dict:
-    """One run of ``python -m glb.apps``; returns its JSON record."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "glb.apps", app_name, *args, "--json", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        return json.loads(out.read_text())
 
 
 def cases(trees: list[str], apps: list[str], quick: bool) -> list[tuple[str, str, list[str]]]:
