@@ -105,6 +105,25 @@ def child_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(_MPI_PREFIXES)}
 
 
+def _pass_on(kept: collections.deque[str], lines: list[bytes]) -> None:
+    """Keep ``lines`` (a place's stderr) in ``kept`` and write them to our stderr."""
+    out = getattr(sys.stderr, "buffer", None)
+    for line in lines:
+        kept.append(line.decode(errors="replace").rstrip())
+        try:
+            if out is not None:
+                out.write(line)
+            else:
+                sys.stderr.write(line.decode(errors="replace"))
+        except (OSError, ValueError):
+            pass
+    if lines and out is not None:
+        try:
+            out.flush()
+        except (OSError, ValueError):
+            pass
+
+
 class StderrTail:
     """Copies a place's stderr through to ours, keeping the last lines, so that a
     place that dies before joining can be reported with its own words
@@ -117,18 +136,9 @@ class StderrTail:
         self._copier.start()
 
     def _copy(self) -> None:
-        out = getattr(sys.stderr, "buffer", None)
         with self._stream:
             for line in self._stream:
-                self._tail.append(line.decode(errors="replace").rstrip())
-                try:
-                    if out is not None:
-                        out.write(line)
-                        out.flush()
-                    else:
-                        sys.stderr.write(line.decode(errors="replace"))
-                except (OSError, ValueError):
-                    pass
+                _pass_on(self._tail, [line])
 
     def text(self, ended: bool) -> str:
         """The kept lines; once the process has ended, after its last ones came."""
@@ -182,32 +192,14 @@ class StderrHub:
                     data = b""
                 if data:
                     *whole, tail.partial = (tail.partial + data).split(b"\n")
-                    self._emit(tail, [line + b"\n" for line in whole])
+                    _pass_on(tail.lines, [line + b"\n" for line in whole])
                     continue
-                self._emit(tail, [tail.partial] if tail.partial else [])
+                _pass_on(tail.lines, [tail.partial] if tail.partial else [])
                 self._poll.unregister(fd)
                 with self._lock:
                     del self._tails[fd]
                 os.close(fd)
                 tail.done.set()
-
-    @staticmethod
-    def _emit(tail: StderrHub.Tail, lines: list[bytes]) -> None:
-        out = getattr(sys.stderr, "buffer", None)
-        for line in lines:
-            tail.lines.append(line.decode(errors="replace").rstrip())
-            try:
-                if out is not None:
-                    out.write(line)
-                else:
-                    sys.stderr.write(line.decode(errors="replace"))
-            except (OSError, ValueError):
-                pass
-        if lines and out is not None:
-            try:
-                out.flush()
-            except (OSError, ValueError):
-                pass
 
 
 _hub: StderrHub | None = None
