@@ -1,10 +1,12 @@
-"""``python -m apgas_scheduler``: serve, submit, status, cancel, add-nodes, shutdown, report,
-simulate, compare.
+"""``python -m apgas_scheduler``: serve, submit, status, cancel, add-nodes, shutdown,
+dashboard-url, report, simulate, compare.
 
     python -m apgas_scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
+    python -m apgas_scheduler serve --nodes 'node[0-7]' --dashboard 8082    # then: dashboard-url
+    python -m apgas_scheduler dashboard-url --dashboard 127.0.0.1:8082
     python -m apgas_scheduler submit --to 127.0.0.1:8081 job.toml
     python -m apgas_scheduler status --to 127.0.0.1:8081 [--json]
-    python -m apgas_scheduler report events.jsonl [--gantt gantt.png] [--json]
+    python -m apgas_scheduler report events.jsonl [--gantt gantt.png] [--html report.html] [--json]
     python -m apgas_scheduler simulate --trace FILE.swf --nodes N --policy NAME [--malleable-share F] [--json OUT]
     python -m apgas_scheduler compare --generate kit --nodes 512 --policies easy,mebf [--plot cmp.png]
 """
@@ -38,6 +40,11 @@ def _address(value: str) -> tuple[str, int]:
         return parse_address("--to", value)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _dashboard_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, or ``PORT`` alone for this machine's loopback."""
+    return _address(f"127.0.0.1:{value}" if value.isdigit() else value)
 
 
 def _nodes(value: str) -> list[str]:
@@ -98,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--socket-mode", type=lambda v: int(v, 8), default=0o600, metavar="MODE",
                        help="its file mode: 600 (default) lets only the operator in, 666 every "
                             "user of the machine (each submits jobs that run as themselves)")
+    serve.add_argument("--dashboard", type=_dashboard_address, default=None, metavar="[HOST:]PORT",
+                       help="serve the live page here (default: off; HOST defaults to "
+                            "127.0.0.1); open the URL that dashboard-url prints")
     serve.add_argument("--allow-plain-jobs", action="store_true",
                        help="accept jobs with protocol = \"plain\" (the ElasticJobScheduler's "
                             "unsigned lines): anyone who can reach the ports can speak for them")
@@ -119,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("id", type=int)
         elif name == "add-nodes":
             p.add_argument("names", type=_nodes)
+    url = sub.add_parser("dashboard-url", help="print the URL (with its token) of a "
+                                               "scheduler's live page")
+    url.add_argument("--dashboard", type=_dashboard_address, required=True, metavar="[HOST:]PORT",
+                     help="where serve --dashboard listens")
+    url.add_argument("--key-file", default=None, metavar="PATH",
+                     help="the operator's key (default: ~/.apgas/scheduler.key)")
     from . import compare as cmp
     simulate = sub.add_parser("simulate", help="simulate one policy on a trace or a generated workload")
     cmp.add_workload_arguments(simulate)
@@ -135,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("events", help="a JSON-lines event log (--log), or the scheduler's "
                                        "state directory or its scheduler.db")
     report.add_argument("--gantt", default=None, help="write a Gantt chart PNG here")
+    report.add_argument("--html", default=None, metavar="OUT.html",
+                        help="write the dashboard's views of the run here, as one "
+                             "self-contained file")
     report.add_argument("--json", action="store_true")
     return parser
 
@@ -145,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "serve":
             return _serve(ns)
+        if ns.command == "dashboard-url":
+            return _dashboard_url(ns)
         if ns.command in ("simulate", "compare"):
             try:
                 return _simulate(ns)
@@ -193,18 +214,36 @@ def _serve(ns: argparse.Namespace) -> int:
                           launcher=name, register_timeout=ns.register_timeout,
                           output_dir=ns.output_dir, node_addresses=addresses,
                           key_file=ns.key_file, socket_path=ns.socket, socket_mode=ns.socket_mode,
-                          allow_plain_jobs=ns.allow_plain_jobs, state_dir=ns.state_dir, **ports)
+                          allow_plain_jobs=ns.allow_plain_jobs, state_dir=ns.state_dir,
+                          dashboard=ns.dashboard, **ports)
     except (OSError, ValueError, StateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"scheduler listening on {sched.address[0]}:{sched.address[1]} and {sched.socket_path}",
           flush=True)
+    if sched.dashboard is not None:
+        print(f"dashboard at {sched.dashboard.url}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sched.shutdown())
     try:
         sched.serve_forever()
     except KeyboardInterrupt:
         sched.shutdown()
         sched._finish()
+    return 0
+
+
+def _dashboard_url(ns: argparse.Namespace) -> int:
+    from .access import dashboard_token, default_key_file
+
+    path = ns.key_file or default_key_file()
+    try:
+        key = auth.read_secret(path)
+    except (OSError, auth.AuthError) as e:
+        print(f"error: cannot read the operator's key {path}: {e}", file=sys.stderr)
+        return 2
+    host, port = ns.dashboard
+    host = f"[{host}]" if ":" in host else host
+    print(f"http://{host}:{port}/?token={dashboard_token(key)}")
     return 0
 
 
@@ -315,6 +354,14 @@ def _report(ns: argparse.Namespace) -> int:
     metrics = compute_metrics(events)
     if ns.gantt:
         gantt(events, ns.gantt, title=ns.events)
+    if ns.html:
+        from apgas._webview import render_page
+
+        from .views import dashboard_model
+
+        model = dashboard_model(events, title=f"apgas scheduler report: {ns.events}")
+        Path(ns.html).write_text(render_page(model), encoding="utf-8")
+        print(f"wrote {ns.html}", file=sys.stderr)
     if ns.json:
         print(json.dumps(metrics, indent=2))
     else:

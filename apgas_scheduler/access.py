@@ -5,7 +5,9 @@ client by the peer's uid, which the kernel vouches for (``SO_PEERCRED``); its
 file mode says who may connect (0600: the operator only; 0666: every user of
 the machine). The **TCP port** takes only requests signed (:mod:`apgas.auth`)
 with the operator's key, a file only the operator can read, so whoever signs
-is the operator. Nothing else is answered.
+is the operator. Nothing else is answered. The **dashboard** (``serve
+--dashboard``, off by default) only shows, and only to a browser that brings
+the token derived from the operator's key (:func:`dashboard_token`).
 
 The rules: the operator (the scheduler's own user, or root) may do everything;
 another user may submit jobs (they run as that user), see the status, and
@@ -15,6 +17,8 @@ cancel their own jobs; adding nodes and shutting down are the operator's.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import os
 import pwd
 import socket
@@ -25,7 +29,7 @@ from pathlib import Path
 from apgas import auth
 
 __all__ = ["Client", "authorize", "peer_uid", "default_key_file", "default_socket_path",
-           "OPERATOR_ONLY"]
+           "dashboard_token", "OPERATOR_ONLY"]
 
 OPERATOR_ONLY = ("add-nodes", "shutdown")
 _UCRED = struct.Struct("3i")  # pid, uid, gid
@@ -100,3 +104,10 @@ def default_key_file() -> Path:
 def default_socket_path(port: int) -> Path:
     """Where the scheduler serving TCP ``port`` listens on its Unix socket."""
     return Path(tempfile.gettempdir()) / f"apgas-scheduler-{port}.sock"
+
+
+def dashboard_token(key: str) -> str:
+    """The dashboard's password: derived from the operator's key, so whoever can
+    read the key can open the page and nobody else; not the key itself, which a
+    browser would then keep in its history."""
+    return hmac.new(key.encode(), b"apgas-scheduler dashboard v1", hashlib.sha256).hexdigest()[:32]

@@ -43,6 +43,7 @@ class SchedulerCore:
         # the clock counts from the first start, across restarts
         self._t0 = time.monotonic() - (time.time() - self._store.started)
         self._events = open(events, "a", buffering=1) if events else None
+        self._watchers: list[Callable[[dict[str, Any]], None]] = []  # see every event (the dashboard)
 
     @property
     def _jobs(self) -> dict[int, Job]:
@@ -63,6 +64,8 @@ class SchedulerCore:
                            nodes=list(self.engine.owner) if kind == "pool" else None)
         if self._events is not None:
             self._events.write(json.dumps(record) + "\n")
+        for watch in self._watchers:
+            watch(record)
 
     def _spawn(self, target: Callable, name: str, *args: Any) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)

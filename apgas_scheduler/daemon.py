@@ -30,6 +30,7 @@ from . import access, containment
 from ._model import Grow, Start
 from .asks import READY_WAIT, AsksMixin
 from .core import log
+from .dashboard import Dashboard
 from .jobs import JobSpec
 from .orders import ORDER_TIMEOUT, OrdersMixin
 from .planning import Policy
@@ -52,7 +53,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                  order_port_base: int = ORDER_PORT_BASE,
                  key_file: str | Path | None = None, socket_path: str | Path | None = None,
                  socket_mode: int = 0o600, allow_plain_jobs: bool = False,
-                 state_dir: str | Path | None = None) -> None:
+                 state_dir: str | Path | None = None,
+                 dashboard: tuple[str, int] | None = None) -> None:
         """``node_addresses``: where to reach a node that is not this machine, when
         its name does not resolve to it (default: the name, resolved here);
         ``order_port_base``: see ``ORDER_PORT_BASE``; ``key_file``: the
@@ -63,7 +65,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         accept jobs that speak the unsigned ElasticJobScheduler protocol;
         ``state_dir``: where the durable state lives (default: beside the output
         directory, named like it plus ``.state``); a scheduler started on the state of an
-        earlier one resumes it (see :meth:`_resume`)."""
+        earlier one resumes it (see :meth:`_resume`); ``dashboard``: serve the
+        live page (:mod:`.dashboard`) at this address (off by default)."""
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
         _check_nodes(nodes)
@@ -97,6 +100,11 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         # what jobs on other machines are told to send to: a wildcard is no address
         self._advertised = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
         self._warned_loopback = False
+        self.dashboard: Dashboard | None = None
+        if dashboard is not None:
+            self.dashboard = Dashboard(dashboard, access.dashboard_token(self._key), self.now,
+                                       self._store.events(), f"apgas scheduler · {policy.name}")
+            self._watchers.append(self.dashboard.add)
         self._event("pool", nodes=list(self._owner))
         self._adopted = self._resume()
 
@@ -107,6 +115,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                  self.engine.total, self.policy.name)
         self._spawn(self._accept, "scheduler-accept", self._server)
         self._spawn(self._accept, "scheduler-accept-unix", self._unix)
+        if self.dashboard is not None:
+            self._spawn(self.dashboard.serve_forever, "scheduler-dashboard")
         for job in self._adopted:
             self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
         self._adopted = []
@@ -141,6 +151,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                     job.proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     self._end_all(job, 0.0)  # whatever is left, at once
+        if self.dashboard is not None:
+            self.dashboard.close()
         for server in (self._server, self._unix):
             try:
                 server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
@@ -265,6 +277,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             for d in self.engine.decide(now):
                 if not self.engine.admit(d, now):
                     continue
+                self._event("decision", job=d.job, decision=type(d).__name__.lower(),
+                            nodes=d.nodes, policy=self.policy.name)
                 job = self._jobs[d.job]
                 if isinstance(d, Start):
                     self._start(job, self.engine.free_nodes(d.nodes))  # type: ignore[arg-type]

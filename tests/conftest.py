@@ -17,6 +17,7 @@ from hypothesis import settings
 
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
+from _browser import browser  # noqa: F401  (module fixture: headless Chromium, or a skip)
 from vcluster import vcluster  # noqa: F401  (session fixture: hosts in network namespaces)
 from apgas.testing import FakeScheduler, Script
 from orders import free_address

@@ -1,0 +1,246 @@
+"""The scheduler's live page (``serve --dashboard HOST:PORT``): one HTML page,
+kept current by server-sent events, drawn from the event log by :mod:`.views`.
+
+Off by default; loopback by default when on. Every request must carry the
+dashboard token, derived from the operator's key (:func:`.access.dashboard_token`),
+so the page is the operator's as the client API is: ``python -m apgas_scheduler
+dashboard-url`` prints the URL with the token, which the page trades for a
+cookie (HttpOnly, SameSite=Strict) at once, so it leaves the address bar.
+The page is read-only and fetches nothing but its own event stream.
+
+What a page costs the daemon: a new model is computed only when events came
+(at most every :data:`MIN_GAP` seconds) or, while a job runs, every
+:data:`TICK` seconds so that its bars grow; all open pages share it. At most
+:data:`MAX_STREAMS` pages are served at once; the events kept for the page
+are bounded by :data:`MAX_EVENTS` (the oldest go first, and the page says so).
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import http.server
+import json
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qs, urlsplit
+
+from apgas._webview import CONTENT_SECURITY_POLICY, render_page
+from apgas.lowlevel import serve_connections
+
+from .core import log
+from .views import dashboard_model
+
+__all__ = ["Dashboard", "MAX_STREAMS", "MAX_EVENTS", "TICK", "MIN_GAP"]
+
+MAX_STREAMS = 8
+MAX_CONNECTIONS = 32
+MAX_EVENTS = 200_000
+TICK = 2.0  # s between models while something runs (bars grow with the clock)
+MIN_GAP = 0.25  # s: events closer than this come in one model
+KEEPALIVE = 15.0  # s: a comment on an idle stream, so that a dead page is noticed
+COOKIE = "apgas_dashboard"
+
+
+class Dashboard:
+    """Serves the page of one scheduler; fed each event by :meth:`add`."""
+
+    def __init__(self, address: tuple[str, int], token: str, clock: Callable[[], float],
+                 events: Iterable[dict[str, Any]], title: str) -> None:
+        self._token = token
+        self._clock = clock
+        self.title = title
+        self._events: collections.deque[dict[str, Any]] = collections.deque(events, MAX_EVENTS)
+        self._dropped = 0
+        self._running: set[Any] = set()  # the jobs started and not ended
+        for event in self._events:
+            self._track(event)
+        self._changed = threading.Condition()
+        self._version = 0
+        self._cache: tuple[int, float, str] = (-1, 0.0, "")  # version, made at, model JSON
+        self._making = threading.Lock()
+        self._streams = threading.BoundedSemaphore(MAX_STREAMS)
+        self._stopped = threading.Event()
+        self._server = socket.create_server(address)
+        self.address: tuple[str, int] = (address[0], self._server.getsockname()[1])
+        if address[0] not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("the dashboard listens on %s, beyond this machine: its token and the "
+                        "jobs' names travel unencrypted (reach it through ssh -L instead)",
+                        address[0])
+
+    @property
+    def url(self) -> str:
+        host = self.address[0]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.address[1]}/?token={self._token}"
+
+    # -- fed by the scheduler (under its lock: quick) --------------------------------------
+    def add(self, event: dict[str, Any]) -> None:
+        with self._changed:
+            if len(self._events) == MAX_EVENTS:
+                self._dropped += 1
+            self._events.append(event)
+            self._track(event)
+            self._version += 1
+            self._changed.notify_all()
+
+    # -- the model -----------------------------------------------------------------------
+    def model(self) -> str:
+        """The current model as JSON: made again only when events came, or when
+        :data:`TICK` has passed and something runs; shared by every page."""
+        with self._making:
+            version, made, text = self._cache
+            with self._changed:
+                current, events, dropped = self._version, None, self._dropped
+                stale = version != current or (bool(self._running) and
+                                               time.monotonic() - made >= TICK)
+                if stale:
+                    events = list(self._events)
+            if events is None:
+                return text
+            subtitle = f"events before the last {MAX_EVENTS} not shown" if dropped else ""
+            model = dashboard_model(events, now=self._clock(), title=self.title, subtitle=subtitle)
+            model["live"] = {"stream": "/stream"}
+            text = json.dumps(model, separators=(",", ":"), allow_nan=False)
+            self._cache = (current, time.monotonic(), text)
+            return text
+
+    def _track(self, event: dict[str, Any]) -> None:
+        if event.get("event") in ("start", "adopt"):
+            self._running.add(event.get("job"))
+        elif event.get("event") == "end":
+            self._running.discard(event.get("job"))
+
+    # -- serving -------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        log.info("dashboard on http://%s:%d/ (open it with: python -m apgas_scheduler "
+                 "dashboard-url)", *self.address)
+        serve_connections(self._server, self._serve, name="dashboard",
+                          max_connections=MAX_CONNECTIONS, deadline=10.0,
+                          stopped=self._stopped.is_set)
+
+    def close(self) -> None:
+        self._stopped.set()
+        with self._changed:
+            self._changed.notify_all()
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._server.close()
+
+    def _serve(self, conn: socket.socket, read_by: float) -> None:
+        _Handler(conn, conn.getpeername() if conn.family != socket.AF_UNIX else ("", 0), self)
+
+    def authorized(self, token: str | None) -> bool:
+        return token is not None and hmac.compare_digest(token.encode(), self._token.encode())
+
+    def open_stream(self) -> bool:
+        """Take one of the :data:`MAX_STREAMS` streams; False if all are taken."""
+        return self._streams.acquire(blocking=False)
+
+    def stream(self, begin: Callable[[], None], write: Callable[[bytes], None]) -> None:
+        """Send models to one page (whose stream :meth:`open_stream` took), after
+        ``begin`` (the headers), until it goes or the scheduler stops."""
+        try:
+            begin()
+            seen, quiet_since = -1, time.monotonic()
+            while not self._stopped.is_set():
+                with self._changed:
+                    self._changed.wait_for(lambda: self._version != seen or self._stopped.is_set(),
+                                           timeout=TICK if bool(self._running) else KEEPALIVE)
+                    version, running = self._version, bool(self._running)
+                if self._stopped.is_set():
+                    break
+                if version != seen or running:
+                    seen = version
+                    write(b"data: " + self.model().encode() + b"\n\n")
+                    quiet_since = time.monotonic()
+                    self._stopped.wait(MIN_GAP)  # a burst of events makes one model
+                elif time.monotonic() - quiet_since >= KEEPALIVE:
+                    write(b": keepalive\n\n")
+                    quiet_since = time.monotonic()
+        except OSError:
+            pass  # the page went away
+        finally:
+            self._streams.release()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """GET /, /stream and /model.json, with the token (cookie or ?token=)."""
+
+    server: Any  # the Dashboard
+    protocol_version = "HTTP/1.0"
+    server_version = "apgas-scheduler-dashboard"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("dashboard %s: %s", self.client_address[0], format % args)
+
+    def _send(self, status: int, body: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in {"Content-Type": kind, "Content-Length": str(len(body)),
+                            "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+                            "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
+                            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+                            **(headers or {})}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, status: int, text: str) -> None:
+        self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
+
+    def _cookie_token(self) -> str | None:
+        for part in self.headers.get("Cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE:
+                return value
+        return None
+
+    def do_GET(self) -> None:
+        dashboard: Dashboard = self.server
+        url = urlsplit(self.path)
+        given = parse_qs(url.query).get("token", [None])[0]
+        if given is not None:
+            if not dashboard.authorized(given):
+                log.warning("dashboard: a wrong token from %s", self.client_address[0])
+                self._text(403, "403: this token is not the dashboard's; get the URL again "
+                           "with: python -m apgas_scheduler dashboard-url")
+                return
+            self._send(303, b"", "text/plain", {"Location": url.path or "/", "Set-Cookie":
+                       f"{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/"})
+            return
+        if not dashboard.authorized(self._cookie_token()):
+            self._text(401, "401: this page is the scheduler operator's. Open the URL that "
+                       "'python -m apgas_scheduler dashboard-url --dashboard HOST:PORT' prints "
+                       "(it reads the operator's key).")
+            return
+        if url.path == "/":
+            model = json.loads(dashboard.model())
+            self._send(200, render_page(model).encode(), "text/html; charset=utf-8")
+        elif url.path == "/model.json":
+            self._send(200, dashboard.model().encode(), "application/json")
+        elif url.path == "/stream":
+            self._event_stream(dashboard)
+        else:
+            self._text(404, f"404: no page {url.path!r}; the dashboard is at /")
+
+    def _event_stream(self, dashboard: Dashboard) -> None:
+        def write(data: bytes) -> None:
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        if not dashboard.open_stream():
+            self._text(503, f"503: {MAX_STREAMS} dashboard pages are open already, the most "
+                       "this scheduler serves; close one")
+            return
+        def begin() -> None:
+            self.send_response(200)
+            for name, value in (("Content-Type", "text/event-stream"),
+                                ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")):
+                self.send_header(name, value)
+            self.end_headers()
+
+        dashboard.stream(begin, write)

@@ -1,0 +1,212 @@
+"""The scheduler's view model (:mod:`apgas._webview`) from its event log: the
+nodes over time by job with every grow and shrink marked, utilization, the
+jobs, the policy's decisions and the metrics of ``report``.
+
+Pure: events in, a JSON-able dict out. The live dashboard (:mod:`.dashboard`)
+and ``report --html`` both draw it, so the page of a running scheduler and the
+report of a finished run show the same things the same way.
+
+A grow or shrink is marked with the time the scheduler's order took (its
+``duration``) and, when the job reported them, the job's own timing lines
+(``growTimeAPGAS``, ``preGrowTimeGLB``, ...: ``timing`` events) that came
+while the order was in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .metrics import _ordered, compute_metrics, node_intervals
+
+__all__ = ["dashboard_model", "TIMING_WINDOW"]
+
+TIMING_WINDOW = 2.0  # s: a timing line this long after an order's reply still belongs to it
+MAX_JOB_ROWS = 200
+MAX_DECISIONS = 15
+_ENDED = ("done", "failed", "cancelled")
+
+
+def dashboard_model(events: Iterable[dict[str, Any]], *, now: float | None = None,
+                    title: str = "apgas scheduler", subtitle: str = "") -> dict[str, Any]:
+    """The view of ``events``; ``now`` (live) extends the time axis and the
+    nodes still held up to that time."""
+    ordered = _ordered(events)
+    if now is not None:
+        ordered.append({"t": max(now, float(ordered[-1]["t"])) if ordered else now, "event": "now"})
+    t0 = float(ordered[0]["t"]) if ordered else 0.0
+    t1 = float(ordered[-1]["t"]) if ordered else 1.0
+    jobs = _jobs(ordered)
+    nodes = _node_rows(ordered)
+    counts = {s: sum(j["state"] == s for j in jobs.values()) for s in ("running", "queued")}
+    ended = sum(j["state"] in _ENDED for j in jobs.values())
+    line = (f"t = {t1:.1f} s · {len(nodes)} node(s) · {counts['running']} running, "
+            f"{counts['queued']} queued, {ended} ended")
+    return {"title": title, "subtitle": f"{subtitle} · {line}" if subtitle else line,
+            "t0": t0, "t1": t1,
+            "sections": [_gantt(ordered, nodes, jobs), _utilization(ordered, nodes),
+                         _job_table(jobs), _decisions(ordered), _metrics(ordered)]}
+
+
+def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Every job's name, class, size limits, state and current node count."""
+    jobs: dict[int, dict[str, Any]] = {}
+    for e in ordered:
+        kind, job_id = e.get("event"), e.get("job")
+        if not isinstance(job_id, int):
+            continue
+        job = jobs.setdefault(job_id, {"name": "", "class": "", "min": None, "max": None,
+                                       "state": "queued", "submit": None, "start": None,
+                                       "end": None, "held": set(), "grows": 0, "shrinks": 0})
+        nodes = e.get("nodes", ())
+        if kind == "submit":
+            job.update(name=str(e.get("name", "")), submit=e["t"], min=e.get("min_nodes"),
+                       max=e.get("max_nodes"), **{"class": str(e.get("class", ""))})
+        elif kind in ("start", "adopt"):
+            job.update(state="running", start=job["start"] if job["start"] is not None else e["t"])
+            job["held"].update(nodes)
+        elif kind in ("reserve", "grow"):
+            job["held"].update(nodes)
+            job["grows"] += kind == "grow"
+        elif kind in ("shrink", "grow_failed", "release"):
+            job["held"].difference_update(nodes)
+            job["shrinks"] += kind == "shrink"
+        elif kind == "end":
+            job.update(state=str(e.get("state", "ended")), end=e["t"])
+            job["held"].clear()
+    return jobs
+
+
+def _node_rows(ordered: list[dict[str, Any]]) -> list[str]:
+    nodes: dict[str, None] = {}
+    for e in ordered:
+        if e.get("event") in ("pool", "start", "grow", "reserve", "adopt"):
+            nodes.update(dict.fromkeys(str(n) for n in e.get("nodes", ())))
+    return list(nodes)
+
+
+def _gantt(ordered: list[dict[str, Any]], nodes: list[str],
+           jobs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    row = {n: i for i, n in enumerate(nodes)}
+    bars = [[row[node], a, b, str(job), str(job)]
+            for node, ivs in node_intervals(ordered).items() if node in row for a, b, job in ivs]
+    return {"kind": "gantt", "id": "nodes", "title": "Nodes over time, by job",
+            "rows": nodes, "bars": bars, "marks": _resize_marks(ordered, row),
+            "legend": {str(j): f"{j}: {info['name']}" if info["name"] else str(j)
+                       for j, info in jobs.items() if info["start"] is not None}}
+
+
+def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[dict[str, Any]]:
+    """One mark per grow, shrink or failed resize, at the rows of its nodes."""
+    timings = [e for e in ordered if e.get("event") == "timing"]
+    used: set[int] = set()
+    marks = []
+    for e in ordered:
+        kind = e.get("event")
+        if kind not in ("grow", "shrink", "grow_failed", "shrink_failed"):
+            continue
+        job, t, nodes = e.get("job"), float(e["t"]), [str(n) for n in e.get("nodes", ())]
+        rows = [row[n] for n in nodes if n in row]
+        if kind.endswith("_failed"):
+            label = f"job {job}: {kind.replace('_', ' ')}: {e.get('reason', '')}"
+            marks.append({"t": t, "kind": "failed", "key": str(job), "label": label,
+                          "short": "✗", "rows": rows})
+            continue
+        duration = e.get("duration")
+        took = f" in {float(duration):.2f} s" if isinstance(duration, (int, float)) else ""
+        since = t - (float(duration) if isinstance(duration, (int, float)) else 0.0) - 0.5
+        reported = []
+        for i, timing in enumerate(timings):
+            if (i not in used and timing.get("job") == job and since <= float(timing["t"])
+                    <= t + TIMING_WINDOW and _verb(str(timing.get("name", ""))) == kind):
+                used.add(i)
+                reported.append(timing)
+        sign = "+" if kind == "grow" else "−"
+        label = f"job {job} {kind}s by {len(nodes)} ({', '.join(nodes)}){took}"
+        if reported:
+            label += "; the job reports " + ", ".join(
+                f"{t_['name']} {float(t_.get('seconds', 0)):.3f} s" for t_ in reported)
+        short = f"{sign}{len(nodes)}" + (f" {float(duration):.2f}s" if took else "")
+        marks.append({"t": t, "kind": kind, "key": str(job), "label": label, "short": short,
+                      "rows": rows})
+    return marks
+
+
+def _verb(name: str) -> str:
+    """``growTimeAPGAS``, ``placeStartTimeAPGAS``, ``preGrowTimeGLB`` -> ``grow``."""
+    lower = name.lower()
+    return "grow" if "grow" in lower or "start" in lower else "shrink"
+
+
+def _utilization(ordered: list[dict[str, Any]], nodes: list[str]) -> dict[str, Any]:
+    """Busy nodes, the pool and the queue over time, as step series."""
+    changes: list[tuple[float, int]] = []
+    for ivs in node_intervals(ordered).values():
+        for a, b, _ in ivs:
+            changes += [(a, 1), (b, -1)]
+    busy = _steps(changes)
+    pool: set[str] = set()
+    pool_points: list[list[float]] = []
+    queue_points: list[list[float]] = []
+    waiting: set[Any] = set()
+    for e in ordered:
+        kind, t, job = e.get("event"), float(e["t"]), e.get("job")
+        if kind == "pool":
+            pool.update(e.get("nodes", ()))
+            pool_points.append([t, len(pool)])
+        elif kind == "submit" or (kind in ("start", "adopt", "end") and job in waiting):
+            (waiting.add if kind == "submit" else waiting.discard)(job)
+            queue_points.append([t, len(waiting)])
+    return {"kind": "series", "id": "utilization", "title": "Utilization", "unit": "nodes / jobs",
+            "step": True, "ymax": max(len(nodes), 1),
+            "series": [{"name": "busy nodes", "key": "busy", "points": busy},
+                       {"name": "nodes in the pool", "key": "pool", "points": pool_points},
+                       {"name": "queued jobs", "key": "queue", "points": queue_points}],
+            "marks": []}
+
+
+def _steps(changes: list[tuple[float, int]]) -> list[list[float]]:
+    points: list[list[float]] = []
+    level = 0
+    for t, delta in sorted(changes):
+        level += delta
+        if points and points[-1][0] == t:
+            points[-1][1] = level
+        else:
+            points.append([t, level])
+    return [p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1]]
+
+
+def _job_table(jobs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Running jobs first, then the queue, then the ended ones, latest first."""
+    order = {"running": 0, "queued": 1}
+    ranked = sorted(jobs.items(), key=lambda kv: (order.get(kv[1]["state"], 2),
+                                                  kv[0] if kv[1]["state"] in order else -kv[0]))
+    rows = []
+    for job_id, j in ranked[:MAX_JOB_ROWS]:
+        wait = (j["start"] - j["submit"]) if j["start"] is not None and j["submit"] is not None else None
+        ran = (j["end"] - j["start"]) if j["end"] is not None and j["start"] is not None else None
+        rows.append([job_id, j["name"], j["class"], j["state"], len(j["held"]),
+                     j["min"], j["max"], j["grows"], j["shrinks"],
+                     None if wait is None else round(wait, 2), None if ran is None else round(ran, 2)])
+    more = len(ranked) - len(rows)
+    return {"kind": "table", "id": "jobs", "keyed": True,
+            "title": "Jobs" + (f" (and {more} more ended)" if more > 0 else ""),
+            "columns": ["id", "name", "class", "state", "nodes", "min", "max", "grows", "shrinks",
+                        "waited [s]", "ran [s]"],
+            "rows": rows, "empty": "no jobs yet"}
+
+
+def _decisions(ordered: list[dict[str, Any]]) -> dict[str, Any]:
+    decisions = [e for e in ordered if e.get("event") == "decision"][-MAX_DECISIONS:]
+    rows = [[round(float(e["t"]), 2), e.get("decision", ""), e.get("job"), e.get("nodes"),
+             e.get("policy", "")] for e in reversed(decisions)]
+    return {"kind": "table", "id": "decisions", "title": "The policy's last decisions",
+            "columns": ["t [s]", "decision", "job", "nodes", "policy"], "rows": rows,
+            "empty": "no decisions yet"}
+
+
+def _metrics(ordered: list[dict[str, Any]]) -> dict[str, Any]:
+    items = [[name, round(value, 3) if isinstance(value, float) else value]
+             for name, value in compute_metrics(ordered).items()]
+    return {"kind": "metrics", "id": "metrics", "title": "Metrics so far", "items": items}
