@@ -10,7 +10,9 @@ The page is read-only and fetches nothing but its own event stream.
 
 What a page costs the daemon: a new model is computed only when events came
 (at most every :data:`MIN_GAP` seconds) or, while a job runs, every
-:data:`TICK` seconds so that its bars grow; all open pages share it. At most
+:data:`TICK` seconds so that its bars grow; all open pages share it. Both
+gaps stretch to :data:`COST_FACTOR` times what the last model took to make,
+so that a long log never takes more than a fifth of a core. At most
 :data:`MAX_STREAMS` pages are served at once; the events kept for the page
 are bounded by :data:`MAX_EVENTS` (the oldest go first, and the page says so).
 """
@@ -40,6 +42,7 @@ MAX_CONNECTIONS = 32
 MAX_EVENTS = 200_000
 TICK = 2.0  # s between models while something runs (bars grow with the clock)
 MIN_GAP = 0.25  # s: events closer than this come in one model
+COST_FACTOR = 5.0  # the gaps are at least this many times the cost of one model
 KEEPALIVE = 15.0  # s: a comment on an idle stream, so that a dead page is noticed
 COOKIE = "apgas_dashboard"
 
@@ -60,6 +63,7 @@ class Dashboard:
         self._changed = threading.Condition()
         self._version = 0
         self._cache: tuple[int, float, str] = (-1, 0.0, "")  # version, made at, model JSON
+        self._cost = 0.0  # s the last model took to make
         self._making = threading.Lock()
         self._streams = threading.BoundedSemaphore(MAX_STREAMS)
         self._stopped = threading.Event()
@@ -95,17 +99,29 @@ class Dashboard:
             with self._changed:
                 current, events, dropped = self._version, None, self._dropped
                 stale = version != current or (bool(self._running) and
-                                               time.monotonic() - made >= TICK)
+                                               time.monotonic() - made >= self.tick)
                 if stale:
                     events = list(self._events)
             if events is None:
                 return text
+            began = time.monotonic()
             subtitle = f"events before the last {MAX_EVENTS} not shown" if dropped else ""
             model = dashboard_model(events, now=self._clock(), title=self.title, subtitle=subtitle)
             model["live"] = {"stream": "/stream"}
             text = json.dumps(model, separators=(",", ":"), allow_nan=False)
+            self._cost = time.monotonic() - began
             self._cache = (current, time.monotonic(), text)
             return text
+
+    @property
+    def tick(self) -> float:
+        """s between models while a job runs and nothing else happens."""
+        return max(TICK, COST_FACTOR * self._cost)
+
+    @property
+    def gap(self) -> float:
+        """The least s between two models."""
+        return max(MIN_GAP, COST_FACTOR * self._cost)
 
     def _track(self, event: dict[str, Any]) -> None:
         if event.get("event") in ("start", "adopt"):
@@ -150,7 +166,7 @@ class Dashboard:
             while not self._stopped.is_set():
                 with self._changed:
                     self._changed.wait_for(lambda: self._version != seen or self._stopped.is_set(),
-                                           timeout=TICK if bool(self._running) else KEEPALIVE)
+                                           timeout=self.tick if self._running else KEEPALIVE)
                     version, running = self._version, bool(self._running)
                 if self._stopped.is_set():
                     break
@@ -158,7 +174,7 @@ class Dashboard:
                     seen = version
                     write(b"data: " + self.model().encode() + b"\n\n")
                     quiet_since = time.monotonic()
-                    self._stopped.wait(MIN_GAP)  # a burst of events makes one model
+                    self._stopped.wait(self.gap)  # a burst of events makes one model
                 elif time.monotonic() - quiet_since >= KEEPALIVE:
                     write(b": keepalive\n\n")
                     quiet_since = time.monotonic()

@@ -11,6 +11,10 @@ Events (``t`` in seconds; a change of nodes takes effect at ``t``):
   flight (the live scheduler's; they count as the job's from then on), given
   back by ``{"event": "grow_failed"|"release", "job": id, "nodes": [...]}``
 * ``{"event": "end", "job": id, "state": "done"|"failed"|"cancelled", "reason": str}``
+* ``{"event": "decision", "job": id, "decision": "start"|"grow"|"shrink", "nodes": k,
+  "policy": str}``: a decision of the policy that the scheduler carries out
+* ``{"event": "timing", "job": id, "name": "growTimeAPGAS", "n": k, "seconds": s}``:
+  a timing line the job reported (see :func:`apgas.protocol.timing`)
 
 Other event kinds are ignored.
 """
@@ -121,9 +125,11 @@ def _capacity(events: Sequence[dict[str, Any]], lo: float, hi: float) -> float:
     return total
 
 
-def compute_metrics(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def compute_metrics(events: Iterable[dict[str, Any]],
+                    intervals: dict[str, list[Interval]] | None = None) -> dict[str, Any]:
     """Makespan, utilisation, waiting and turnaround times, resize counts and
-    the node-overlap check of a run (times in seconds, None when undefined)."""
+    the node-overlap check of a run (times in seconds, None when undefined);
+    ``intervals``: the events' :func:`node_intervals`, if the caller has them."""
     ordered = _ordered(events)
     submit: dict[int, float] = {}
     start: dict[int, float] = {}
@@ -142,7 +148,7 @@ def compute_metrics(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
         elif kind in resizes:
             resizes[kind].append(e.get("duration"))
 
-    intervals = node_intervals(ordered)
+    intervals = node_intervals(ordered) if intervals is None else intervals
     used = capacity = None
     if submit and end:
         lo, hi = min(submit.values()), max(end.values())

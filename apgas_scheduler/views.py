@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .metrics import _ordered, compute_metrics, node_intervals
+from .metrics import Interval, _ordered, compute_metrics, node_intervals
 
 __all__ = ["dashboard_model", "TIMING_WINDOW"]
 
 TIMING_WINDOW = 2.0  # s: a timing line this long after an order's reply still belongs to it
+MAX_BARS = 20_000  # beyond, the chart shows the latest ones (the page says so)
 MAX_JOB_ROWS = 200
 MAX_DECISIONS = 15
 _ENDED = ("done", "failed", "cancelled")
@@ -38,14 +39,20 @@ def dashboard_model(events: Iterable[dict[str, Any]], *, now: float | None = Non
     t1 = float(ordered[-1]["t"]) if ordered else 1.0
     jobs = _jobs(ordered)
     nodes = _node_rows(ordered)
+    intervals = node_intervals(ordered)
+    ends = sorted(b for ivs in intervals.values() for _, b, _ in ivs)
+    notes = [subtitle] if subtitle else []
+    if len(ends) > MAX_BARS:  # the latest MAX_BARS bars: a page stays quick to make and draw
+        t0 = ends[len(ends) - MAX_BARS]
+        notes.append(f"the chart shows t ≥ {t0:.0f} s ({len(ends) - MAX_BARS} earlier bars left out)")
     counts = {s: sum(j["state"] == s for j in jobs.values()) for s in ("running", "queued")}
     ended = sum(j["state"] in _ENDED for j in jobs.values())
-    line = (f"t = {t1:.1f} s · {len(nodes)} node(s) · {counts['running']} running, "
-            f"{counts['queued']} queued, {ended} ended")
-    return {"title": title, "subtitle": f"{subtitle} · {line}" if subtitle else line,
-            "t0": t0, "t1": t1,
-            "sections": [_gantt(ordered, nodes, jobs), _utilization(ordered, nodes),
-                         _job_table(jobs), _decisions(ordered), _metrics(ordered)]}
+    notes.append(f"t = {t1:.1f} s · {len(nodes)} node(s) · {counts['running']} running, "
+                 f"{counts['queued']} queued, {ended} ended")
+    return {"title": title, "subtitle": " · ".join(notes), "t0": t0, "t1": t1,
+            "sections": [_gantt(ordered, intervals, nodes, jobs, t0),
+                         _utilization(ordered, intervals, nodes, t0),
+                         _job_table(jobs), _decisions(ordered), _metrics(ordered, intervals)]}
 
 
 def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -85,13 +92,14 @@ def _node_rows(ordered: list[dict[str, Any]]) -> list[str]:
     return list(nodes)
 
 
-def _gantt(ordered: list[dict[str, Any]], nodes: list[str],
-           jobs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _gantt(ordered: list[dict[str, Any]], intervals: dict[str, list[Interval]], nodes: list[str],
+           jobs: dict[int, dict[str, Any]], t0: float) -> dict[str, Any]:
     row = {n: i for i, n in enumerate(nodes)}
-    bars = [[row[node], a, b, str(job), str(job)]
-            for node, ivs in node_intervals(ordered).items() if node in row for a, b, job in ivs]
+    bars = [[row[str(node)], a, b, str(job), str(job)]
+            for node, ivs in intervals.items() for a, b, job in ivs if b >= t0 and str(node) in row]
     return {"kind": "gantt", "id": "nodes", "title": "Nodes over time, by job",
-            "rows": nodes, "bars": bars, "marks": _resize_marks(ordered, row),
+            "rows": nodes, "bars": bars,
+            "marks": [m for m in _resize_marks(ordered, row) if m["t"] >= t0],
             "legend": {str(j): f"{j}: {info['name']}" if info["name"] else str(j)
                        for j, info in jobs.items() if info["start"] is not None}}
 
@@ -138,10 +146,11 @@ def _verb(name: str) -> str:
     return "grow" if "grow" in lower or "start" in lower else "shrink"
 
 
-def _utilization(ordered: list[dict[str, Any]], nodes: list[str]) -> dict[str, Any]:
-    """Busy nodes, the pool and the queue over time, as step series."""
+def _utilization(ordered: list[dict[str, Any]], intervals: dict[str, list[Interval]],
+                 nodes: list[str], t0: float) -> dict[str, Any]:
+    """Busy nodes, the pool and the queue over time, as step series (from ``t0``)."""
     changes: list[tuple[float, int]] = []
-    for ivs in node_intervals(ordered).values():
+    for ivs in intervals.values():
         for a, b, _ in ivs:
             changes += [(a, 1), (b, -1)]
     busy = _steps(changes)
@@ -159,10 +168,17 @@ def _utilization(ordered: list[dict[str, Any]], nodes: list[str]) -> dict[str, A
             queue_points.append([t, len(waiting)])
     return {"kind": "series", "id": "utilization", "title": "Utilization", "unit": "nodes / jobs",
             "step": True, "ymax": max(len(nodes), 1),
-            "series": [{"name": "busy nodes", "key": "busy", "points": busy},
-                       {"name": "nodes in the pool", "key": "pool", "points": pool_points},
-                       {"name": "queued jobs", "key": "queue", "points": queue_points}],
+            "series": [{"name": "busy nodes", "key": "busy", "points": _since(busy, t0)},
+                       {"name": "nodes in the pool", "key": "pool", "points": _since(pool_points, t0)},
+                       {"name": "queued jobs", "key": "queue", "points": _since(queue_points, t0)}],
             "marks": []}
+
+
+def _since(points: list[list[float]], t0: float) -> list[list[float]]:
+    """A step series from ``t0`` on: the level at ``t0``, then the later steps."""
+    later = [p for p in points if p[0] > t0]
+    before = [p for p in points if p[0] <= t0]
+    return ([[t0, before[-1][1]]] if before else []) + later
 
 
 def _steps(changes: list[tuple[float, int]]) -> list[list[float]]:
@@ -206,7 +222,7 @@ def _decisions(ordered: list[dict[str, Any]]) -> dict[str, Any]:
             "empty": "no decisions yet"}
 
 
-def _metrics(ordered: list[dict[str, Any]]) -> dict[str, Any]:
+def _metrics(ordered: list[dict[str, Any]], intervals: dict[str, list[Interval]]) -> dict[str, Any]:
     items = [[name, round(value, 3) if isinstance(value, float) else value]
-             for name, value in compute_metrics(ordered).items()]
+             for name, value in compute_metrics(ordered, intervals).items()]
     return {"kind": "metrics", "id": "metrics", "title": "Metrics so far", "items": items}

@@ -221,12 +221,13 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
                                                                  "#nodes .mark.shrink"), timeout=5.0)
     ended = wait_ended(sched, ids, timeout=100)
     assert all(ended[i]["state"] == "done" for i in ids), ended
-    wait_page(browser, "every job, done", lambda: all(bars(browser, i) for i in ids) and all(
-        cell.text == "done" for cell in browser.find_elements(
-            "css selector", "#jobs tr td:nth-child(4)")) and len(browser.find_elements(
-            "css selector", "#jobs tr td[data-key]")) == len(ids), timeout=8.0)
-    shown = {int(td.text) for td in browser.find_elements("css selector", "#jobs td[data-key]")}
-    assert shown == set(ids)
+    def table_states() -> dict[int, str]:  # read in one go: the page redraws at any time
+        return {int(k): v for k, v in browser.execute_script(
+            "return Array.from(document.querySelectorAll('#jobs tr')).slice(1)"
+            ".map(r => [r.cells[0].textContent, r.cells[3].textContent])")}
+
+    wait_page(browser, "every job, done", lambda: all(bars(browser, i) for i in ids)
+              and table_states() == {i: "done" for i in ids}, timeout=8.0)
     assert int(browser.find_element("css selector", "body").get_attribute("data-updates")) >= 3
     assert not [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
 
@@ -243,3 +244,23 @@ def test_the_report_file_draws_every_job(tmp_path, browser):
     assert browser.find_elements("css selector", "#nodes .mark.grow[data-key='1']")
     legend = browser.find_element("css selector", ".legend span[data-key='2']").text
     assert legend == "2: <b>pi</b>"  # a name is text, never markup
+
+
+def test_a_restarted_scheduler_shows_the_earlier_run_and_report_reads_its_database(
+        make_scheduler, tmp_path):
+    state = tmp_path / "state"
+    first = make_scheduler(nodes=2, policy="fcfs", state_dir=state)
+    done = first.submit(job("before", [sys.executable, "-c", "pass"]))
+    wait_ended(first, [done])
+    first.shutdown()
+    for t in list(first._threads):
+        t.join(10)
+    again = make_scheduler(nodes=2, policy="fcfs", state_dir=state, dashboard=("127.0.0.1", 0))
+    model = json.loads(again.dashboard.model())
+    assert [row[:4] for row in section(model, "jobs")["rows"]] == [[done, "before", "rigid", "done"]]
+    assert [b[3] for b in section(model, "nodes")["bars"]] == [str(done)]
+    out = tmp_path / "report.html"
+    made = subprocess.run([sys.executable, "-m", "apgas_scheduler", "report", str(state), "--html",
+                           str(out)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert made.returncode == 0, made.stderr
+    assert f'"{done}":"{done}: before"' in out.read_text()  # the legend of the Gantt chart

@@ -40,7 +40,8 @@
     if (v === null || v === undefined) return "–";
     if (typeof v === "number") {
       if (Number.isInteger(v)) return v.toLocaleString("en-US");
-      return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(3);
+      if (Math.abs(v) >= 100) return v.toFixed(0);
+      return String(parseFloat(Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(3)));
     }
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);
