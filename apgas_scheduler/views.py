@@ -6,10 +6,11 @@ Pure: events in, a JSON-able dict out. The live dashboard (:mod:`.dashboard`)
 and ``report --html`` both draw it, so the page of a running scheduler and the
 report of a finished run show the same things the same way.
 
-A grow or shrink is marked with the time the scheduler's order took (its
-``duration``) and, when the job reported them, the job's own timing lines
-(``growTimeAPGAS``, ``preGrowTimeGLB``, ...: ``timing`` events) that came
-while the order was in flight.
+A grow or shrink is marked with its duration as the job reported it (its
+``growTimeAPGAS`` or ``shrinkTimeAPGAS`` timing line), else as the scheduler
+measured its order (the event's ``duration``); the mark's label gives both,
+and every other timing line of the job that came while the order was in
+flight (``preGrowTimeGLB``, ...: ``timing`` events).
 """
 
 from __future__ import annotations
@@ -134,7 +135,10 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
         if reported:
             label += "; the job reports " + ", ".join(
                 f"{t_['name']} {float(t_.get('seconds', 0)):.3f} s" for t_ in reported)
-        short = f"{sign}{len(nodes)}" + (f" {float(duration):.2f}s" if took else "")
+        whole = [float(t_.get("seconds", 0)) for t_ in reported
+                 if str(t_.get("name", "")).lower() == f"{kind}timeapgas"]
+        shown = whole[0] if whole else float(duration) if took else None
+        short = f"{sign}{len(nodes)}" + (f" {shown:.2f}s" if shown is not None else "")
         marks.append({"t": t, "kind": kind, "key": str(job), "label": label, "short": short,
                       "rows": rows})
     return marks

@@ -55,7 +55,7 @@ def test_the_model_of_a_run():
     grow, shrink = nodes["marks"]
     assert (grow["kind"], grow["t"], grow["key"], grow["rows"]) == ("grow", 2.4, "1", [1, 2])
     assert "in 0.40 s" in grow["label"] and "growTimeAPGAS 0.250 s" in grow["label"]
-    assert grow["short"] == "+2 0.40s"
+    assert grow["short"] == "+2 0.25s"  # as the job reported it
     assert (shrink["kind"], shrink["rows"], shrink["short"]) == ("shrink", [2], "−1 0.10s")
     assert nodes["legend"] == {"1": "1: uts", "2": "2: <b>pi</b>"}
     jobs = section(model, "jobs")["rows"]
@@ -213,6 +213,9 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
             "css selector", f"#nodes .mark.grow[data-key='{i}']"), timeout=5.0)
         assert time.monotonic() - grown < 5.0
         assert len(bars(browser, i)) >= len(jobs[i]["nodes"])
+        label = browser.execute_script(  # the job's own timing lines are on the mark
+            f"return document.querySelector(\"#nodes .mark.grow[data-key='{i}'] title\").textContent")
+        assert f"job {i} grows by" in label and "growTimeAPGAS" in label, label
     ids.append(sched.submit(job("pi", bench("pi", out / "3.json", "--samples", "20000000"),
                                 "rigid", 2)))
     wait_for(sched, "a shrink for the rigid job",
