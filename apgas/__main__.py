@@ -3,6 +3,9 @@
 ``python -m apgas ejs-env`` prints, for a job script run by the
 ElasticJobScheduler, the ``export`` lines that map its environment onto ours
 (:mod:`apgas.ejs`).
+
+``python -m apgas timeline FILE --html OUT.html`` draws a run timeline written
+with ``APGAS_TIMELINE=FILE`` (:mod:`apgas._timeline`) as one self-contained page.
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["ejs-env"]:
         return _ejs_env(args[1:])
+    if args[:1] == ["timeline"]:
+        return _timeline(args[1:])
     parser = argparse.ArgumentParser(
         prog="python -m apgas",
-        description="Run SCRIPT at place 0 of an APGAS computation; the other places serve.")
+        description="Run SCRIPT at place 0 of an APGAS computation; the other places serve.",
+        epilog="Other commands: 'python -m apgas timeline FILE --html OUT.html' draws a run "
+               "timeline written with APGAS_TIMELINE=FILE; 'python -m apgas ejs-env' maps the "
+               "ElasticJobScheduler's job environment onto APGAS_*.")
     parser.add_argument("-n", "--places", type=int, help="number of places (default: APGAS_PLACES, "
                         "else one per APGAS_HOSTS entry, else 1)")
     parser.add_argument("-t", "--threads", type=int, help="worker threads per place (default: APGAS_THREADS, "
@@ -56,6 +64,54 @@ def _ejs_env(argv: list[str]) -> int:
     except ApgasError as e:
         print(f"apgas ejs-env: error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _timeline(argv: list[str]) -> int:
+    from ._timeline_view import read_timeline, split_runs, timeline_model
+
+    parser = argparse.ArgumentParser(
+        prog="python -m apgas timeline",
+        description="Draw a run timeline written with APGAS_TIMELINE=FILE: places over time, "
+                    "work per place, resize orders.")
+    parser.add_argument("file", help="the timeline (JSON lines)")
+    parser.add_argument("--html", required=True, metavar="OUT.html", help="the page to write")
+    parser.add_argument("--run", type=int, default=0, metavar="K",
+                        help="which run of the file to draw, 1 = the first (default: the last)")
+    ns = parser.parse_args(argv)
+
+    def fail(message: str) -> int:
+        print(f"apgas timeline: error: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        events = read_timeline(ns.file)
+    except FileNotFoundError:
+        return fail(f"{ns.file}: no such file")
+    except (OSError, UnicodeDecodeError) as e:
+        return fail(f"{ns.file}: cannot be read: {e}")
+    except ValueError as e:
+        return fail(str(e))  # it names file:line
+    runs = len(split_runs(events))
+    if not events:
+        return fail(f"{ns.file}: the timeline is empty (no events)")
+    if not 0 <= ns.run <= runs:
+        return fail(f"{ns.file} holds {runs} run(s); --run must be between 1 and {runs}")
+    try:
+        model = timeline_model(events, ns.run - 1)
+    except (ValueError, KeyError, TypeError) as e:
+        return fail(f"{ns.file}: not a timeline apgas can draw: {e!r}")
+    from ._webview import render_page
+
+    try:
+        with open(ns.html, "w", encoding="utf-8") as out:
+            out.write(render_page(model))
+    except OSError as e:
+        return fail(f"cannot write {ns.html}: {e}")
+    places = len(model["sections"][0]["rows"])
+    orders = len(model["sections"][2]["rows"])
+    print(f"wrote {ns.html}: {places} place(s), {orders} order(s), {model['t1']:.2f} s "
+          f"(from {ns.file}{f', run {ns.run} of {runs}' if runs > 1 and ns.run else ''})")
     return 0
 
 

@@ -45,6 +45,8 @@ class Config:
     heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
+    timeline: str = ""  # place 0 appends the run's timeline here as JSON lines (apgas._timeline)
+    timeline_interval: float = 0.1  # s between two load samples of a place while GLB computes
     # local places: "fork" (from a warmed template process) or "spawn" (fresh interpreters)
     start_method: str = dataclasses.field(default_factory=default_start_method)
 
@@ -125,9 +127,10 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         found = pick(field)
         if found is not None:
             values[field] = _parse_int(found[0], found[1], 1)
-    found = pick("join_timeout")
-    if found is not None:
-        values["join_timeout"] = _parse_float(*found)
+    for field in ("join_timeout", "timeline_interval"):
+        found = pick(field)
+        if found is not None:
+            values[field] = _parse_float(*found)
     found = pick("max_message_bytes")
     if found is not None:
         values["max_message_bytes"] = _parse_int(found[0], found[1], 4096)
@@ -147,7 +150,7 @@ def load_config(overrides: Mapping[str, Any] | None = None,
 
         parse_heartbeat(str(found[1]))
         values["heartbeat"] = str(found[1])
-    for field in ("interface", "python", "chaos", "communicator", "ssh", "srun"):
+    for field in ("interface", "python", "chaos", "communicator", "ssh", "srun", "timeline"):
         found = pick(field)
         if found is not None:
             values[field] = str(found[1])

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from . import protocol
 from ._place import Place
 from ._runtime import Runtime
+from ._timeline import wall
 from .errors import ApgasError, DeadPlaceError
 from .evolving import REFUSED, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler, OrderError, communicator_class
@@ -134,7 +135,7 @@ class Orders:
             finally:
                 self._granted(added)
             end = time.monotonic_ns()
-        self._report_phases("Grow", "Start", n, start, t1, t2, end)
+        self._report_phases("Grow", "Start", n, start, t1, t2, end, [p.id for p in added])
         return added
 
     def _check_max_places(self, n: int) -> None:
@@ -168,7 +169,7 @@ class Orders:
             finally:
                 self._notify()
             end = time.monotonic_ns()
-        self._report_phases("Shrink", "Stop", n, start, t1, t2, end)
+        self._report_phases("Shrink", "Stop", n, start, t1, t2, end, [p.id for p in chosen])
         return hosts
 
     def order_failed(self, reason: str) -> None:
@@ -244,7 +245,7 @@ class Orders:
             finally:
                 self._notify()
             end = time.monotonic_ns()
-        self._report_phases("Shrink", "Stop", n, start, t1, t2, end)
+        self._report_phases("Shrink", "Stop", n, start, t1, t2, end, ids)
         return hosts
 
     def check_status(self, low: int, high: int, preferred: int | None, factor: int) -> int:
@@ -412,12 +413,22 @@ class Orders:
             raise OrderError(f"the handler's {name} raised {type(e).__name__}: {e}") from e
 
     def _report_phases(self, verb: str, place_phase: str, n: int, start: int, t1: int, t2: int,
-                       end: int) -> None:
-        """The handler's pre phase, the places' start or stop, the post phase, the whole."""
+                       end: int, places: list[int]) -> None:
+        """The handler's pre phase, the places' start or stop, the post phase, the whole
+        (to the scheduler, the log, and the timeline with the places added or removed)."""
         self._report(f"pre{verb}", n, t1 - start)
         self._report(f"place{place_phase}", n, t2 - t1)
         self._report(f"post{verb}", n, end - t2)
         self._report(verb.lower(), n, end - start)
+        timeline = self._rt.timeline
+        if timeline is not None:
+            order = verb.lower()
+            for phase, since, until in ((f"pre{verb}", start, t1), (f"place{place_phase}", t1, t2),
+                                        (f"post{verb}", t2, end)):
+                timeline.write("phase", order=order, phase=phase, n=n, start=wall(since),
+                               seconds=(until - since) / 1e9)
+            timeline.write("order", order=order, n=n, start=wall(start),
+                           seconds=(end - start) / 1e9, places=sorted(places))
 
     def _report(self, event: str, n: int, ns: int) -> None:
         line = protocol.timing(event, n, ns)

@@ -31,6 +31,7 @@ from ._heartbeat import parse_heartbeat
 from ._finish import HomeFinish, RemoteFinish
 from ._place import Place
 from ._pool import WorkerPool, blocking
+from ._timeline import open_timeline
 from ._transport import MessageTooLarge, Transport
 from .errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 
@@ -130,6 +131,14 @@ class Runtime:
         self._acks: set[int] = set()
         self._epoch = 0
         self._cond = threading.Condition(self._lock)
+        # place 0 with APGAS_TIMELINE: the run's timeline (apgas._timeline); else None
+        try:
+            self.timeline = open_timeline(config, host) if place_id == 0 else None
+        except BaseException:
+            self.close()  # the file could not be opened: free the sockets and threads
+            raise
+        if self.timeline is not None:
+            self.timeline.write("join", place=place_id, host=host)
 
     def next_id(self) -> int:
         return next(self._counter)
@@ -467,7 +476,7 @@ class Runtime:
                 return
             self.dead.add(place_id)
             places = dict(self.places)
-            places.pop(place_id, None)
+            gone = places.pop(place_id, None)
             self.places = places
             for f in self._home.values():
                 f.place_died(place_id, reason)
@@ -476,6 +485,9 @@ class Runtime:
                 del self._remote[fref]
             waiting = [p for p in self._pending.values() if p.dst == place_id]
         log.warning("place %d died: %s", place_id, reason)
+        if self.timeline is not None:
+            host = gone.host if gone is not None else self._table.get(place_id, ("?",))[0]
+            self.timeline.write("leave", place=place_id, host=host, why="failed", reason=reason)
         for p in waiting:
             p.error = DeadPlaceError(place_id, f"it died during at(): {reason}")
             p.settle()
@@ -508,6 +520,9 @@ class Runtime:
             self.transport.connect(pid, endpoint)
             self._table[pid] = (host, endpoint, ppid)
         self._publish_table()
+        if self.timeline is not None:
+            for pid, host in wanted.items():
+                self.timeline.write("join", place=pid, host=host)
         return [self.places[pid] for pid in wanted]
 
     def bootstrap(self, place_id: int | None, host: str | None) -> dict:
@@ -568,6 +583,8 @@ class Runtime:
                 if code != 0:
                     self.place_died(pid, f"it exited with code {code} while leaving")
                 break
+            if self.timeline is not None and pid not in self.dead:
+                self.timeline.write("leave", place=pid, host=self._table[pid][0], why="shrink")
             self._children.pop(pid, None)
             self._table.pop(pid, None)
             self._leaving_places.discard(pid)
@@ -670,6 +687,10 @@ class Runtime:
     def shutdown(self) -> None:
         """Place 0: stop every place (within 2 s), then this runtime."""
         self.stopped.set()
+        if self.timeline is not None:
+            for pid in sorted(self.places):
+                self.timeline.write("leave", place=pid, host=self.places[pid].host, why="end")
+            self.timeline.close()
         for pid in list(self.places):
             if pid != self.id:
                 self.transport.send(pid, SHUTDOWN, 0, 0)

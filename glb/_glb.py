@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import apgas
-from apgas import protocol
+from apgas import _timeline, protocol
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -124,12 +124,13 @@ class GLB:
         gid = next(_ids) * 100_000 + os.getpid() % 100_000
         members = [p.id for p in apgas.places()]
         start = time.monotonic()
+        sample = _timeline.sample_interval()  # None: no timeline, no load samples
         with apgas.finish():
             for p in members:
-                apgas.async_at(p, w.init_place, gid, self.config, prototype, members)
+                apgas.async_at(p, w.init_place, gid, self.config, prototype, members, False, sample)
         self._moved = GLBStats()
         resizable = self.config.malleable or self.config.evolving
-        handler = _GLBHandler(self, gid, prototype) if resizable else None
+        handler = _GLBHandler(self, gid, prototype, sample) if resizable else None
         evolver = Evolver(gid, self.config) if self.config.evolving else None
         self.evolver = evolver
         if handler is not None:
@@ -163,9 +164,10 @@ class GLB:
         stats = GLBStats()
         total = copy.deepcopy(prototype)
         for p in apgas.places():
-            part, place_stats = apgas.at(p, w.collect, gid)
+            part, place_stats, samples = apgas.at(p, w.collect, gid)
             total.fold(part)
             stats.append(place_stats)
+            _write_loads(p.id, gid, samples)
         stats.extend(self._moved)
         stats.sort(key=lambda s: s.place)
         self._stats = stats
@@ -179,10 +181,11 @@ class _GLBHandler(apgas.MalleableHandler):
     ``postGrowTimeGLB``, ``preShrinkTimeGLB``, ``postShrinkTimeGLB``), which the
     ElasticJobScheduler's result tools read."""
 
-    def __init__(self, glb: GLB, gid: int, prototype: Any) -> None:
+    def __init__(self, glb: GLB, gid: int, prototype: Any, sample: float | None = None) -> None:
         self.glb = glb
         self.gid = gid
         self.prototype = prototype
+        self.sample = sample  # seconds between load samples of new places (a timeline is on)
         # Set once every place's start task is spawned: an order that came earlier
         # waits, else a place could leave before its start task (with its share of
         # the work in compute_static) reached it.
@@ -191,9 +194,13 @@ class _GLBHandler(apgas.MalleableHandler):
         self.communicator: apgas.MalleableCommunicator | None = None
 
     def _timed(self, event: str, n: int, since_ns: int) -> None:
+        ns = time.monotonic_ns() - since_ns
         if self.communicator is not None:
-            self.communicator.report(protocol.timing(event, n, time.monotonic_ns() - since_ns,
-                                                     source="GLB"))
+            self.communicator.report(protocol.timing(event, n, ns, source="GLB"))
+        timeline = _timeline.current()
+        if timeline is not None:
+            timeline.write("phase", order="grow" if "Grow" in event else "shrink", phase=event, n=n,
+                           start=_timeline.wall(since_ns), seconds=ns / 1e9, source="GLB")
 
     def pre_grow(self, n: int) -> None:
         self._timed("preGrow", n, time.monotonic_ns())  # GLB has nothing to do before a grow
@@ -221,8 +228,9 @@ class _GLBHandler(apgas.MalleableHandler):
         for p in staying:
             w.immediate_at(p, w.set_members, self.gid, staying)
         for p in leaving:
-            result, thieves, stats = w.immediate_at(p.id, w.leave, self.gid, staying,
-                                                    p.id in self.start_sent)
+            result, thieves, stats, samples = w.immediate_at(p.id, w.leave, self.gid, staying,
+                                                             p.id in self.start_sent)
+            _write_loads(p.id, self.gid, samples)
             w.absorb(self.gid, result)  # place 0 stays: partial results live on here
             w.immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
@@ -234,4 +242,12 @@ class _GLBHandler(apgas.MalleableHandler):
         for p in continued:  # first: a worker drops a thief that is not a member
             w.immediate_at(p.id, w.set_members, self.gid, members)
         for p in added:
-            w.immediate_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members, True)
+            w.immediate_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members,
+                           True, self.sample)
+
+
+def _write_loads(place: int, gid: int, samples: list | None) -> None:
+    """A place's load samples into the run timeline (they come only when one is written)."""
+    timeline = _timeline.current()
+    if samples and timeline is not None:
+        timeline.loads(place, gid, samples)

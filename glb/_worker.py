@@ -22,6 +22,7 @@ from apgas.lowlevel import blocking, immediate_at
 
 from ._config import GLBConfig
 from ._lifelines import lifelines
+from ._sampling import Sample, Sampler
 from ._stats import PlaceStats
 
 log = logging.getLogger("glb.worker")
@@ -62,6 +63,15 @@ class PlaceState:
         self.rng = random.Random(config.seed * 7919 + self.me)
         self.stats = PlaceStats(place=self.me)
         self.started = time.monotonic()
+        # with a timeline only: the load sampler, and the units of running workers by id(result)
+        self.sampler: Sampler | None = None
+        self.live: dict[int, int] = {}
+
+    def sample(self) -> tuple[int, int, int]:
+        """Units processed so far (ended and running workers), workers with work, shared pieces."""
+        with self.lock:
+            return (self.stats.units + sum(self.live.values()),
+                    self.active - (1 if self.stealing else 0), len(self.shared))
 
     # -- membership ---------------------------------------------------------------
     def set_members(self, members: list[int]) -> None:
@@ -135,6 +145,8 @@ class PlaceState:
         self.result.fold(result)
         self.stats.units += units
         self.stats.busy_s += busy
+        if self.live:  # sampled (a timeline is written): its units are in stats.units now
+            self.live.pop(id(result), None)
         self.active -= 1
         self.lock.notify_all()
 
@@ -167,6 +179,10 @@ def _worker(gid: int, bag: Any) -> None:
     result = copy.deepcopy(st.prototype)
     n = st.config.n
     units, busy = 0, 0.0
+    live = st.live if st.sampler is not None else None  # the timeline's sampler reads it
+    if live is not None:
+        with st.lock:  # the key is added under the lock, so the sampler's sum sees no resize
+            live[id(result)] = 0
     while True:
         if bag is not None and not bag.is_empty():
             if st.leaving and _send_away(st, bag):
@@ -175,6 +191,8 @@ def _worker(gid: int, bag: Any) -> None:
             done = bag.process(n)
             busy += time.perf_counter() - start
             units += n if done is None else done
+            if live is not None:
+                live[id(result)] = units
             if not st.leaving:
                 st.share(bag)
             continue
@@ -270,11 +288,14 @@ def _deliver(gid: int, loot: Any, buddy: int | None = None) -> None:
 
 
 def init_place(gid: int, config: GLBConfig, prototype: Any, members: list[int],
-               join: bool = False) -> None:
-    """Create this place's state; a place joining a running computation sets lifelines."""
+               join: bool = False, sample: float | None = None) -> None:
+    """Create this place's state; a place joining a running computation sets lifelines.
+    With ``sample`` (place 0 writes a timeline), sample the load every ``sample`` seconds."""
     with _states_lock:
         if gid not in _states:
-            _states[gid] = PlaceState(gid, config, prototype, members)
+            st = _states[gid] = PlaceState(gid, config, prototype, members)
+            if sample is not None:
+                st.sampler = Sampler(sample, st.sample, f"glb-sampler-{gid}").start()
     if join:
         _states[gid].set_lifelines()
 
@@ -305,9 +326,10 @@ def set_members(gid: int, members: list[int]) -> None:
 
 
 def leave(gid: int, targets: list[int], start_coming: bool = False
-          ) -> tuple[Any, list[int], PlaceStats]:
+          ) -> tuple[Any, list[int], PlaceStats, list[Sample] | None]:
     """Immediate, at a leaving place: send all work to ``targets``, wait for the
-    workers to end, and return the partial result, the waiting thieves and the stats.
+    workers to end, and return the partial result, the waiting thieves, the stats
+    and the load samples (None without a timeline).
 
     With ``start_coming`` (the place's start task was sent), also wait for that task
     to have run: as an immediate call, the leave may overtake it, and the work it
@@ -323,7 +345,7 @@ def leave(gid: int, targets: list[int], start_coming: bool = False
                          and not st.stealing)
         result, st.result = st.result, copy.deepcopy(st.prototype)
     st.stats.moved_results += 1
-    return result, thieves, collect_stats(st)
+    return result, thieves, collect_stats(st), _samples(st)
 
 
 def register_thieves(gid: int, thieves: list[int]) -> None:
@@ -354,8 +376,15 @@ def collect_stats(st: PlaceState) -> PlaceStats:
     return stats
 
 
-def collect(gid: int) -> tuple[Any, PlaceStats]:
-    """End of the computation: this place's result and stats; forget the state."""
+def collect(gid: int) -> tuple[Any, PlaceStats, list[Sample] | None]:
+    """End of the computation: this place's result, stats and load samples (None
+    without a timeline); forget the state."""
     with _states_lock:
         st = _states.pop(gid)
-    return st.result, collect_stats(st)
+    return st.result, collect_stats(st), _samples(st)
+
+
+def _samples(st: PlaceState) -> list[Sample] | None:
+    """Stop sampling: the samples, the last one taken now (None if not sampling)."""
+    sampler, st.sampler = st.sampler, None
+    return None if sampler is None else sampler.stop()

@@ -100,6 +100,19 @@
     return box;
   }
 
+  const MARK_NAMES = {grow: "grow", shrink: "shrink", failed: "failed"};
+
+  function markLegend(marks) {
+    const kinds = [...new Set((marks || []).map(m => m.kind))].filter(k => MARK_NAMES[k]);
+    const box = el("div", {class: "legend"});
+    for (const kind of kinds) {
+      const item = el("span", {class: "mark-key " + kind});
+      item.append(el("i"), document.createTextNode(MARK_NAMES[kind]));
+      box.append(item);
+    }
+    return kinds.length ? [box] : [];
+  }
+
   function gantt(section, model) {
     const rows = section.rows || [];
     const t0 = model.t0 || 0, t1 = Math.max(model.t1 || 0, t0 + 1e-6);
@@ -111,8 +124,8 @@
       "aria-label": section.title || ""});
     timeAxis(svg, x, t0, t1, top, bottom);
     rows.forEach((label, i) => {
-      if (rowH >= 9) svg.append(svgEl("text", {x: labelW - 6, y: top + i * rowH + rowH * 0.72,
-        "text-anchor": "end"}, label));
+      if (rowH >= 9) svg.append(svgEl("text", {class: "row-label", x: labelW - 6,
+        y: top + i * rowH + rowH * 0.72, "text-anchor": "end"}, label));
     });
     for (const [row, a, b, key, text] of section.bars || []) {
       const xa = x(Math.max(a, t0)), xb = x(Math.min(b, t1));
@@ -132,14 +145,15 @@
     const out = [svg];
     const entries = Object.entries(section.legend || {});
     if (entries.length) out.push(legend(entries));
-    return out;
+    return out.concat(markLegend(section.marks));
   }
 
   function series(section, model) {
     const t0 = model.t0 || 0, t1 = Math.max(model.t1 || 0, t0 + 1e-6);
     const all = (section.series || []).flatMap(s => s.points.map(p => p[1]));
     const ymax = Math.max(section.ymax || 0, ...all, 1e-9);
-    const left = 56, top = 26, bottom = 226;
+    const top = 26, bottom = 226;
+    const left = 12 + 6.5 * Math.max(3, ...ticks(0, ymax, 5).map(v => fmtValue(v).length));
     const x = t => left + (t - t0) / (t1 - t0) * (W - left - 16);
     const y = v => bottom - v / ymax * (bottom - top);
     const svg = svgEl("svg", {viewBox: `0 0 ${W} ${bottom + 22}`, role: "img",
@@ -166,7 +180,8 @@
       svg.append(path);
     }
     drawMarks(svg, section.marks, x, () => top, () => bottom, top, bottom);
-    return [svg, legend((section.series || []).map(s => [s.key, s.name]))];
+    return [svg, legend((section.series || []).map(s => [s.key, s.name]))].concat(
+      markLegend(section.marks));
   }
 
   function table(section) {
