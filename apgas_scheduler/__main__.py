@@ -355,7 +355,7 @@ def _report(ns: argparse.Namespace) -> int:
     if ns.gantt:
         gantt(events, ns.gantt, title=ns.events)
     if ns.html:
-        from apgas._webview import render_page
+        from apgas.lowlevel import render_page
 
         from .views import dashboard_model
 

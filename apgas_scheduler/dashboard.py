@@ -29,8 +29,7 @@ import time
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from apgas._webview import CONTENT_SECURITY_POLICY, render_page
-from apgas.lowlevel import serve_connections
+from apgas.lowlevel import CONTENT_SECURITY_POLICY, render_page, serve_connections
 
 from .core import log
 from .views import dashboard_model

@@ -1,4 +1,4 @@
-"""The scheduler's view model (:mod:`apgas._webview`) from its event log: the
+"""The scheduler's view model (:func:`apgas.lowlevel.render_page`) from its event log: the
 nodes over time by job with every grow and shrink marked, utilization, the
 jobs, the policy's decisions and the metrics of ``report``.
 

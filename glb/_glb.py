@@ -10,7 +10,8 @@ import time
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import apgas
-from apgas import _timeline, protocol
+from apgas import protocol
+from apgas.lowlevel import current_timeline, sample_interval, wall
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -124,7 +125,7 @@ class GLB:
         gid = next(_ids) * 100_000 + os.getpid() % 100_000
         members = [p.id for p in apgas.places()]
         start = time.monotonic()
-        sample = _timeline.sample_interval()  # None: no timeline, no load samples
+        sample = sample_interval()  # None: no timeline, no load samples
         with apgas.finish():
             for p in members:
                 apgas.async_at(p, w.init_place, gid, self.config, prototype, members, False, sample)
@@ -197,10 +198,10 @@ class _GLBHandler(apgas.MalleableHandler):
         ns = time.monotonic_ns() - since_ns
         if self.communicator is not None:
             self.communicator.report(protocol.timing(event, n, ns, source="GLB"))
-        timeline = _timeline.current()
+        timeline = current_timeline()
         if timeline is not None:
             timeline.write("phase", order="grow" if "Grow" in event else "shrink", phase=event, n=n,
-                           start=_timeline.wall(since_ns), seconds=ns / 1e9, source="GLB")
+                           start=wall(since_ns), seconds=ns / 1e9, source="GLB")
 
     def pre_grow(self, n: int) -> None:
         self._timed("preGrow", n, time.monotonic_ns())  # GLB has nothing to do before a grow
@@ -248,6 +249,6 @@ class _GLBHandler(apgas.MalleableHandler):
 
 def _write_loads(place: int, gid: int, samples: list | None) -> None:
     """A place's load samples into the run timeline (they come only when one is written)."""
-    timeline = _timeline.current()
+    timeline = current_timeline()
     if samples and timeline is not None:
         timeline.loads(place, gid, samples)

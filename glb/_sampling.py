@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable
 
-from apgas._timeline import MAX_SAMPLES
+from apgas.lowlevel import MAX_SAMPLES
 
 __all__ = ["Sampler", "Sample"]
 
