@@ -38,7 +38,7 @@ __all__ = ["Dashboard", "MAX_STREAMS", "MAX_EVENTS", "TICK", "MIN_GAP"]
 
 MAX_STREAMS = 8
 MAX_CONNECTIONS = 32
-MAX_EVENTS = 200_000
+MAX_EVENTS = 50_000  # about 25 MB; a model of that many takes a few seconds
 TICK = 2.0  # s between models while something runs (bars grow with the clock)
 MIN_GAP = 0.25  # s: events closer than this come in one model
 COST_FACTOR = 5.0  # the gaps are at least this many times the cost of one model

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
+from conftest import eventually
 from apgas import auth
 from apgas._webview import render_page
 from apgas_scheduler import access
@@ -181,14 +181,8 @@ def test_cli_serve_prints_the_url_and_dashboard_url_agrees(tmp_path):
 
 
 # -- in a browser --------------------------------------------------------------------------
-def wait_page(browser, what: str, check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"the page did not show {what} within {timeout} s")
+def eventually_shown(what: str, check, timeout: float = 10.0):
+    return eventually(check, f"the page to show {what}", timeout)
 
 
 def bars(browser, job_id: int) -> list:
@@ -199,7 +193,7 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
                                                                     browser):
     sched = make_scheduler(nodes=4, policy="malleable", dashboard=("127.0.0.1", 0))
     browser.get(sched.dashboard.url)
-    wait_page(browser, "the nodes", lambda: browser.find_elements("css selector", "#nodes svg"))
+    eventually_shown("the nodes", lambda: browser.find_elements("css selector", "#nodes svg"))
     assert "token" not in browser.current_url  # traded for a cookie at once
     out = tmp_path / "results"
     ids = [sched.submit(job("uts-m", bench("uts", out / "1.json", "--depth", "13", "--malleable"),
@@ -209,18 +203,21 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
     for i in ids:
         jobs = wait_for(sched, f"job {i} grown", lambda jobs: jobs[i]["grows"] >= 1, timeout=60)
         grown = time.monotonic()
-        wait_page(browser, f"the grow of job {i}", lambda: browser.find_elements(
+        eventually_shown(f"the grow of job {i}", lambda: browser.find_elements(
             "css selector", f"#nodes .mark.grow[data-key='{i}']"), timeout=5.0)
         assert time.monotonic() - grown < 5.0
         assert len(bars(browser, i)) >= len(jobs[i]["nodes"])
-        label = browser.execute_script(  # the job's own timing lines are on the mark
-            f"return document.querySelector(\"#nodes .mark.grow[data-key='{i}'] title\").textContent")
-        assert f"job {i} grows by" in label and "growTimeAPGAS" in label, label
+        def label() -> str:  # the job's own timing lines join the mark as they come
+            return browser.execute_script(f"return document.querySelector(\"#nodes .mark.grow"
+                                          f"[data-key='{i}'] title\").textContent")
+
+        eventually_shown(f"job {i}'s timing lines", lambda: "growTimeAPGAS" in label(), timeout=5.0)
+        assert label().startswith(f"job {i} grows by"), label()
     ids.append(sched.submit(job("pi", bench("pi", out / "3.json", "--samples", "20000000"),
                                 "rigid", 2)))
     wait_for(sched, "a shrink for the rigid job",
              lambda jobs: any(jobs[i]["shrinks"] for i in ids[:2]), timeout=60)
-    wait_page(browser, "a shrink", lambda: browser.find_elements("css selector",
+    eventually_shown("a shrink", lambda: browser.find_elements("css selector",
                                                                  "#nodes .mark.shrink"), timeout=5.0)
     ended = wait_ended(sched, ids, timeout=100)
     assert all(ended[i]["state"] == "done" for i in ids), ended
@@ -229,7 +226,7 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
             "return Array.from(document.querySelectorAll('#jobs tr')).slice(1)"
             ".map(r => [r.cells[0].textContent, r.cells[3].textContent])")}
 
-    wait_page(browser, "every job, done", lambda: all(bars(browser, i) for i in ids)
+    eventually_shown("every job, done", lambda: all(bars(browser, i) for i in ids)
               and table_states() == {i: "done" for i in ids}, timeout=8.0)
     assert int(browser.find_element("css selector", "body").get_attribute("data-updates")) >= 3
     assert not [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
@@ -242,7 +239,7 @@ def test_the_report_file_draws_every_job(tmp_path, browser):
     subprocess.run([sys.executable, "-m", "apgas_scheduler", "report", str(log), "--html", str(out)],
                    check=True, capture_output=True, timeout=60, cwd=ROOT)
     browser.get(out.as_uri())
-    wait_page(browser, "both jobs", lambda: bars(browser, 1) and bars(browser, 2))
+    eventually_shown("both jobs", lambda: bars(browser, 1) and bars(browser, 2))
     assert len(bars(browser, 1)) == 3 and len(bars(browser, 2)) == 1
     assert browser.find_elements("css selector", "#nodes .mark.grow[data-key='1']")
     legend = browser.find_element("css selector", ".legend span[data-key='2']").text

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from custom_bag import IntegerSum, Sum  # noqa: E402  (the example users read)
 
 from glb_bags import (Count, CarryingIntervalBag, GatedBag, Total, TreeBag,  # noqa: E402
                       X10IntervalBag, interval_total, tree_nodes)
-from orders import random_orders, send_orders  # noqa: E402
+from orders import orders_then_gate, random_orders, send_orders  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,24 +147,16 @@ def test_shrink_to_place_zero_alone_and_grow_again(malleable_address, tmp_path):
     # has been carried out, and the new place finds work.
     roots = [(s, 21) for s in (4, 5, 6, 12, 13)] + [(10, 21, gate)]
     expected = tree_nodes(roots)
-    replies: list[list[str]] = []
 
     def main():
         orders = ("shrink 2", "grow 2 a b", "shrink 1", "shrink 1", "grow 1 c")
-        client = send_orders(address, orders, replies)
-
-        def open_gate():
-            client.join(30)
-            Path(gate).touch()
-
-        opener = threading.Thread(target=open_gate, daemon=True)
-        opener.start()
+        client, replies = orders_then_gate(address, orders, gate)
         glb = GLB(GLBConfig(n=32, workers=2, malleable=True))
         total = glb.compute_dynamic(TreeBag(roots, spin=20), Count())
-        opener.join(30)
-        return total.value, glb.stats()
+        client.join(30)
+        return total.value, glb.stats(), replies
 
-    value, stats = apgas.run(main, places=3, threads=3)
+    value, stats, replies = apgas.run(main, places=3, threads=3)
     host = socket.gethostname()
     assert replies == [[host, host], ["ok grow 2 places 3 4"], ["b"], ["a"], ["ok grow 1 places 5"]]
     assert value == expected

@@ -20,7 +20,7 @@ from apgas._timeline_view import read_timeline, timeline_model
 from glb import GLB, GLBConfig
 from glb._sampling import Sampler
 from glb_bags import Count, TreeBag, tree_nodes
-from orders import send_orders
+from orders import orders_then_gate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,23 +70,15 @@ def test_a_malleable_glb_run_writes_its_timeline(malleable_address, tmp_path, mo
     monkeypatch.setenv("APGAS_TIMELINE_INTERVAL", "0.02")
     gate = str(tmp_path / "orders-done")
     roots = [(s, 18) for s in (4, 5, 6, 12)] + [(10, 18, gate)]  # the held root waits for the orders
-    replies: list[list[str]] = []
 
     def main():
-        client = send_orders(malleable_address, ("grow 1 a", "shrink 2"), replies)
-
-        def open_gate():
-            client.join(30)
-            Path(gate).touch()
-
-        opener = threading.Thread(target=open_gate, daemon=True)
-        opener.start()
+        client, replies = orders_then_gate(malleable_address, ("grow 1 a", "shrink 2"), gate)
         glb = GLB(GLBConfig(n=32, workers=2, malleable=True))
         total = glb.compute_dynamic(SpyBag(roots, spin=20), SpyCount())
-        opener.join(30)
-        return total, glb.stats()
+        client.join(30)
+        return total, glb.stats(), replies
 
-    total, stats = apgas.run(main, places=3, threads=3)
+    total, stats, replies = apgas.run(main, places=3, threads=3)
     assert replies[0] == ["ok grow 1 places 3"] and len(replies[1]) == 2, replies
     assert total.value == tree_nodes(roots) and total.sampled
     events = read_timeline(str(path))
