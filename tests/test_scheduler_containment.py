@@ -249,7 +249,8 @@ import launcher
 out, code = sys.argv[1], sys.argv[2]
 nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
 sched = Scheduler(nodes, get_policy("easy"), interval=0.2, output_dir=out,
-                  launcher=launcher.detect_launcher(os.environ, mpi=False))
+                  launcher=launcher.detect_launcher(os.environ, mpi=False),
+                  socket_path=os.path.join(out, "scheduler.sock"))  # not left in /tmp
 sched.start()
 spec = JobSpec("stubborn", (sys.executable, "-c", code, out + "/pids"), "rigid", 1, 1, 60, (),
                os.getcwd())

@@ -298,7 +298,8 @@ out, base, program = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
 sched = Scheduler(nodes, get_policy("malleable", resize_interval=0.5), interval=0.2,
                   output_dir=out, events=os.path.join(out, "events.jsonl"), launcher="srun", order_port_base=base,
-                  node_addresses={n: "127.0.0.1" for n in nodes}).start()
+                  node_addresses={n: "127.0.0.1" for n in nodes},
+                  socket_path=os.path.join(out, "scheduler.sock")).start()  # not left in /tmp
 
 def jobs():
     return {j["id"]: j for j in sched.status()["jobs"]}

@@ -229,7 +229,8 @@ SERVERS = {
     "scheduler": """
         from apgas_scheduler.daemon import Scheduler
         from apgas_scheduler.policies import get_policy
-        s = Scheduler(["n0"], get_policy("fcfs"), port=0, output_dir=sys.argv[2])
+        s = Scheduler(["n0"], get_policy("fcfs"), port=0, output_dir=sys.argv[2],
+                      socket_path=sys.argv[2] + "/scheduler.sock")  # it is killed: not in /tmp
         print(s.address[1], flush=True)
         s.serve_forever()
     """,
