@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ __all__ = ["GLB", "Bag", "Result"]
 
 R = TypeVar("R", bound="Result")
 _ids = itertools.count(1)
+log = logging.getLogger("glb")
 
 
 @runtime_checkable
@@ -143,6 +145,7 @@ class GLB:
                     apgas.at(p, w.collect, gid)  # forget the computation's state
                 raise apgas.ApgasError("GLBConfig(evolving=True) needs a scheduler to ask for "
                                        "places: APGAS_SCHEDULER is not set")
+        failed = False
         try:
             if evolver is not None:
                 evolver.start()
@@ -155,12 +158,17 @@ class GLB:
                 finally:
                     if handler is not None:
                         handler.started.set()  # orders may change the places from now on
+        except BaseException:
+            failed = True
+            raise
         finally:
             if evolver is not None:
                 evolver.stop()  # before the handler goes: a release may be under way
             if handler is not None:
                 handler.started.set()  # an order waiting for the start goes on (and ends)
                 apgas.disable_malleable_handler()  # waits for an order in progress
+            if failed:  # every task has ended (the finish waited): drop the places' state
+                _forget(gid)
         self.seconds = time.monotonic() - start
         stats = GLBStats()
         total = copy.deepcopy(prototype)
@@ -173,6 +181,15 @@ class GLB:
         stats.sort(key=lambda s: s.place)
         self._stats = stats
         return total
+
+
+def _forget(gid: int) -> None:
+    """Best effort after a failed computation: no place keeps its state or sampler."""
+    for p in apgas.places():
+        try:
+            apgas.at(p, w.forget, gid)
+        except Exception as e:  # a place that died with the computation
+            log.debug("GLB %d: place %d could not forget its state: %s", gid, p.id, e)
 
 
 class _GLBHandler(apgas.MalleableHandler):

@@ -384,6 +384,14 @@ def collect(gid: int) -> tuple[Any, PlaceStats, list[Sample] | None]:
     return st.result, collect_stats(st), _samples(st)
 
 
+def forget(gid: int) -> None:
+    """After a failed computation: drop this place's state (if any) and stop its sampler."""
+    with _states_lock:
+        st = _states.pop(gid, None)
+    if st is not None:
+        _samples(st)
+
+
 def _samples(st: PlaceState) -> list[Sample] | None:
     """Stop sampling: the samples, the last one taken now (None if not sampling)."""
     sampler, st.sampler = st.sampler, None

@@ -136,6 +136,41 @@ def test_without_a_timeline_nothing_is_written_or_sampled(tmp_path, monkeypatch)
     assert list(tmp_path.iterdir()) == []
 
 
+class FailingBag(TreeBag):
+    """Raises at place 1 once it has work: the computation fails there."""
+
+    def process(self, n: int) -> int:
+        if apgas.here().id == 1:
+            raise RuntimeError("the bag failed")
+        return super().process(n)
+
+    def split(self, take_all: bool) -> "FailingBag | None":
+        piece = super().split(take_all)
+        return None if piece is None else FailingBag(piece.nodes, piece.spin)
+
+
+def glb_leftovers() -> tuple[int, bool]:
+    from glb import _worker
+
+    return len(_worker._states), sampling_here()
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_computation_leaves_no_state_or_sampler_at_any_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("APGAS_TIMELINE", str(tmp_path / "run.jsonl"))
+    monkeypatch.setenv("APGAS_TIMELINE_INTERVAL", "0.01")
+
+    def main():
+        with pytest.raises(apgas.MultipleException) as failed:
+            GLB(GLBConfig(n=32, workers=2)).compute_dynamic(FailingBag([(4, 16), (5, 16)], spin=5),
+                                                             Count())
+        assert failed.group_contains(RuntimeError, match="the bag failed")
+        time.sleep(0.05)  # a sampler ends at its next wake-up
+        return [apgas.at(p, glb_leftovers) for p in apgas.places()]
+
+    assert apgas.run(main, places=2, threads=3) == [(0, False), (0, False)]
+
+
 @pytest.mark.timeout(60)
 def test_a_place_that_dies_leaves_as_failed(tmp_path, monkeypatch):
     path = tmp_path / "run.jsonl"
