@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from typing import Any, Mapping
 
 from launcher import (HostSpecError, check_hosts, default_start_method, detect_launcher,
@@ -49,6 +50,7 @@ class Config:
     timeline_interval: float = 0.1  # s between two load samples of a place while GLB computes
     # local places: "fork" (from a warmed template process) or "spawn" (fresh interpreters)
     start_method: str = dataclasses.field(default_factory=default_start_method)
+    preload: str = ""  # "module[:function],...": the fork template imports (and calls) them once
 
 
 def _parse_int(name: str, value: Any, minimum: int) -> int:
@@ -154,6 +156,9 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         found = pick(field)
         if found is not None:
             values[field] = str(found[1])
+    found = pick("preload")
+    if found is not None:
+        values["preload"] = ",".join(parse_preload(found[0], str(found[1])))
     found = pick("start_method")
     if found is not None:
         if found[1] not in START_METHODS:
@@ -211,6 +216,20 @@ def parse_chaos(spec: str) -> tuple[int, float]:
         return int(seed), float(delay) / 1000.0
     except ValueError:
         raise ConfigError(f"APGAS_CHAOS must look like 'seed:max_delay_ms', got {spec!r}") from None
+
+
+_PRELOAD = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?")
+
+
+def parse_preload(name: str, value: str) -> list[str]:
+    """The entries of a comma-separated list of ``module`` or ``module:function``;
+    ConfigError naming one that is neither."""
+    entries = [m.strip() for m in value.split(",") if m.strip()]
+    for entry in entries:
+        if not _PRELOAD.fullmatch(entry):
+            raise ConfigError(f"{name} must be comma-separated module names, each with an "
+                              f"optional :function, such as glb.apps.uts:warm_up, got {entry!r}")
+    return entries
 
 
 def is_wildcard(interface: str) -> bool:

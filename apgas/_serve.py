@@ -42,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     role = parser.add_mutually_exclusive_group(required=True)
     role.add_argument("--place", type=int)
     role.add_argument("--fork-server", type=int, metavar="FD")
+    parser.add_argument("--preload", default="", help="the fork server's modules to import too")
     args = parser.parse_args(argv)
     if args.fork_server is not None:
-        return fork_server(args.fork_server)
+        return fork_server(args.fork_server, args.preload)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is place 0's to handle
     boot = json.loads(sys.stdin.buffer.readline() or b"null")
     if not isinstance(boot, dict):
@@ -54,12 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(code)  # worker threads may be deep in a task: do not wait for them
 
 
-def fork_server(fd: int) -> int:
+def fork_server(fd: int, preload: str = "") -> int:
     """The template: import now what every place would import at its start, then fork places.
 
     No thread and no ZeroMQ context exist here before a fork (numpy's OpenBLAS
     stops its own threads in a fork handler); ``gc.freeze`` keeps the imported
     objects out of the children's collections, so their pages stay shared.
+    ``preload`` (``APGAS_PRELOAD``) names modules to import too, each with an
+    optional function to call: ``glb.apps.uts:warm_up`` imports the UTS bag and
+    loads its numba kernels, which every new place would otherwise do itself.
     """
     import gc
 
@@ -72,8 +76,33 @@ def fork_server(fd: int) -> int:
         import numpy.random  # noqa: F401  (tasks and the serializer's buffers; reseeded per place)
     except ImportError:
         pass
+    if not _preload(preload):
+        return 2
     gc.freeze()
     return serve_forks(fd, main)
+
+
+def _preload(names: str) -> bool:
+    """Import each ``module[:function]`` of ``names`` (comma-separated) and call the
+    function; one that fails is skipped with a warning. False if that left a
+    thread running: a fork copies no thread but all locks, so the template must
+    not fork (the launching place then warns and starts places fresh)."""
+    import importlib
+
+    for entry in filter(None, (n.strip() for n in names.split(","))):
+        name, _, function = entry.partition(":")
+        try:
+            module = importlib.import_module(name)
+            if function:
+                getattr(module, function)()
+        except Exception as e:  # a module of the program, say, that is not on this path
+            print(f"apgas fork server: APGAS_PRELOAD: {entry!r} failed: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if others:
+        print(f"apgas fork server: APGAS_PRELOAD {names!r} started threads ({', '.join(others)}), "
+              "which a fork cannot copy: no place is forked", file=sys.stderr, flush=True)
+    return not others
 
 
 def serve(boot: dict, watch_stdin: bool) -> int:

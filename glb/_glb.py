@@ -259,9 +259,10 @@ class _GLBHandler(apgas.MalleableHandler):
         members = [p.id for p in continued + added]
         for p in continued:  # first: a worker drops a thief that is not a member
             w.immediate_at(p.id, w.set_members, self.gid, members)
-        for p in added:
-            w.immediate_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype, members,
-                           True, self.sample)
+        with apgas.finish():  # the new places set up at once: each imports the bag's modules
+            for p in added:
+                apgas.async_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype,
+                               members, True, self.sample)
 
 
 def _write_loads(place: int, gid: int, samples: list | None) -> None:

@@ -120,14 +120,15 @@ class ForkServer:
     for this process to be scheduled in between.
     """
 
-    def __init__(self, python: str = "") -> None:
+    def __init__(self, python: str = "", preload: str = "") -> None:
+        """``preload``: comma-separated modules the template imports too (``APGAS_PRELOAD``)."""
         self.python = python or sys.executable
         self._env = child_environment()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
                 [self.python, "-m", "apgas._serve", "--parent", str(os.getpid()),
-                 "--fork-server", str(theirs.fileno())],
+                 "--fork-server", str(theirs.fileno()), "--preload", preload],
                 stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), env=self._env)
         except OSError:
             ours.close()
@@ -421,9 +422,10 @@ _shared_lock = threading.Lock()
 _broken = ""  # why this process's template failed: places start as fresh interpreters
 
 
-def shared_server(python: str = "") -> ForkServer | None:
-    """This process's template, started on first use; None once it failed (after
-    one warning): places then start as fresh interpreters until the run ends."""
+def shared_server(python: str = "", preload: str = "") -> ForkServer | None:
+    """This process's template, started on first use (with ``preload``); None once
+    it failed (after one warning): places then start as fresh interpreters until
+    the run ends."""
     global _shared, _shared_owner, _broken
     if _shared is not None and _shared.lost:
         report_broken(_shared, _shared.lost)
@@ -433,7 +435,7 @@ def shared_server(python: str = "") -> ForkServer | None:
         if _shared is not None and _shared_owner == os.getpid():
             return _shared
         try:
-            _shared, _shared_owner = ForkServer(python), os.getpid()
+            _shared, _shared_owner = ForkServer(python, preload), os.getpid()
         except OSError as e:
             _broken = str(e)
             log.warning("the fork server could not start (%s); places start as fresh "

@@ -76,7 +76,7 @@ class LocalLauncher(Launcher):
         method = getattr(self.config, "start_method", None) or default_start_method()
         if method != "fork" or python not in ("", sys.executable) or not _forkserver.fork_available():
             return None
-        return _forkserver.shared_server()
+        return _forkserver.shared_server(preload=getattr(self.config, "preload", ""))
 
     def command(self, host: str, argv: Sequence[str],
                 env: Mapping[str, str] | None = None) -> list[str]:

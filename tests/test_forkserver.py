@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import signal
 import time
 
@@ -194,6 +195,60 @@ def test_bad_start_method_is_named(overrides, environ):
     assert load_config({}, {}).start_method == "fork"  # Linux
 
 
+def preloaded() -> tuple[bool, bool]:
+    """Whether this place came with xml.dom.minidom imported and marked_module's mark() called."""
+    marked = sys.modules.get("marked_module")
+    return "xml.dom.minidom" in sys.modules, getattr(marked, "MARKED", False)
+
+
+@pytest.mark.parametrize("preload", [
+    None, "xml.dom.minidom, no_such_module_here, json:nothing, marked_module:mark"])
+def test_preloaded_modules_come_with_every_forked_place(preload, monkeypatch, tmp_path, capfd):
+    """``APGAS_PRELOAD``: the template imports the modules (and calls a function named
+    with one) once, for every place it forks; an entry that fails is named and skipped."""
+    (tmp_path / "marked_module.py").write_text("MARKED = False\n\n\ndef mark():\n"
+                                               "    global MARKED\n    MARKED = True\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("APGAS_START_METHOD", "fork")
+    if preload:
+        monkeypatch.setenv("APGAS_PRELOAD", preload)
+
+    def main():
+        infos = [apgas.at(p, whoami) for p in apgas.places()]
+        return infos, [apgas.at(p, preloaded) for p in apgas.places()[1:]]
+
+    infos, found = apgas.run(main, places=3, threads=1)
+    check_forked(infos)
+    assert found == [(bool(preload), bool(preload))] * 2
+    err = capfd.readouterr().err
+    assert ("'no_such_module_here' failed: ModuleNotFoundError" in err) == bool(preload)
+    assert ("'json:nothing' failed: AttributeError" in err) == bool(preload)
+
+
+def test_a_preloaded_module_that_starts_a_thread_means_fresh_interpreters(monkeypatch, tmp_path,
+                                                                          capfd):
+    (tmp_path / "threaded_module.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), name='busy', daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("APGAS_START_METHOD", "fork")
+    monkeypatch.setenv("APGAS_PRELOAD", "threaded_module")
+    infos = apgas.run(lambda: [apgas.at(p, whoami) for p in apgas.places()], places=3, threads=1)
+    check_fresh(infos)
+    err = capfd.readouterr().err
+    assert "started threads (busy), which a fork cannot copy" in err
+    assert "places start as fresh interpreters" in err
+
+
+def test_a_bad_preload_is_named():
+    for bad in ("1bad", "m:", "m:f:g", "a b"):
+        with pytest.raises(ConfigError, match=rf"APGAS_PRELOAD must be comma-separated module "
+                                              rf"names, .* got '{bad}'"):
+            load_config({}, {"APGAS_PRELOAD": f"glb.apps.uts, {bad}"})
+    assert load_config({}, {"APGAS_PRELOAD": " glb.apps.uts:warm_up ,numba "}).preload == \
+        "glb.apps.uts:warm_up,numba"
+
+
 def test_a_dead_template_falls_back_to_spawn(malleable_address, monkeypatch, capfd):
     monkeypatch.setenv("APGAS_START_METHOD", "fork")
 
@@ -236,7 +291,7 @@ def test_a_hanging_template_is_replaced_by_fresh_interpreters(malleable_address,
 def test_a_template_that_cannot_start_means_fresh_interpreters(monkeypatch, capfd):
     monkeypatch.setenv("APGAS_START_METHOD", "fork")
 
-    def refuse(self, python=""):
+    def refuse(self, python="", preload=""):
         raise OSError("no template today")
 
     monkeypatch.setattr(_forkserver.ForkServer, "__init__", refuse)

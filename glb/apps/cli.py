@@ -92,7 +92,9 @@ def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
         return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
                 "places": first_places, "final_places": len(apgas.places())}
 
-    return apgas.run(main, places=ns.places, threads=ns.workers + 1)
+    # forked places (those a grow adds too) come with the app imported and its kernels loaded
+    preload = os.environ.get("APGAS_PRELOAD") or f"glb.apps.{app.name}:warm_up"
+    return apgas.run(main, places=ns.places, threads=ns.workers + 1, preload=preload)
 
 
 def _report_warm_up(ref: apgas.GlobalRef, name: str) -> None:
