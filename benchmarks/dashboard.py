@@ -46,6 +46,7 @@ from apgas import auth
 from apgas_scheduler.client import request
 
 from ._browser import headless_chromium
+from ._common import machine_info, write_json
 from .jobbatch import make_batch, job_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,10 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     costs = [model_cost(n) for n in args.logs]
     print(cost_table(costs))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"nodes": args.nodes, "jobs": args.jobs, "seed": args.seed,
-                                     "spread": args.spread, "rows": rows, "models": costs},
-                                    indent=2) + "\n")
+    write_json(args.json, {"machine": machine_info(), "nodes": args.nodes, "jobs": args.jobs,
+                           "seed": args.seed, "spread": args.spread, "rows": rows, "models": costs})
     return 0
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from apgas.order import send_order
 
-from ._common import communicate_or_kill
+from ._common import communicate_or_kill, machine_info, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,10 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<34}" + "".join(f"{summary[n][key]:>14.3f} s" for n in VARIANTS))
     print(f"{'grow order / place start':<34}" + "".join(
         f"{summary[n]['client_s'] / summary[n]['place_start_s']:>15.1f}x" for n in VARIANTS))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"app": args.app, "app_args": args.app_args, "grow": args.grow,
-                                     "repeats": args.repeats, "summary": summary, "runs": runs},
-                                    indent=2) + "\n")
+    write_json(args.json, {"machine": machine_info(), "app": args.app, "app_args": args.app_args,
+                           "grow": args.grow, "repeats": args.repeats, "summary": summary,
+                           "runs": runs})
     return 0
 
 
