@@ -137,7 +137,7 @@ def test_without_a_timeline_nothing_is_written_or_sampled(tmp_path, monkeypatch)
 
 
 class FailingBag(TreeBag):
-    """Raises at place 1 once it has work: the computation fails there."""
+    """Raises at place 1: the computation fails there."""
 
     def process(self, n: int) -> int:
         if apgas.here().id == 1:
@@ -161,9 +161,9 @@ def test_a_failed_computation_leaves_no_state_or_sampler_at_any_place(tmp_path, 
     monkeypatch.setenv("APGAS_TIMELINE_INTERVAL", "0.01")
 
     def main():
-        with pytest.raises(apgas.MultipleException) as failed:
-            GLB(GLBConfig(n=32, workers=2)).compute_dynamic(FailingBag([(4, 16), (5, 16)], spin=5),
-                                                             Count())
+        with pytest.raises(apgas.MultipleException) as failed:  # static: place 1 has a bag
+            GLB(GLBConfig(n=32, workers=2)).compute_static(
+                lambda i, k: FailingBag([(4 + i, 16)], spin=5), Count())
         assert failed.group_contains(RuntimeError, match="the bag failed")
         time.sleep(0.05)  # a sampler ends at its next wake-up
         return [apgas.at(p, glb_leftovers) for p in apgas.places()]
