@@ -116,7 +116,8 @@ from apgas_scheduler.policies import get_policy
 import launcher
 nodes = launcher.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
 sched = Scheduler(nodes, get_policy("easy"), interval=0.2, output_dir=sys.argv[1],
-                  launcher=launcher.detect_launcher(os.environ, mpi=False)).start()
+                  launcher=launcher.detect_launcher(os.environ, mpi=False),
+                  socket_path=os.path.join(sys.argv[1], "scheduler.sock")).start()  # not in /tmp
 spec = JobSpec("survey", (sys.executable, "tests/launch_prog.py"), "rigid", 2, 2, 60, (), os.getcwd())
 ids = [sched.submit(spec), sched.submit(spec)]
 while not all(j["state"] in ("done", "failed") for j in sched.status()["jobs"]):
