@@ -198,7 +198,7 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
     out = tmp_path / "results"
     ids = [sched.submit(job("uts-m", bench("uts", out / "1.json", "--depth", "13", "--malleable"),
                             "malleable", 1, 2, APGAS_THREADS="2")),
-           sched.submit(job("nq-m", bench("nqueens", out / "2.json", "-n", "15", "--malleable"),
+           sched.submit(job("nq-m", bench("nqueens", out / "2.json", "-n", "16", "--malleable"),
                             "malleable", 1, 2))]
     for i in ids:
         jobs = wait_for(sched, f"job {i} grown", lambda jobs: jobs[i]["grows"] >= 1, timeout=60)

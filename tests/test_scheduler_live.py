@@ -66,7 +66,7 @@ def test_six_real_jobs_two_malleable_resized(make_scheduler, tmp_path):
     out = tmp_path / "results"
     ids = [sched.submit(job("uts-m", bench("uts", out / "1.json", "--depth", "13", "--malleable"),
                             "malleable", 1, 2, APGAS_THREADS="2")),
-           sched.submit(job("nq-m", bench("nqueens", out / "2.json", "-n", "15", "--malleable"),
+           sched.submit(job("nq-m", bench("nqueens", out / "2.json", "-n", "16", "--malleable"),
                             "malleable", 1, 2))]
     wait_for(sched, "both malleable jobs grown to 2 nodes",
              lambda jobs: all(len(jobs[i]["nodes"]) == 2 and jobs[i]["grows"] for i in ids))
