@@ -15,7 +15,7 @@ import dataclasses
 import re
 
 __all__ = ["READY", "NOT_MALLEABLE", "STATUS", "JobMessage", "parse_message", "ejs_knows", "timing",
-           "request", "release", "check", "parse_check", "grow", "shrink", "refuse",
+           "parse_timing", "request", "release", "check", "parse_check", "grow", "shrink", "refuse",
            "Order", "parse_order", "check_host", "status_reply", "grow_reply", "refuse_reply", "error_reply"]
 
 READY = "APGAS-Ready"
@@ -97,6 +97,16 @@ def parse_message(line: str) -> JobMessage:
     """Split ``<message>:<ip>[:<job id>]``."""
     text, _, sender = line.partition(":")
     return JobMessage(text, sender)
+
+
+def parse_timing(message: JobMessage) -> tuple[str, int, int] | None:
+    """The name, place count and nanoseconds of a :func:`timing` line; None if the
+    message is none, or its fields are not two whole numbers (of at most 19 digits)."""
+    fields = message.fields
+    if message.kind != "timing" or len(fields) != 2 or not all(
+            re.fullmatch(r"[0-9]{1,19}", f) for f in fields):
+        return None
+    return message.text.split(";")[0], int(fields[0]), int(fields[1])
 
 
 def parse_check(message: JobMessage) -> tuple[int, int, int, int]:

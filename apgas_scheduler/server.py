@@ -191,8 +191,9 @@ class ServerMixin(SchedulerCore):
                 self._ready_cv.notify_all()
             elif parsed.kind == "release":
                 self._evolving_release(job, ";".join(parsed.fields))
-            elif parsed.kind == "timing" and _timing(parsed) is not None:
-                self._event("timing", job=job.id, **_timing(parsed))
+            elif (timing := protocol.parse_timing(parsed)) is not None:
+                name, n, ns = timing
+                self._event("timing", job=job.id, name=name[:40], n=n, seconds=ns / 1e9)
             else:
                 log.debug("job %d: %s", job.id, message)
         self._wake.set()
@@ -206,12 +207,3 @@ class ServerMixin(SchedulerCore):
                    if j.state == "running" and j.listen and (ip or job_id) in (j.reports, j.listen[0])]
         return matches[0] if len(matches) == 1 else None
 
-
-def _timing(message: protocol.JobMessage) -> dict[str, Any] | None:
-    """A timing line's name, place count and seconds, for the event log (None
-    if its fields are not two whole numbers: it is only logged)."""
-    fields = message.fields
-    if len(fields) != 2 or not all(f.isdigit() and len(f) < 20 for f in fields):
-        return None
-    return {"name": message.text.split(";")[0][:40], "n": int(fields[0]),
-            "seconds": int(fields[1]) / 1e9}

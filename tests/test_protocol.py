@@ -50,6 +50,14 @@ def test_checks_are_validated_with_the_value():
             protocol.parse_check(protocol.parse_message(line))
 
 
+def test_timing_lines_parse_and_anything_else_is_none():
+    line = protocol.timing("grow", 2, 165802561) + ":127.0.0.1:7"
+    assert protocol.parse_timing(protocol.parse_message(line)) == ("growTimeAPGAS", 2, 165802561)
+    for line in ("growTimeAPGAS;2", "growTimeAPGAS;2;1;3", "growTimeAPGAS;2;x", "growTimeAPGAS;2;²",
+                 "growTimeAPGAS;2;-5", "growTimeAPGAS;2;" + "9" * 20, "Evolving;Request;2", "ready"):
+        assert protocol.parse_timing(protocol.parse_message(line)) is None, line
+
+
 @pytest.mark.parametrize("line, order", [
     ("status", protocol.Order("status")),
     ("grow 2 a b", protocol.Order("grow", 2, ("a", "b"))),
