@@ -416,18 +416,15 @@ class Orders:
                        end: int, places: list[int]) -> None:
         """The handler's pre phase, the places' start or stop, the post phase, the whole
         (to the scheduler, the log, and the timeline with the places added or removed)."""
-        self._report(f"pre{verb}", n, t1 - start)
-        self._report(f"place{place_phase}", n, t2 - t1)
-        self._report(f"post{verb}", n, end - t2)
+        phases = ((f"pre{verb}", start, t1), (f"place{place_phase}", t1, t2), (f"post{verb}", t2, end))
+        for phase, since, until in phases:
+            self._report(phase, n, until - since)
         self._report(verb.lower(), n, end - start)
         timeline = self._rt.timeline
         if timeline is not None:
-            order = verb.lower()
-            for phase, since, until in ((f"pre{verb}", start, t1), (f"place{place_phase}", t1, t2),
-                                        (f"post{verb}", t2, end)):
-                timeline.write("phase", order=order, phase=phase, n=n, start=wall(since),
-                               seconds=(until - since) / 1e9)
-            timeline.write("order", order=order, n=n, start=wall(start),
+            for phase, since, until in phases:
+                timeline.phase(verb.lower(), phase, n, since, until - since)
+            timeline.write("order", order=verb.lower(), n=n, start=wall(start),
                            seconds=(end - start) / 1e9, places=sorted(places))
 
     def _report(self, event: str, n: int, ns: int) -> None:

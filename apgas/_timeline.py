@@ -64,6 +64,12 @@ class Timeline:
             if self._file is not None:
                 self._file.write(line + "\n")
 
+    def phase(self, order: str, phase: str, n: int, since_ns: int, ns: int, **more: Any) -> None:
+        """A ``phase`` line: ``phase`` of a grow or shrink ``order`` of ``n`` places,
+        which began at ``time.monotonic_ns()`` ``since_ns`` and took ``ns``."""
+        self.write("phase", order=order, phase=phase, n=n, start=wall(since_ns), seconds=ns / 1e9,
+                   **more)
+
     def loads(self, place: int, glb: int, samples: Iterable[tuple[float, int, int, int]]) -> None:
         """A place's load samples, as ``(t, processed, workers, shared)``."""
         lines = [json.dumps({"t": t, "event": "load", "place": place, "glb": glb,

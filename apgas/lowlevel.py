@@ -13,13 +13,13 @@ from ._config import Config, parse_address
 from ._pool import blocking
 from ._runtime import current
 from ._serving import LineTooLong, discard_rest, read_line, serve_connections
-from ._timeline import MAX_SAMPLES, current as current_timeline, sample_interval, wall
+from ._timeline import MAX_SAMPLES, current as current_timeline, sample_interval
 from ._webview import CONTENT_SECURITY_POLICY, render_page
 
 __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "serve_connections",
            "read_line", "discard_rest", "LineTooLong",
            # the run timeline (APGAS_TIMELINE): place 0's writer, GLB's load samples
-           "current_timeline", "sample_interval", "wall", "MAX_SAMPLES",
+           "current_timeline", "sample_interval", "MAX_SAMPLES",
            # one self-contained HTML page from a view model (the dashboard, the reports)
            "render_page", "CONTENT_SECURITY_POLICY"]
 

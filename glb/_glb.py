@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import apgas
 from apgas import protocol
-from apgas.lowlevel import current_timeline, sample_interval, wall
+from apgas.lowlevel import current_timeline, sample_interval
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -217,8 +217,8 @@ class _GLBHandler(apgas.MalleableHandler):
             self.communicator.report(protocol.timing(event, n, ns, source="GLB"))
         timeline = current_timeline()
         if timeline is not None:
-            timeline.write("phase", order="grow" if "Grow" in event else "shrink", phase=event, n=n,
-                           start=wall(since_ns), seconds=ns / 1e9, source="GLB")
+            timeline.phase("grow" if "Grow" in event else "shrink", event, n, since_ns, ns,
+                           source="GLB")
 
     def pre_grow(self, n: int) -> None:
         self._timed("preGrow", n, time.monotonic_ns())  # GLB has nothing to do before a grow
