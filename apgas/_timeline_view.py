@@ -141,25 +141,26 @@ def _places(events: list[dict], base: float, t1: float) -> tuple[list[str], list
     failed: list[dict] = []
     open_bars: dict[int, int] = {}  # place -> index of its open bar
     row_of: dict[int, int] = {}
+
+    def row(place: int, event: dict) -> int:
+        if place not in row_of:
+            row_of[place] = len(rows)
+            rows.append(f"place {place} ({event.get('host', '?')})")
+        return row_of[place]
+
     for e in events:
         place = e.get("place")
         if e["event"] == "join" and isinstance(place, int):
-            if place not in row_of:
-                row_of[place] = len(rows)
-                rows.append(f"place {place} ({e.get('host', '?')})")
             open_bars[place] = len(bars)
-            bars.append([row_of[place], _r(e["t"] - base), t1, str(place), f"place {place}"])
+            bars.append([row(place, e), _r(e["t"] - base), t1, str(place), f"place {place}"])
         elif e["event"] == "leave" and isinstance(place, int):
             index = open_bars.pop(place, None)
             if index is not None:
                 bars[index][2] = _r(e["t"] - base)
             if e.get("why") == "failed":
-                if place not in row_of:
-                    row_of[place] = len(rows)
-                    rows.append(f"place {place} ({e.get('host', '?')})")
                 reason = f": {e['reason']}" if e.get("reason") else ""
                 failed.append({"t": _r(e["t"] - base), "kind": "failed", "key": "failed",
-                               "label": f"place {place} failed{reason}", "rows": [row_of[place]]})
+                               "label": f"place {place} failed{reason}", "rows": [row(place, e)]})
     return rows, bars, failed
 
 

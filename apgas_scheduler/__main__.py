@@ -234,6 +234,7 @@ def _serve(ns: argparse.Namespace) -> int:
 
 def _dashboard_url(ns: argparse.Namespace) -> int:
     from .access import dashboard_token, default_key_file
+    from .dashboard import dashboard_url
 
     path = ns.key_file or default_key_file()
     try:
@@ -241,9 +242,7 @@ def _dashboard_url(ns: argparse.Namespace) -> int:
     except (OSError, auth.AuthError) as e:
         print(f"error: cannot read the operator's key {path}: {e}", file=sys.stderr)
         return 2
-    host, port = ns.dashboard
-    host = f"[{host}]" if ":" in host else host
-    print(f"http://{host}:{port}/?token={dashboard_token(key)}")
+    print(dashboard_url(ns.dashboard, dashboard_token(key)))
     return 0
 
 

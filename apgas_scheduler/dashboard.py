@@ -34,7 +34,7 @@ from apgas.lowlevel import CONTENT_SECURITY_POLICY, render_page, serve_connectio
 from .core import log
 from .views import dashboard_model
 
-__all__ = ["Dashboard", "MAX_STREAMS", "MAX_EVENTS", "TICK", "MIN_GAP"]
+__all__ = ["Dashboard", "dashboard_url", "MAX_STREAMS", "MAX_EVENTS", "TICK", "MIN_GAP"]
 
 MAX_STREAMS = 8
 MAX_CONNECTIONS = 32
@@ -44,6 +44,12 @@ MIN_GAP = 0.25  # s: events closer than this come in one model
 COST_FACTOR = 5.0  # the gaps are at least this many times the cost of one model
 KEEPALIVE = 15.0  # s: a comment on an idle stream, so that a dead page is noticed
 COOKIE = "apgas_dashboard"
+
+
+def dashboard_url(address: tuple[str, int], token: str) -> str:
+    """The page's address with its token (an IPv6 host in brackets)."""
+    host, port = address
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/?token={token}"
 
 
 class Dashboard:
@@ -75,9 +81,7 @@ class Dashboard:
 
     @property
     def url(self) -> str:
-        host = self.address[0]
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.address[1]}/?token={self._token}"
+        return dashboard_url(self.address, self._token)
 
     # -- fed by the scheduler (under its lock: quick) --------------------------------------
     def add(self, event: dict[str, Any]) -> None:

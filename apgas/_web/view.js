@@ -255,8 +255,6 @@
         status.className = "status lost";
         status.textContent = "connection lost, retrying";
       };
-    } else if (model.generated) {
-      status.textContent = "generated " + model.generated;
     }
     show();
   }
