@@ -107,8 +107,10 @@ def _gantt(ordered: list[dict[str, Any]], intervals: dict[str, list[Interval]], 
 
 def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[dict[str, Any]]:
     """One mark per grow, shrink or failed resize, at the rows of its nodes."""
-    timings = [e for e in ordered if e.get("event") == "timing"]
-    used: set[int] = set()
+    timings: dict[Any, list[dict[str, Any]]] = {}  # by job, in log order; taken ones leave
+    for e in ordered:
+        if e.get("event") == "timing":
+            timings.setdefault(e.get("job"), []).append(e)
     marks = []
     for e in ordered:
         kind = e.get("event")
@@ -124,12 +126,12 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
         duration = e.get("duration")
         took = f" in {float(duration):.2f} s" if isinstance(duration, (int, float)) else ""
         since = t - (float(duration) if isinstance(duration, (int, float)) else 0.0) - 0.5
-        reported = []
-        for i, timing in enumerate(timings):
-            if (i not in used and timing.get("job") == job and since <= float(timing["t"])
-                    <= t + TIMING_WINDOW and _verb(str(timing.get("name", ""))) == kind):
-                used.add(i)
-                reported.append(timing)
+        mine = timings.get(job, [])
+        reported = [timing for timing in mine if since <= float(timing["t"]) <= t + TIMING_WINDOW
+                    and _verb(str(timing.get("name", ""))) == kind]
+        if reported:
+            taken = {id(timing) for timing in reported}
+            timings[job] = [timing for timing in mine if id(timing) not in taken]
         sign = "+" if kind == "grow" else "−"
         label = f"job {job} {kind}s by {len(nodes)} ({', '.join(nodes)}){took}"
         if reported:
