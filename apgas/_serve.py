@@ -27,7 +27,7 @@ from launcher._forktemplate import serve_forks
 from launcher.mpi import load_mpi
 
 from . import _serialization as ser
-from ._config import Config, is_wildcard
+from ._config import Config, is_wildcard, parse_preload
 from ._logging import setup_logging
 from ._runtime import JOIN, Runtime, install
 
@@ -89,7 +89,7 @@ def _preload(names: str) -> bool:
     not fork (the launching place then warns and starts places fresh)."""
     import importlib
 
-    for entry in filter(None, (n.strip() for n in names.split(","))):
+    for entry in parse_preload("--preload", names):  # checked by place 0's configuration
         name, _, function = entry.partition(":")
         try:
             module = importlib.import_module(name)
