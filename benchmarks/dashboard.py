@@ -78,13 +78,13 @@ def daemon(directory: Path, nodes: int):
     directory.mkdir(parents=True, exist_ok=True)
     key = directory / "operator.key"
     env = {**os.environ, "APGAS_LOCAL_HOSTS": "*"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", f"node[0-{nodes - 1}]",
-         "--port", "0", "--policy", "malleable", "--interval", "0.5", "--resize-interval", "2",
-         "--dashboard", "0", "--key-file", str(key), "--socket", str(directory / "s.sock"),
-         "--output-dir", str(directory / "out"), "--log", str(directory / "events.jsonl")],
-        stdout=subprocess.PIPE, stderr=open(directory / "daemon.err", "w"), text=True, env=env,
-        cwd=ROOT)
+    with open(directory / "daemon.err", "w") as err:  # the daemon holds its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", f"node[0-{nodes - 1}]",
+             "--port", "0", "--policy", "malleable", "--interval", "0.5", "--resize-interval", "2",
+             "--dashboard", "0", "--key-file", str(key), "--socket", str(directory / "s.sock"),
+             "--output-dir", str(directory / "out"), "--log", str(directory / "events.jsonl")],
+            stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT)
     try:
         listening = re.search(r"listening on (\S+):(\d+)", proc.stdout.readline())
         url = proc.stdout.readline().strip().removeprefix("dashboard at ")
