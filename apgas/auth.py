@@ -30,6 +30,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from ._trusted_paths import make_trusted_dir, trusted_file
+
 __all__ = ["AuthError", "ReplayGuard", "Signed", "sign", "parse_signed", "is_signed", "accept",
            "new_secret",
            "load_or_create_secret", "read_secret", "write_key_file", "order_key_path", "runtime_dir",
@@ -144,14 +146,12 @@ def read_secret(path: str | os.PathLike[str]) -> str:
 
 def load_or_create_secret(path: str | os.PathLike[str]) -> str:
     """The secret in ``path``; a new one (mode 0600, directory 0700) if the
-    file does not exist. Refuses a key file others may read."""
+    file does not exist. Refuses (:class:`~apgas._trusted_paths.UntrustedPath`)
+    a key file that another user owns, that others may read, or that lies in a
+    directory others could change: whoever can write it chooses the key."""
     path = Path(path)
-    if path.exists():
-        mode = path.stat().st_mode & 0o077
-        if mode:
-            raise AuthError(f"the key file {path} may be read by others (mode "
-                            f"{path.stat().st_mode & 0o777:o}); chmod 600 it")
-        return read_secret(path)
+    if os.path.lexists(path):
+        return read_secret(trusted_file(path, "the key file"))
     secret = new_secret()
     _write_private(path, secret, os.O_EXCL)
     return secret
@@ -166,9 +166,9 @@ def write_key_file(path: Path, secret: str) -> Path:
 
 
 def _write_private(path: Path, secret: str, flags: int) -> None:
-    """A new file only its owner may read (its directory 0700), holding ``secret``."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
+    """A new file only its owner may read (in a trusted directory, made 0700), holding ``secret``."""
+    directory = make_trusted_dir(path.parent, "the key file's directory")
+    fd = os.open(directory / path.name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | flags, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secret + "\n")
 

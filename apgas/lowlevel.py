@@ -13,6 +13,8 @@ from ._config import Config, parse_address
 from ._pool import blocking
 from ._runtime import current
 from ._serving import LineTooLong, discard_rest, read_line, serve_connections
+from ._trusted_paths import (UntrustedPath, make_trusted_dir, open_append, open_new_file,
+                             owner_name, trusted_dir, trusted_file, trusted_location)
 from ._timeline import MAX_SAMPLES, current as current_timeline, sample_interval
 from ._webview import CONTENT_SECURITY_POLICY, render_page
 
@@ -21,7 +23,10 @@ __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "
            # the run timeline (APGAS_TIMELINE): place 0's writer, GLB's load samples
            "current_timeline", "sample_interval", "MAX_SAMPLES",
            # one self-contained HTML page from a view model (the dashboard, the reports)
-           "render_page", "CONTENT_SECURITY_POLICY"]
+           "render_page", "CONTENT_SECURITY_POLICY",
+           # files and directories a daemon may trust (nobody else can change them)
+           "UntrustedPath", "trusted_dir", "trusted_file", "trusted_location", "make_trusted_dir",
+           "open_new_file", "open_append", "owner_name"]
 
 
 def immediate_at(place: int, fn: Callable[..., Any], *args: Any) -> Any:

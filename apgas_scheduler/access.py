@@ -27,8 +27,10 @@ import tempfile
 from pathlib import Path
 
 from apgas import auth
+from apgas.lowlevel import make_trusted_dir, trusted_location
 
 __all__ = ["Client", "authorize", "peer_uid", "default_key_file", "default_socket_path",
+           "socket_candidates", "socket_dir", "state_home", "default_output_dir", "listen_unix",
            "dashboard_token", "OPERATOR_ONLY"]
 
 OPERATOR_ONLY = ("add-nodes", "shutdown")
@@ -101,9 +103,72 @@ def default_key_file() -> Path:
     return auth.runtime_dir() / "scheduler.key"
 
 
+ROOT_STATE_HOME = Path("/var/lib/apgas-scheduler")
+ROOT_SOCKET_DIR = Path("/run/apgas-scheduler")
+
+
+def state_home() -> Path:
+    """Where a scheduler keeps its job output (``jobs``) and state (``jobs.state``)
+    by default: root's ``/var/lib/apgas-scheduler``, another user's
+    ``$XDG_STATE_HOME/apgas-scheduler`` (``~/.local/state/apgas-scheduler``);
+    never the current directory, which may be shared."""
+    if os.geteuid() == 0:
+        return ROOT_STATE_HOME
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state") / "apgas-scheduler"
+
+
+def default_output_dir() -> Path:
+    return state_home() / "jobs"
+
+
+def socket_dir() -> Path:
+    """The directory of this user's schedulers' Unix sockets, where only this user
+    can make entries: root's ``/run/apgas-scheduler``, another user's
+    ``$XDG_RUNTIME_DIR/apgas-scheduler``, else ``/tmp/apgas-scheduler-UID``
+    (refused if someone else made it first, as tmux does)."""
+    if os.geteuid() == 0:
+        return ROOT_SOCKET_DIR
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(xdg) and os.path.isdir(xdg):
+        return Path(xdg) / "apgas-scheduler"
+    return Path(tempfile.gettempdir()) / f"apgas-scheduler-{os.geteuid()}"
+
+
 def default_socket_path(port: int) -> Path:
     """Where the scheduler serving TCP ``port`` listens on its Unix socket."""
-    return Path(tempfile.gettempdir()) / f"apgas-scheduler-{port}.sock"
+    return socket_dir() / f"{port}.sock"
+
+
+def socket_candidates(port: int) -> list[Path]:
+    """Where a client looks for the Unix socket of the scheduler on ``port``: its
+    own user's (:func:`default_socket_path`), then root's."""
+    own = default_socket_path(port)
+    root = ROOT_SOCKET_DIR / f"{port}.sock"
+    return [own] if own == root else [own, root]
+
+
+def listen_unix(path: Path, mode: int) -> socket.socket:
+    """The Unix socket at ``path`` with file mode ``mode``. Its directory is
+    checked first (:func:`apgas.lowlevel.trusted_location`; the default one is
+    made 0711: others may reach a socket whose mode lets them in, and list or
+    make nothing there); a stale socket there is replaced, anything else refused."""
+    if path.parent == socket_dir():  # ours: its mode is ours to set
+        os.chmod(make_trusted_dir(path.parent, "the socket's directory", 0o711), 0o711)
+    path = trusted_location(path, "the Unix socket")
+    if path.is_socket() or path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        raise OSError(f"{path} exists and is not a socket; refusing to replace it")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o777)  # no moment in which others could connect
+    try:
+        server.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    server.listen(128)
+    return server
 
 
 def dashboard_token(key: str) -> str:

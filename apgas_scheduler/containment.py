@@ -8,9 +8,10 @@ job's processes are then:
 
 * with a cgroup: every process in it. Nothing a job does without privileges
   takes a process out (``setsid``, double forks, ignoring SIGTERM: all stay);
-  the first process enters it *before* it can fork, through a tiny wrapper
-  that writes its own pid to ``cgroup.procs`` and then ``exec``\\ s the job
-  (never ``preexec_fn``: the daemon is threaded).
+  the first process enters it *before* it can fork: that process is
+  :mod:`._job_exec`, which writes its own pid to ``cgroup.procs``, becomes
+  the job's user and only then applies the job's directory, environment and
+  command (``exec``, same pid; never ``preexec_fn``: the daemon is threaded).
 * without one (no writable ``cgroup2`` mount: not root and no delegation, a
   container; or ``APGAS_SCHEDULER_CGROUPS=0``): every process whose
   environment holds the tag (``/proc/<pid>/environ``: a ``setsid`` or
@@ -58,10 +59,10 @@ part would have to know the others' conventions.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -70,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["Handle", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
+__all__ = ["Handle", "RunAs", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
            "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV", "CGROUPS_ENV"]
 
 TAG_ENV = "APGAS_SCHEDULER_JOB"
@@ -84,24 +85,13 @@ CGROUP_DIR = "apgas-scheduler"
 KILL_BOUND = 10.0
 """How long :func:`kill` goes on after the grace time before it gives up."""
 
-_WRAP = 'echo $$ > "$1/cgroup.procs" || exit 126; shift; exec "$@"'
-"""Into the cgroup, then the job (same pid): nothing of the job runs outside it."""
-_WRAP_AS_USER = """\
-import os, shutil, sys
-cgroup, uid, gid, groups = sys.argv[1:5]
-program = sys.argv[5] if "/" in sys.argv[5] else shutil.which(sys.argv[5]) or sys.argv[5]
-with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-    f.write(str(os.getpid()))
-if groups != "-":
-    os.setgroups([int(g) for g in groups.split(",") if g])
-if gid != "-":
-    os.setregid(int(gid), int(gid))
-if uid != "-":
-    os.setreuid(int(uid), int(uid))
-os.execv(program, sys.argv[5:])  # found first: the user may not read our stdlib
-"""
-"""The same for a job of another user: into the cgroup as root, then that user
-(as ``subprocess.Popen``'s ``user``, ``group``, ``extra_groups`` would)."""
+_EXEC_SOURCE = Path(__file__).with_name("_job_exec.py").read_text()
+"""The job's first process until it ``exec``\\ s the job (:mod:`._job_exec`): read
+once, when the scheduler loads, so what runs is what was loaded."""
+_EXEC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+"""All of that process's environment (and the tag): nothing of the job's."""
+START_TIMEOUT = 30.0
+"""s the job's first process has to reach ``execve`` (an unreachable directory, say)."""
 
 
 class StillRunning(RuntimeError):
@@ -253,64 +243,94 @@ def _remove_cgroup(path: str | Path) -> None:
 
 # -- starting ------------------------------------------------------------------------------------
 
-def _resolve(argv0: str, cwd: str | None, env: Mapping[str, str]) -> str:
-    """Check that ``argv0`` can be run, as Popen would (FileNotFoundError or
-    PermissionError otherwise): behind a wrapper, the error would only be the
-    wrapper's exit code."""
-    if "/" in argv0:
-        path = os.path.join(cwd or os.getcwd(), argv0)
-        if not os.path.exists(path):
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
-        return argv0
-    found = shutil.which(argv0, path=env.get("PATH", os.defpath))
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
-    return argv0
+@dataclass(frozen=True)
+class RunAs:
+    """The user a job runs as, when that is not the scheduler's: uid, gid, groups."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
 
 
-def start(job_id: int | str, argv: Sequence[str], *, popen_kwargs: Mapping[str, Any] | None = None,
-          tag: str | None = None, cgroup: bool | None = None,
-          slurm_job: str | None = None) -> Handle:
+def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+          cwd: str | None = None, user: RunAs | None = None, stdin: Any = subprocess.DEVNULL,
+          stdout: Any = None, stderr: Any = None, tag: str | None = None,
+          cgroup: bool | None = None, slurm_job: str | None = None) -> Handle:
     """Start ``argv`` as job ``job_id``, contained: its own session and process
     group, its own cgroup when possible (``cgroup``: None where possible, False
     never, True or OSError), the tag ``tag`` (default: :func:`new_tag`) in its
-    environment. ``popen_kwargs`` go to :class:`subprocess.Popen` (``env``,
-    ``cwd``, ``stdin``, ``stdout``, ``stderr``, ``user``, ``group``,
-    ``extra_groups``...; ``start_new_session`` is forced). ``slurm_job``: the
-    allocation whose steps named :func:`step_name` belong to the job (the
-    command runs through srun). OSError if it cannot start (nothing is left
-    behind then)."""
+    environment ``env`` (default: ours), in ``cwd``, as ``user`` (default: us),
+    with ``stdin``/``stdout``/``stderr`` as :class:`subprocess.Popen` takes them.
+    Everything of the job is applied by :mod:`._job_exec` after it became the
+    user. ``slurm_job``: the allocation whose steps named :func:`step_name`
+    belong to the job (the command runs through srun). OSError if it cannot
+    start (as the user found: the directory or the program missing or not
+    theirs to use); nothing is left behind then."""
     tag = tag or new_tag(job_id)
-    kwargs = dict(popen_kwargs or {})
-    env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
-    env[TAG_ENV] = tag
-    kwargs["env"] = env
-    kwargs["start_new_session"] = True
-    kwargs.pop("preexec_fn", None)
-    argv = list(argv)
-    _resolve(argv[0], kwargs.get("cwd"), env)
+    job_env = {**(os.environ if env is None else env), TAG_ENV: tag}
     path = _make_cgroup(tag, cgroup)
-    if path is not None:
-        user = {k: kwargs.pop(k, None) for k in ("user", "group", "extra_groups")}
-        if all(v is None for v in user.values()):
-            argv = ["/bin/sh", "-c", _WRAP, "sh", str(path), *argv]
-        else:  # the cgroup as root first, then the user: Popen would switch before our wrapper
-            uid, gid, groups = user["user"], user["group"], user["extra_groups"]
-            argv = [sys.executable, "-I", "-S", "-c", _WRAP_AS_USER, str(path),
-                    "-" if uid is None else str(uid), "-" if gid is None else str(gid),
-                    "-" if groups is None else ",".join(str(g) for g in groups), *argv]
-    try:
-        proc = subprocess.Popen(argv, **kwargs)
-    except BaseException:
+    spec = {"cgroup": str(path) if path is not None else None, "cwd": cwd, "env": job_env,
+            "argv": list(argv), "uid": user.uid if user else None,
+            "gid": user.gid if user else None, "groups": list(user.groups) if user else None}
+    spec_r, spec_w = os.pipe()
+    error_r, error_w = os.pipe()
+    with os.fdopen(spec_w, "wb") as spec_file, os.fdopen(error_r, "rb", buffering=0) as errors:
+        try:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _EXEC_SOURCE, str(spec_r), str(error_w)],
+                    env={**_EXEC_ENV, TAG_ENV: tag}, cwd="/", stdin=stdin, stdout=stdout,
+                    stderr=stderr, pass_fds=(spec_r, error_w), start_new_session=True)
+            finally:
+                os.close(spec_r)
+                os.close(error_w)
+            failure = _hand_over(proc, spec, spec_file, errors)
+        except BaseException:
+            if path is not None:
+                _remove_cgroup(path)
+            raise
+    if failure is not None:
+        proc.wait()
         if path is not None:
             _remove_cgroup(path)
-        raise
+        raise failure
     identity = {"pid": proc.pid, "start_time": start_time(proc.pid), "boot_id": boot_id(),
                 "cgroup": str(path) if path is not None else None, "tag": tag,
                 "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None}
     return Handle(proc, identity)
+
+
+def _hand_over(proc: subprocess.Popen, spec: dict[str, Any], spec_file: Any,
+               errors: Any) -> OSError | None:
+    """Give the first process what to run; the OSError it met, or None once it
+    ``exec``\\ ed the job."""
+    try:
+        spec_file.write(json.dumps(spec).encode())
+        spec_file.close()
+    except BrokenPipeError:
+        pass  # it died before reading: its error (or exit) tells
+    report = b""
+    deadline = time.monotonic() + START_TIMEOUT
+    while len(report) < 65536:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([errors], [], [], left)[0]:
+            proc.kill()
+            return TimeoutError(errno.ETIMEDOUT, f"the job did not start within {START_TIMEOUT:g} s "
+                                f"(is its directory {spec['cwd']!r} reachable?)")
+        chunk = errors.read(65536)
+        if not chunk:
+            break
+        report += chunk
+    if not report:
+        if proc.poll() not in (None, 0):  # died before it could say why
+            return ChildProcessError(errno.ECHILD, "the job's first process exited with "
+                                     f"{proc.returncode} before it started the job")
+        return None
+    step, number, text, filename = (report.decode(errors="replace").split("\0") + ["", "", ""])[:4]
+    where = {"cgroup": "entering the job's cgroup", "user": "becoming the job's user",
+             "cwd": "the job's directory", "exec": "the job's program"}.get(step, step)
+    # OSError(errno, ...) is the subclass of that errno: FileNotFoundError, PermissionError...
+    return OSError(int(number) if number.isdigit() else 0, f"{where}: {text}", filename or None)
 
 
 # -- finding the processes ---------------------------------------------------------------------------

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from apgas import protocol
+from apgas.lowlevel import open_append
 
 from .engine import Engine
 from .jobs import JobSpec
@@ -42,7 +44,8 @@ class SchedulerCore:
         self._threads: list[threading.Thread] = []
         # the clock counts from the first start, across restarts
         self._t0 = time.monotonic() - (time.time() - self._store.started)
-        self._events = open(events, "a", buffering=1) if events else None
+        self._events = os.fdopen(open_append(events, "the event log"), "a", buffering=1) \
+            if events else None
         self._watchers: list[Callable[[dict[str, Any]], None]] = []  # see every event (the dashboard)
 
     @property

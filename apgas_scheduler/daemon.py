@@ -23,7 +23,7 @@ from typing import Any
 
 import launcher as launchers
 from apgas import auth
-from apgas.lowlevel import Config
+from apgas.lowlevel import Config, make_trusted_dir
 
 from . import access, containment
 
@@ -48,7 +48,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
     def __init__(self, nodes: list[str], policy: Policy, *, host: str = "127.0.0.1",
                  port: int = 0, events: str | Path | None = None, interval: float = 5.0,
                  launcher: str = "local", register_timeout: float = 60.0,
-                 output_dir: str | Path = "scheduler-jobs",
+                 output_dir: str | Path | None = None,
                  node_addresses: dict[str, str] | None = None,
                  order_port_base: int = ORDER_PORT_BASE,
                  key_file: str | Path | None = None, socket_path: str | Path | None = None,
@@ -59,7 +59,11 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         its name does not resolve to it (default: the name, resolved here);
         ``order_port_base``: see ``ORDER_PORT_BASE``; ``key_file``: the
         operator's key, which TCP requests must be signed with (made if missing;
-        default ``access.default_key_file()``); ``socket_path``, ``socket_mode``:
+        default ``access.default_key_file()``); ``output_dir``: where
+        ``job-N.out``/``.err`` go (default ``access.default_output_dir()``; made
+        0711: each user opens their own files by name); the key file and every
+        directory must be the scheduler's user's and nobody else's to write
+        (:class:`apgas.lowlevel.UntrustedPath` otherwise); ``socket_path``, ``socket_mode``:
         the Unix socket for clients on this machine (default
         ``access.default_socket_path(port)``, operator only); ``allow_plain_jobs``:
         accept jobs that speak the unsigned ElasticJobScheduler protocol;
@@ -77,26 +81,29 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         self.order_port_base = order_port_base
         self.interval = interval
         self.register_timeout = register_timeout
-        self.output_dir = Path(output_dir)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         # APGAS_SSH and APGAS_SRUN give the commands (with options) the launcher runs
         self.launcher = launchers.get_launcher(launcher, Config(
             ssh=os.environ.get("APGAS_SSH") or "ssh", srun=os.environ.get("APGAS_SRUN") or "srun"))
         self._local = launcher == "local"
+        # the key, the output and the state only where nobody else can change them
+        # (a planted key, a link to root's files, a queued job "of root's")
         self._key = auth.load_or_create_secret(key_file or access.default_key_file())
+        self.output_dir = make_trusted_dir(output_dir or access.default_output_dir(),
+                                           "the output directory", 0o711)
+        self._output_fd = os.open(self.output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._guard = auth.ReplayGuard()
         self.allow_plain_jobs = allow_plain_jobs
         if allow_plain_jobs:
             log.warning("plain jobs allowed: their messages and orders are unsigned, so anyone who "
                         "can reach this port or their order ports can speak for them")
         self._server = socket.create_server((host, port))
-        out = self.output_dir.resolve()
+        out = self.output_dir
         state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
         super().__init__(nodes, policy, events, state_dir)
         self._ids = itertools.count(self._store.last_id() + 1)  # ids are never reused
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
-        self._unix = self._listen_unix(self.socket_path, socket_mode)
+        self._unix = access.listen_unix(self.socket_path, socket_mode)
         # what jobs on other machines are told to send to: a wildcard is no address
         self._advertised = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
         self._warned_loopback = False
@@ -170,6 +177,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             self._events.close()
             self._events = None
         self._store.close()
+        os.close(self._output_fd)
 
     def _resume(self) -> list[Job]:
         """Take up the jobs of an earlier run of this state (after a crash, a

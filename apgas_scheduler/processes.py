@@ -13,6 +13,7 @@ processes for a restarted daemon (``containment.alive``/``adopt``/``kill``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import signal
@@ -21,8 +22,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import launcher as launchers
+from apgas.lowlevel import open_new_file
 
 from . import containment
 from .core import SchedulerCore, log
@@ -46,6 +49,7 @@ class ProcessesMixin(SchedulerCore):
     address: tuple[str, int]
     launcher: launchers.Launcher
     output_dir: Path
+    _output_fd: int  # the output directory, open: files are made through it
     node_addresses: dict[str, str]
     order_port_base: int
     _local: bool
@@ -77,9 +81,8 @@ class ProcessesMixin(SchedulerCore):
         private = {} if job.plain else {"APGAS_JOB_SECRET": job.secret}  # never in an argv
         if job.plain:
             env["APGAS_PLAIN_PROTOCOL"] = "1"
-        cwd = job.spec.cwd or os.getcwd()
-        out = self.output_dir / f"job-{job.id}.out"
-        err = self.output_dir / f"job-{job.id}.err"
+        user, login = _user_of(job.owner)
+        cwd = job.spec.cwd or login.get("HOME") or os.getcwd()
         command = list(job.spec.command)
         if command[0] in ("python", "python3"):  # the scheduler's own Python, with apgas
             command[0] = sys.executable
@@ -89,19 +92,12 @@ class ProcessesMixin(SchedulerCore):
                 argv = self.launcher.command(nodes[0], command, env)
             else:  # ssh: the key goes over ssh's stdin, never into a command line
                 argv = self.launcher.command(nodes[0], command, env, secret_names=list(private))
-            user = _user_of(job.owner)
-            with open(out, "wb") as o, open(err, "wb") as e:
-                if user:
-                    os.chown(out, job.owner, user["group"])
-                    os.chown(err, job.owner, user["group"])
-                base = os.environ if not user else {"PATH": os.environ.get("PATH", os.defpath)}
+            base = os.environ if user is None else {"PATH": os.environ.get("PATH", os.defpath)}
+            with self._output_files(job, user) as (out, err):
                 handle = containment.start(
-                    job.id, argv, tag=tag, slurm_job=slurm_job,
-                    popen_kwargs=dict(cwd=cwd, env={**base, **env, **private, **user.get("env", {})},
-                                      stdout=o, stderr=e,
-                                      stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                      user=user.get("uid"), group=user.get("group"),
-                                      extra_groups=user.get("groups")))
+                    job.id, argv, env={**base, **env, **private, **login}, cwd=cwd, user=user,
+                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                    stdout=out, stderr=err, tag=tag, slurm_job=slurm_job)
             job.proc, job.identity = handle.proc, handle.identity
             if stdin is not None:
                 assert job.proc.stdin is not None
@@ -118,6 +114,21 @@ class ProcessesMixin(SchedulerCore):
         self._event("start", job=job.id, nodes=list(nodes))
         log.info("job %d (%s) started on %s", job.id, job.spec.name, ",".join(nodes))
         self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
+
+    @contextlib.contextmanager
+    def _output_files(self, job: Job, user: containment.RunAs | None) -> Iterator[tuple[int, int]]:
+        """``job-N.out`` and ``job-N.err``, new in the output directory (never
+        through a link someone planted) and the job's user's, for the start."""
+        fds: list[int] = []
+        try:
+            for suffix in ("out", "err"):
+                fds.append(open_new_file(self._output_fd, f"job-{job.id}.{suffix}"))
+                if user is not None:
+                    os.fchown(fds[-1], user.uid, user.gid)
+            yield fds[0], fds[1]
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _order_env(self, job: Job, first: str) -> dict[str, str]:
         """Where a malleable job listens for orders and sends its messages.
@@ -241,12 +252,13 @@ def _bindable(host: str, port: int) -> bool:
         return False
 
 
-def _user_of(uid: int) -> dict:
+def _user_of(uid: int) -> tuple[containment.RunAs | None, dict[str, str]]:
     """How to run a process as ``uid`` when that is not us (we are root then,
-    ``access.run_as`` saw to it): its uid, group, groups and login variables."""
+    ``access.run_as`` saw to it): its uid, group and groups, and its login
+    variables; (None, {}) for ourselves."""
     if uid == os.geteuid():
-        return {}
+        return None, {}
     entry = pwd.getpwuid(uid)
-    return {"uid": uid, "group": entry.pw_gid,
-            "groups": os.getgrouplist(entry.pw_name, entry.pw_gid),
-            "env": {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}}
+    groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    return (containment.RunAs(uid, entry.pw_gid, groups),
+            {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name})

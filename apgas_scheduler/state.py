@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from apgas.lowlevel import make_trusted_dir, trusted_file
+
 from .jobs import JobSpec, parse_job
 
 __all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
@@ -73,17 +75,26 @@ class StateStore:
     """The database of one scheduler; thread-safe (one connection, one lock)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._lock_file = open(self.directory / "lock", "w")
+        # the state says whom each job runs as: nobody else may write it (a planted
+        # database would run its jobs as root)
+        self.directory = make_trusted_dir(directory, "the state directory", 0o700)
+        lock = os.open(self.directory / "lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600)
+        self._lock_file = os.fdopen(lock, "w")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._lock_file.close()
-            raise StateError(f"another scheduler uses the state directory {self.directory}") from None
+            raise StateError(f"another scheduler uses the state directory {self.directory} "
+                             "(give this one its own: --state-dir)") from None
         self.path = self.directory / DB_NAME
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # made private before any secret
-        os.close(fd)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)  # made private before any secret
+            trusted_file(self.path, "the state database")
+        except OSError:
+            self.close()
+            raise
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")

@@ -166,9 +166,9 @@ def test_a_start_that_fails_leaves_no_cgroup(mode, tmp_path):
     plain.write_text("#!/bin/sh\n")
     plain.chmod(0o644)
     with pytest.raises(FileNotFoundError):
-        containment.start(9, ["/no/such/program"], tag=tag, popen_kwargs={})
+        containment.start(9, ["/no/such/program"], tag=tag)
     with pytest.raises(PermissionError):
-        containment.start(9, [str(plain)], tag=tag, popen_kwargs={})
+        containment.start(9, [str(plain)], tag=tag)
     base = containment.cgroup_base()
     assert base is None or not (base / f"job-{tag}").exists()
 
@@ -177,8 +177,8 @@ DAEMON = """
 import json, subprocess, sys
 from apgas_scheduler import containment
 h = containment.start(7, [sys.executable, "-c", sys.argv[1], sys.argv[2]],
-                      popen_kwargs={"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-                                    "stderr": subprocess.DEVNULL})
+                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
 print(json.dumps(h.identity), flush=True)
 """
 
@@ -213,8 +213,7 @@ def test_a_job_outlives_its_daemon_and_is_adopted_and_killed_by_another(tmp_path
 
 
 def test_alive_is_false_for_another_boot_or_a_reused_pid(tmp_path, mode):
-    h = containment.start(8, [PY, "-c", "import time; time.sleep(60)"],
-                          popen_kwargs={"stdin": subprocess.DEVNULL})
+    h = containment.start(8, [PY, "-c", "import time; time.sleep(60)"])
     try:
         assert containment.alive(h.identity)
         assert not containment.alive({**h.identity, "boot_id": "another-boot"})
