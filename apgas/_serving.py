@@ -1,45 +1,69 @@
 """The one accept loop of every line server (the job's order port, the scheduler's
-port, the test scheduler): it never stops serving on its own.
+port and socket, its dashboard, the test scheduler): it never stops serving on
+its own, and no client can take it from the others.
 
 :func:`serve_connections` returns only when the listening socket is closed (or
 shut down) or ``stopped()`` says so. Everything else is survived: when accept
 fails for want of resources (EMFILE with every descriptor taken, ENFILE,
 ENOBUFS, ENOMEM) the loop logs (rate-limited), backs off (10 ms doubling to
-1 s) and tries again, so it serves again once the descriptors are back; a
-connection aborted before it was accepted is skipped. At most
-``max_connections`` connections are served at once; one over the cap is
-accepted and closed at once (and logged, rate-limited), so idle connections
-cannot take every descriptor or thread. Each connection is served in a thread
-of its own, by ``handle(conn, deadline)``: ``deadline`` is the
-:func:`time.monotonic` time by which its request must have arrived, ``deadline``
-seconds after it was accepted, in all (not per receive: a client sending one
-byte now and then is cut there). :func:`read_line` reads the request line
-within it and within a size bound.
+1 s) and tries again; a connection aborted before it was accepted is skipped.
+
+Slots are shared fairly among peers (a user of this machine, :mod:`._peers`,
+else a remote address), because idle connections cost an attacker nothing. A
+connection is *pending* from its accept until its request has been read
+(:func:`read_line`, :func:`read_head`), and must be read within ``deadline``
+seconds in all, however slowly its bytes trickle. At most ``max_connections``
+are in flight: when a new one comes and all are taken, the oldest pending
+connection of the peer with the most pending ones (the newcomer counted) is
+evicted: shut down, so that its reader ends with ``ConnectionAbortedError``.
+A peer never holds more than ``per_peer`` (a quarter of the slots): its own
+oldest pending one makes room for its newcomer. So a flood evicts only the
+flooder's connections, and a client with fewer pending connections than
+another is never the one evicted. Only when every slot is being handled is a
+newcomer closed at once. Evictions and refusals are logged rate-limited per
+peer (:class:`PeerLog`), and client text in logs goes through
+:func:`loggable`, so that a flood cannot fill the disk either.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
-__all__ = ["serve_connections", "read_line", "discard_rest", "LineTooLong"]
+from ._peers import peer_key
+
+__all__ = ["serve_connections", "read_line", "read_head", "discard_rest", "LineTooLong",
+           "connection_peer", "loggable", "PeerLog", "LOG_TEXT"]
 
 log = logging.getLogger("apgas.serving")
 
 BACKOFF_FIRST = 0.01  # s after the first failed accept; doubled after each further one
 BACKOFF_MAX = 1.0
 LOG_INTERVAL = 10.0  # s: a repeated complaint is logged at most this often
+LOG_TEXT = 200  # characters of a client's text that a log line shows
 
 _CLOSED = {errno.EBADF, errno.EINVAL, errno.ENOTSOCK}  # the listening socket is gone or shut down
 _SKIP = {errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN}  # one connection's trouble
+_PENDING, _READ, _EVICTED = "pending", "read", "evicted"
 
 
 class LineTooLong(ValueError):
-    """A request line longer than the bound; the message gives the bound."""
+    """A request line (or head) longer than the bound; the message gives the bound."""
+
+
+def loggable(text: str | bytes, limit: int = LOG_TEXT) -> str:
+    """A client's ``text`` fit for one log line: at most ``limit`` characters, with
+    the count of those cut, and control characters escaped (no forged lines)."""
+    cut, unit = max(0, len(text) - limit), "bytes" if isinstance(text, bytes) else "characters"
+    shown = text[:limit].decode("utf-8", errors="replace") if isinstance(text, bytes) else text[:limit]
+    if not shown.isprintable():
+        shown = shown.encode("unicode_escape").decode("ascii")
+    return f"{shown}... ({cut} more {unit})" if cut else shown
 
 
 class _RateLimited:
@@ -64,49 +88,230 @@ class _RateLimited:
         log.log(self.level, message, *args, exc_info=exc_info)
 
 
+class PeerLog:
+    """Logs a complaint about a peer at once, then at most one per ``interval`` s
+    for that peer, saying how many were not logged; and at most ``max_lines`` in
+    all per ``interval`` (a flood from many addresses). It remembers the
+    ``max_peers`` peers heard from last; a forgotten peer's unlogged count is
+    said with the next line."""
+
+    def __init__(self, logger: logging.Logger, level: int = logging.WARNING, *,
+                 interval: float = LOG_INTERVAL, max_peers: int = 1024, max_lines: int = 20,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger, self.level, self.interval = logger, level, interval
+        self.max_peers, self.max_lines, self._clock = max_peers, max_lines, clock
+        self._peers: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
+        self._window, self._lines, self._unsaid = -interval, 0, 0  # all peers
+        self._lock = threading.Lock()
+
+    def __call__(self, peer: str, message: str, *args: object) -> bool:
+        """Log ``message % args`` about ``peer`` unless it spoke too often; True if logged."""
+        now = self._clock()
+        with self._lock:
+            seen = self._peers.get(peer)
+            if seen is not None:
+                self._peers.move_to_end(peer)
+            if now - self._window >= self.interval:
+                self._window, self._lines = now, 0
+            if (seen is not None and now - seen[0] < self.interval) or self._lines >= self.max_lines:
+                if seen is None:
+                    self._unsaid += 1
+                else:
+                    seen[1] += 1
+                return False
+            quiet = int(seen[1]) if seen is not None else 0
+            self._peers[peer] = [now, 0]
+            while len(self._peers) > self.max_peers:
+                self._unsaid += int(self._peers.popitem(last=False)[1][1])
+            unsaid, self._unsaid = self._unsaid, 0
+            self._lines += 1
+        text = message % args if args else message
+        if quiet:
+            text += f" ({quiet} more from {peer} in the last {self.interval:g} s not logged)"
+        if unsaid:
+            text += f" ({unsaid} more from other peers not logged)"
+        self.logger.log(self.level, "%s", text)
+        return True
+
+
+class _Connection(socket.socket):
+    """An accepted connection whose close is ordered with evictions (under ``_lock``),
+    so that an eviction never shuts down a descriptor number reused since."""
+
+    def close(self) -> None:
+        with _lock:
+            super().close()
+
+
+class _Slot:
+    """A connection in flight: its peer, its state, its place in the accept order."""
+
+    __slots__ = ("peer", "state", "loop", "order")
+
+    def __init__(self, peer: str, loop: _Loop, order: int) -> None:
+        self.peer, self.state, self.loop, self.order = peer, _PENDING, loop, order
+
+
+_lock = threading.Lock()  # the slots of every loop, and closing their connections
+_slots: dict[socket.socket, _Slot] = {}
+
+
+class _Admission(NamedTuple):
+    taken: bool
+    evicted: socket.socket | None
+    evictee: str  # the evicted one's peer
+    capped: bool  # the newcomer's peer holds its share: it made room (or was refused)
+
+
+class _Loop:
+    """The slots of one listening socket: who holds how many, who waits to be read
+    (per peer, oldest first). Used under ``_lock`` only."""
+
+    def __init__(self, max_connections: int, per_peer: int) -> None:
+        self.max, self.per_peer = max_connections, per_peer
+        self.in_flight = 0
+        self.held: dict[str, int] = {}
+        self.pending: dict[str, dict[socket.socket, int]] = {}
+        self.accepted = 0
+
+    def admit(self, conn: socket.socket, peer: str) -> _Admission:
+        """Take ``conn`` from ``peer`` in, evicting a pending connection to make room
+        if need be (shut it down under ``_lock``, with the answer)."""
+        victim: socket.socket | None = None
+        capped = self.held.get(peer, 0) >= self.per_peer
+        if capped:
+            victim = next(iter(self.pending.get(peer, ())), None)
+        elif self.in_flight >= self.max:
+            victim = self._most_pending(peer)
+        if victim is None and (capped or self.in_flight >= self.max):
+            return _Admission(False, None, "", capped)
+        evictee = ""
+        if victim is not None:
+            slot = _slots[victim]
+            self._forget(victim, slot)
+            slot.state, evictee = _EVICTED, slot.peer
+        self.accepted += 1
+        _slots[conn] = _Slot(peer, self, self.accepted)
+        self.pending.setdefault(peer, {})[conn] = self.accepted
+        self.held[peer] = self.held.get(peer, 0) + 1
+        self.in_flight += 1
+        return _Admission(True, victim, evictee, capped)
+
+    def _most_pending(self, newcomer: str) -> socket.socket | None:
+        """The oldest pending connection of the peer with the most pending ones, the
+        newcomer's counted (ties: the oldest connection goes); None if that is the
+        newcomer itself, or nothing is pending."""
+        own = self.pending.get(newcomer, {})
+        best: tuple[int, int] = (len(own) + 1, -(next(iter(own.values()), self.accepted + 1)))
+        chosen = next(iter(own), None)
+        for peer, conns in self.pending.items():
+            if peer != newcomer and conns:
+                conn, order = next(iter(conns.items()))
+                if (len(conns), -order) > best:
+                    best, chosen = (len(conns), -order), conn
+        return chosen
+
+    def mark_read(self, conn: socket.socket, slot: _Slot) -> None:
+        if slot.state == _PENDING:
+            self._unpend(conn, slot)
+            slot.state = _READ
+
+    def release(self, conn: socket.socket, slot: _Slot) -> None:
+        if slot.state != _EVICTED:
+            self._forget(conn, slot)
+
+    def _forget(self, conn: socket.socket, slot: _Slot) -> None:
+        if slot.state == _PENDING:
+            self._unpend(conn, slot)
+        self.in_flight -= 1
+        left = self.held[slot.peer] - 1
+        if left:
+            self.held[slot.peer] = left
+        else:
+            del self.held[slot.peer]
+
+    def _unpend(self, conn: socket.socket, slot: _Slot) -> None:
+        conns = self.pending[slot.peer]
+        del conns[conn]
+        if not conns:
+            del self.pending[slot.peer]
+
+
+def connection_peer(conn: socket.socket) -> str | None:
+    """The peer key (``"uid N"``, ``"ip ADDRESS"``) of a connection being served by
+    :func:`serve_connections`; None for any other socket."""
+    slot = _slots.get(conn)
+    return slot.peer if slot is not None else None
+
+
+def _claim(conn: socket.socket) -> None:
+    """Mark ``conn``'s request read, unless it was evicted first (ConnectionAbortedError):
+    decided under the lock, so exactly one of the two wins."""
+    with _lock:
+        slot = _slots.get(conn)
+        if slot is None:
+            return
+        if slot.state == _EVICTED:
+            raise ConnectionAbortedError("evicted: the server needed the slot for another client")
+        slot.loop.mark_read(conn, slot)
+
+
+def _evicted(conn: socket.socket) -> bool:
+    slot = _slots.get(conn)
+    return slot is not None and slot.state == _EVICTED
+
+
 def serve_connections(server: socket.socket, handle: Callable[[socket.socket, float], None], *,
                       name: str, max_connections: int = 256, deadline: float = 10.0,
-                      stopped: Callable[[], bool] = lambda: False) -> None:
+                      stopped: Callable[[], bool] = lambda: False, per_peer: int | None = None,
+                      peer: Callable[[socket.socket], str] = peer_key) -> None:
     """Accept connections on ``server`` in this thread until it is closed or ``stopped()``.
 
     Each connection is served by ``handle(conn, read_by)`` in a thread of its own:
     ``read_by`` is the ``time.monotonic()`` time, ``deadline`` s after the accept,
     by which the request must have been read (``read_line(conn, max_bytes,
-    read_by)``). The connection's timeout is set to ``deadline`` too, so that no
-    single send or receive of ``handle`` waits longer; ``handle`` may take
-    longer in all when it has work to do (a grow order). The connection is
-    closed when ``handle`` returns or raises (an exception is logged). ``name``
-    names the server in the log and the threads. To stop: set what
-    ``stopped`` reads, then ``server.shutdown(socket.SHUT_RDWR)`` (which wakes a
-    blocked accept) and ``server.close()``.
+    read_by)`` or :func:`read_head`). The connection's timeout is set to
+    ``deadline`` too, so that no single send or receive of ``handle`` waits
+    longer; ``handle`` may take longer in all when it has work to do (a grow
+    order). The connection is closed when ``handle`` returns or raises (an
+    exception is logged). ``peer(conn)`` names the client whose share of the
+    slots the connection takes (default :func:`apgas._peers.peer_key`);
+    ``per_peer`` (default a quarter of ``max_connections``) is that share. See
+    the module's doc for who is evicted when. ``name`` names the server in the
+    log and the threads. To stop: set what ``stopped`` reads, then
+    ``server.shutdown(socket.SHUT_RDWR)`` (which wakes a blocked accept) and
+    ``server.close()``.
     """
     if max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
     if not deadline > 0:
         raise ValueError(f"deadline must be a positive number of seconds, got {deadline}")
-    busy = 0
-    lock = threading.Lock()
+    share = max(1, max_connections // 4) if per_peer is None else per_peer
+    if not 1 <= share <= max_connections:
+        raise ValueError(f"per_peer must be in 1..{max_connections}, got {per_peer}")
+    slots = _Loop(max_connections, share)
     failed_accept = _RateLimited()
     skipped = _RateLimited(logging.DEBUG)
-    over_cap = _RateLimited()
+    evicted, refused = PeerLog(log), PeerLog(log)
     no_thread = _RateLimited()
     crashed = _RateLimited(logging.ERROR)
     backoff = BACKOFF_FIRST
 
     def serve(conn: socket.socket, read_by: float) -> None:
-        nonlocal busy
         try:
             with conn:
                 handle(conn, read_by)
         except Exception:
             crashed("%s: serving a connection failed", name, exc_info=True)
         finally:
-            with lock:
-                busy -= 1
+            with _lock:
+                slot = _slots.pop(conn, None)
+                if slot is not None:
+                    slots.release(conn, slot)
 
     while not stopped():
         try:
-            conn, _ = server.accept()
+            accepted, _ = server.accept()
         except TimeoutError:  # a server with a timeout: time to look at stopped()
             continue
         except OSError as e:
@@ -121,17 +326,35 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
             backoff = min(backoff * 2, BACKOFF_MAX)
             continue
         backoff = BACKOFF_FIRST
+        conn = _Connection(accepted.family, accepted.type, accepted.proto, fileno=accepted.detach())
         if stopped():
             conn.close()
             return
-        with lock:
-            full = busy >= max_connections
-            if not full:
-                busy += 1
-        if full:
-            over_cap("%s: %d connections are being served, the most allowed; a new one was "
-                     "closed at once", name, max_connections)
-            _close(conn)
+        try:
+            who = peer(conn)
+        except Exception:
+            crashed("%s: cannot tell who a connection is from", name, exc_info=True)
+            who = "unknown"
+        with _lock:
+            admitted = slots.admit(conn, who)
+            if admitted.evicted is not None:
+                try:
+                    admitted.evicted.shutdown(socket.SHUT_RDWR)  # its reader wakes and gives up
+                except OSError:
+                    pass  # closed already
+        if admitted.evicted is not None:
+            evicted(admitted.evictee, "%s: %s", name,
+                        f"{who} holds {_count(share)}, the most one client may; its oldest "
+                        "unread one was closed for a new one" if admitted.capped else
+                        f"all {max_connections} connections are taken; the oldest unread one of "
+                        f"{admitted.evictee}, who has the most unread, was closed for one of {who}")
+        if not admitted.taken:
+            refused(who, "%s: %s", name,
+                        f"{who} holds {_count(share)}, the most one client may, all being "
+                        "served; a new one was closed at once" if admitted.capped else
+                        f"all {max_connections} connections are being served; a new one of "
+                        f"{who} was closed at once")
+            conn.close()
             continue
         read_by = time.monotonic() + deadline
         try:
@@ -139,12 +362,18 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
             threading.Thread(target=serve, args=(conn, read_by), name=f"{name}-conn",
                              daemon=True).start()
         except (RuntimeError, OSError) as e:  # no thread to be had (or the peer is gone)
-            with lock:
-                busy -= 1
-            _close(conn)
+            with _lock:
+                slot = _slots.pop(conn, None)
+                if slot is not None:
+                    slots.release(conn, slot)
+            conn.close()
             no_thread("%s: cannot serve a connection (%s); closed it", name, e)
             time.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
+
+
+def _count(n: int) -> str:
+    return f"{n} connection{'' if n == 1 else 's'}"
 
 
 def read_line(conn: socket.socket, max_bytes: int, deadline: float, *,
@@ -156,28 +385,78 @@ def read_line(conn: socket.socket, max_bytes: int, deadline: float, *,
     then, however the bytes trickle in (``TimeoutError`` if not). A line of more
     than ``max_bytes`` bytes is :class:`LineTooLong` (:func:`discard_rest` reads
     the rest, so that an error reply is not lost to a reset). What follows the
-    newline is dropped: one line per connection. The connection's timeout is
-    as it was afterwards (``serve_connections`` set it for sending the reply).
+    newline is dropped: one line per connection. A connection evicted by
+    :func:`serve_connections` before its line was whole raises
+    ``ConnectionAbortedError`` (never a partial line). The connection's timeout
+    is as it was afterwards (``serve_connections`` set it for sending the reply).
     """
+    def complete(data: bytearray) -> int | None:
+        end = data.find(b"\n")
+        if end > max_bytes or (end < 0 and len(data) > max_bytes):
+            raise LineTooLong(f"line longer than {max_bytes} bytes")
+        return end if end >= 0 else None
+
+    data = _read_until(conn, complete, max_bytes + 2, deadline, "line")
+    if data is None:
+        return None
+    end = data.find(b"\n")
+    if end < 0 and not partial:
+        return None
+    _claim(conn)
+    return bytes(data[:end] if end >= 0 else data)
+
+
+def read_head(conn: socket.socket, max_bytes: int, deadline: float) -> bytes | None:
+    """An HTTP request head from ``conn``: its request line and header lines through
+    the blank line that ends them (which it includes); ``None`` if the peer closes
+    first. Like :func:`read_line`: all of it by ``deadline`` (``TimeoutError``),
+    at most ``max_bytes`` (:class:`LineTooLong`), ``ConnectionAbortedError`` if
+    evicted; what follows the head (a body) is dropped."""
+    def complete(data: bytearray) -> int | None:
+        ends = [at + len(mark) for mark in (b"\r\n\r\n", b"\n\n") if (at := data.find(mark)) >= 0]
+        end = min(ends) if ends else None
+        if (end if end is not None else len(data)) > max_bytes:
+            raise LineTooLong(f"request head longer than {max_bytes} bytes")
+        return end
+
+    data = _read_until(conn, complete, max_bytes + 4, deadline, "request head")
+    if data is None or complete(data) is None:
+        return None
+    _claim(conn)
+    return bytes(data[:complete(data)])
+
+
+def _read_until(conn: socket.socket, complete: Callable[[bytearray], int | None], most: int,
+                deadline: float, what: str) -> bytearray | None:
+    """Bytes from ``conn`` until ``complete`` finds the end in them (or raises), the
+    peer closes (what came, or None if nothing), ``deadline`` passes (TimeoutError)
+    or the connection is evicted (ConnectionAbortedError); reading ``most`` bytes
+    at most. The connection's timeout is restored."""
     data = bytearray()
     previous = conn.gettimeout()
     try:
-        while True:
-            end = data.find(b"\n")
-            if end >= 0:
-                if end > max_bytes:
-                    raise LineTooLong(f"line longer than {max_bytes} bytes")
-                return bytes(data[:end])
-            if len(data) > max_bytes:
-                raise LineTooLong(f"line longer than {max_bytes} bytes")
+        while complete(data) is None:
             left = deadline - time.monotonic()
+            late = TimeoutError(f"no whole {what} within the deadline ({len(data)} bytes came)")
             if left <= 0:
-                raise TimeoutError(f"no whole line within the deadline ({len(data)} bytes came)")
+                raise late
             conn.settimeout(left)
-            chunk = conn.recv(min(65536, max_bytes + 2 - len(data)))
+            try:
+                chunk = conn.recv(min(65536, most - len(data)))
+            except TimeoutError:
+                raise late from None
             if not chunk:
-                return bytes(data) if partial and data else None
+                if _evicted(conn):
+                    raise ConnectionAbortedError("evicted: the server needed the slot for "
+                                                 "another client")
+                return data or None
             data += chunk
+        return data
+    except OSError as e:
+        if _evicted(conn) and not isinstance(e, ConnectionAbortedError):
+            raise ConnectionAbortedError(f"evicted: the server needed the slot for another "
+                                         f"client ({e})") from e
+        raise
     finally:
         try:
             conn.settimeout(previous)
@@ -201,10 +480,3 @@ def discard_rest(conn: socket.socket, deadline: float, limit: int = 1 << 20) -> 
             seen += len(chunk)
     except OSError:
         return
-
-
-def _close(conn: socket.socket) -> None:
-    try:
-        conn.close()
-    except OSError:
-        pass

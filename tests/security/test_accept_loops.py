@@ -1,6 +1,7 @@
 """The accept loop every line server shares (``apgas.lowlevel.serve_connections``)
 never stops serving: not after every descriptor was taken (EMFILE), not for
-slow clients (a total deadline per connection), not for too many idle ones (a cap)."""
+slow clients (a total deadline per connection), not for too many idle ones (a cap,
+shared fairly per peer: the flooder's waiting connections are the ones evicted)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import time
 
 import pytest
 
-from apgas.lowlevel import LineTooLong, discard_rest, read_line, serve_connections
+from apgas.lowlevel import (LineTooLong, PeerLog, connection_peer, discard_rest, loggable,
+                            read_head, read_line, serve_connections)
 
+pytestmark = pytest.mark.timeout(60)
 MAX_LINE = 4096
 
 
@@ -109,11 +112,22 @@ def test_slow_clients_are_cut_at_the_total_deadline():
     assert all(1.5 <= t <= 3.5 for t in cut_after), cut_after
 
 
-def test_connections_over_the_cap_are_closed_at_once_and_the_server_goes_on():
-    with serving(max_connections=3, deadline=30.0) as (address, _):
-        idle = [socket.create_connection(address, timeout=5) for _ in range(3)]
+def test_connections_over_the_cap_are_closed_at_once_when_all_are_being_served():
+    """Three slots, all taken by requests being handled (none waits to be read): a
+    fourth connection is closed at once; once one is done, the next is served."""
+    release = threading.Event()
+
+    def handle(conn, read_by):
+        line = read_line(conn, MAX_LINE, read_by)
+        if line == b"hold":
+            release.wait(10)
+        conn.sendall(b"pong " + (line or b"") + b"\n")
+
+    with serving(handle, max_connections=3, per_peer=3, deadline=30.0) as (address, _):
+        held = [socket.create_connection(address, timeout=5) for _ in range(3)]
         try:
-            time.sleep(0.3)  # all three accepted and held
+            for conn in held:
+                conn.sendall(b"hold\n")
             with socket.create_connection(address, timeout=5) as extra:
                 start = time.monotonic()
                 extra.sendall(b"ping\n")
@@ -122,20 +136,252 @@ def test_connections_over_the_cap_are_closed_at_once_and_the_server_goes_on():
                 except ConnectionResetError:
                     pass
                 assert time.monotonic() - start < 2
-            idle.pop().close()
-            deadline = time.monotonic() + 5
-            while True:  # the freed slot comes back once its handler has seen the close
-                try:
-                    reply = ask(address)
-                except ConnectionResetError:  # still over the cap: closed with our line unread
-                    reply = b""
-                if reply or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-            assert reply == b"pong ping\n"
+            release.set()
+            assert all(conn.recv(100) == b"pong hold\n" for conn in held)
+            assert ask(address) == b"pong ping\n"
         finally:
-            for conn in idle:
+            release.set()
+            for conn in held:
                 conn.close()
+
+
+class Peers:
+    """Clients under made-up peer names (the server names each by its source port),
+    and what their handlers saw: each handler counts its entry (so that the test
+    knows the order of the accepts) and says how its read ended; a line "hold"
+    is held (being handled) until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self.seen: dict[int, str | None] = {}  # connection_peer, as the handler saw it
+        self.entered = threading.Semaphore(0)
+        self.ended: dict[int, str] = {}
+        self.changed = threading.Condition()
+        self.release = threading.Event()
+
+    def peer(self, conn: socket.socket) -> str:
+        return self.names[conn.getpeername()[1]]
+
+    def handle(self, conn: socket.socket, read_by: float) -> None:
+        port = conn.getpeername()[1]
+        self.seen[port] = connection_peer(conn)
+        self.entered.release()
+        try:
+            line = read_line(conn, MAX_LINE, read_by)
+        except ConnectionAbortedError:
+            line = None
+        with self.changed:
+            self.ended[port] = "read" if line is not None else "evicted"
+            self.changed.notify_all()
+        if line == b"hold":
+            self.release.wait(10)
+        if line is not None:
+            conn.sendall(b"pong " + line + b"\n")
+
+    def connect(self, address, name: str, served: bool = True) -> socket.socket:
+        """A connection from ``name``; if ``served``, once its handler has begun."""
+        conn = socket.socket()
+        conn.settimeout(5)
+        conn.bind(("127.0.0.1", 0))
+        self.names[conn.getsockname()[1]] = name
+        conn.connect(address)
+        if served:
+            assert self.entered.acquire(timeout=5), "the server never served the connection"
+        return conn
+
+    def ending(self, conn: socket.socket) -> str:
+        """How the read of ``conn``'s handler ended, waiting for it up to 5 s."""
+        port = conn.getsockname()[1]
+        with self.changed:
+            assert self.changed.wait_for(lambda: port in self.ended, timeout=5)
+            return self.ended[port]
+
+
+def cut(conn: socket.socket) -> bool:
+    """Whether the server closed ``conn`` (without an answer), waiting up to 5 s."""
+    try:
+        return conn.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_the_peer_with_the_most_pending_connections_loses_its_oldest():
+    """Four slots: a holds three idle connections, b one. A newcomer of c evicts a's
+    oldest (a has the most waiting); one of b, a tie at two with a, evicts a's
+    oldest again (the oldest of those tied); b's and c's are never evicted,
+    having fewer, and are answered."""
+    peers = Peers()
+    with serving(peers.handle, peer=peers.peer, max_connections=4, per_peer=4,
+                 deadline=30.0) as (address, _):
+        a1, a2, a3 = (peers.connect(address, "a") for _ in range(3))
+        b1 = peers.connect(address, "b")
+        with a1, a2, a3, b1:
+            c1 = peers.connect(address, "c")
+            assert cut(a1) and peers.ending(a1) == "evicted"
+            b2 = peers.connect(address, "b")
+            assert cut(a2) and peers.ending(a2) == "evicted"
+            with c1, b2:
+                for conn in (c1, b1, b2, a3):
+                    conn.sendall(b"ping\n")
+                    assert conn.recv(100) == b"pong ping\n"
+                    assert peers.ending(conn) == "read"
+    assert sorted(peers.seen.values()) == ["a", "a", "a", "b", "b", "c"]
+
+
+def test_a_peer_over_its_share_makes_room_from_its_own_connections(caplog):
+    """A share of two of eight slots: a's third connection evicts a's oldest idle
+    one though slots are free; with both of a's being handled, a's next one is
+    closed at once. b is served throughout; each case is logged."""
+    peers = Peers()
+    with caplog.at_level("WARNING", logger="apgas.serving"), \
+            serving(peers.handle, peer=peers.peer, max_connections=8, per_peer=2,
+                    deadline=30.0) as (address, _):
+        a1, a2 = peers.connect(address, "a"), peers.connect(address, "a")
+        a3 = peers.connect(address, "a")
+        b1 = peers.connect(address, "b")
+        with a1, a2, a3, b1:
+            assert cut(a1) and peers.ending(a1) == "evicted"
+            for conn in (a2, a3, b1):
+                conn.sendall(b"hold\n")
+                assert peers.ending(conn) == "read"
+            with peers.connect(address, "a", served=False) as a4:
+                assert cut(a4)
+            peers.release.set()
+            assert [c.recv(100) for c in (a2, a3, b1)] == [b"pong hold\n"] * 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("a holds 2 connections, the most one client may; its oldest unread one was "
+               "closed" in m for m in messages), messages
+    assert any("a holds 2 connections, the most one client may, all being served; a new one "
+               "was closed at once" in m for m in messages), messages
+
+
+def test_a_read_and_an_eviction_racing_are_decided_once():
+    """A line arriving as an eviction comes: either the reader gets the whole line
+    and the connection is not evicted, or it is evicted and the reader gets
+    ConnectionAbortedError, never both, never a partial line; 300 times."""
+    from apgas import _serving
+
+    for _ in range(300):
+        loop = _serving._Loop(max_connections=4, per_peer=1)
+        a, b = socket.socketpair()
+        newcomer, other = socket.socketpair()
+        with a, b, newcomer, other:
+            with _serving._lock:
+                assert loop.admit(a, "p").taken
+            go = threading.Barrier(2)
+            outcome: dict[str, object] = {}
+
+            def read():
+                go.wait()
+                try:
+                    outcome["line"] = read_line(a, MAX_LINE, time.monotonic() + 5, partial=True)
+                except ConnectionAbortedError:
+                    outcome["line"] = "aborted"
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            b.sendall(b"whole line\n")
+            go.wait()
+            with _serving._lock:
+                admitted = loop.admit(newcomer, "p")
+                if admitted.evicted is not None:
+                    admitted.evicted.shutdown(socket.SHUT_RDWR)
+            reader.join(5)
+            if admitted.evicted is a:
+                assert outcome["line"] == "aborted" and admitted.taken
+            else:
+                assert outcome["line"] == b"whole line" and not admitted.taken
+            with _serving._lock:
+                for conn in (a, newcomer):
+                    slot = _serving._slots.pop(conn, None)
+                    if slot is not None:
+                        loop.release(conn, slot)
+            assert loop.in_flight == 0 and not loop.held and not loop.pending
+
+
+def test_read_head_reads_through_the_blank_line_within_bounds():
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\nbody")
+        assert read_head(a, 100, time.monotonic() + 1) == b"GET / HTTP/1.0\r\nHost: x\r\n\r\n"
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(b"GET / HTTP/1.0\nHost: x\n\n")
+        assert read_head(a, 100, time.monotonic() + 1) == b"GET / HTTP/1.0\nHost: x\n\n"
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(b"GET / HTTP/1.0\r\nX: " + b"y" * 200)
+        with pytest.raises(LineTooLong, match="request head longer than 100 bytes"):
+            read_head(a, 100, time.monotonic() + 1)
+    a, b = socket.socketpair()
+    with a:
+        b.sendall(b"GET / HTTP/1.0\r\n")
+        b.close()
+        assert read_head(a, 100, time.monotonic() + 1) is None
+
+
+def test_read_head_cuts_a_trickle_at_the_whole_deadline():
+    """A header byte every 0.2 s: each read comes well within any per-read timeout,
+    yet the head is cut at its deadline, 1 s after it began."""
+    a, b = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle():
+        for byte in b"GET / HTTP/1.0\r\nX-Slow: " + b"z" * 100:
+            if stop.wait(0.2):
+                return
+            with contextlib.suppress(OSError):
+                b.sendall(bytes([byte]))
+
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    with a, b:
+        a.settimeout(0.5)  # per read, never reached
+        start = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError, match="no whole request head"):
+                read_head(a, 8192, start + 1.0)
+            assert 0.9 <= time.monotonic() - start < 1.5
+        finally:
+            stop.set()
+            writer.join(5)
+
+
+def test_peer_log_says_a_peer_at_once_then_once_per_interval_with_a_count():
+    import logging
+
+    now = [100.0]
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("test.peerlog")
+    logger.propagate = False
+    logger.addHandler(Keep())
+    said = PeerLog(logger, interval=10.0, max_peers=3, max_lines=4, clock=lambda: now[0])
+    assert said("uid 1", "refused %s", "x")
+    assert not said("uid 1", "refused %s", "y") and not said("uid 1", "refused %s", "z")
+    assert said("uid 2", "refused %s", "w")                  # another peer: at once
+    now[0] += 10.0
+    assert said("uid 1", "refused %s", "v")
+    assert records == ["refused x", "refused w",
+                       "refused v (2 more from uid 1 in the last 10 s not logged)"]
+    for i in range(3, 10):  # many peers: at most max_lines (4) lines per interval in all
+        said(f"ip 10.0.0.{i}", "refused")
+    assert len(records) == 3 + 3  # "refused v" opened this interval
+    now[0] += 10.0
+    assert said("uid 9", "refused")
+    assert records[-1].startswith("refused (") and "from other peers not logged" in records[-1]
+    assert len(said._peers) <= 3
+
+
+def test_loggable_cuts_and_escapes_a_clients_text():
+    assert loggable("short") == "short"
+    assert loggable("x" * 1000) == "x" * 200 + "... (800 more characters)"
+    assert loggable(b"y" * 300, 10) == "y" * 10 + "... (290 more bytes)"
+    assert "\n" not in loggable("line\nforged log line")
 
 
 _SERVER = textwrap.dedent("""
