@@ -9,10 +9,17 @@ signed with the operator's key and a job's message with that job's own key
 (so a job speaks only for itself); over the Unix socket the kernel names the
 client. Anything else is refused, logged, and changes nothing; only a job
 submitted as ``protocol = "plain"`` to a scheduler serving with
-``--allow-plain-jobs`` may send plain lines."""
+``--allow-plain-jobs`` may send plain lines.
+
+No client can deny the others: the slots are shared per user (or remote
+address) by ``serve_connections``, each line must be whole within
+:data:`READ_DEADLINE`, and a refusal is logged at most once per
+:data:`apgas.lowlevel.PeerLog` interval per peer, with a client's text cut
+short (:func:`apgas.lowlevel.loggable`), so that a flood fills no disk."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -21,7 +28,8 @@ from typing import Any
 
 from apgas import auth, protocol
 
-from apgas.lowlevel import LineTooLong, discard_rest, read_line, serve_connections
+from apgas.lowlevel import (LineTooLong, PeerLog, connection_peer, discard_rest, loggable, read_line,
+                            serve_connections)
 
 from . import access
 from .requests import MAX_REQUEST, parse_request
@@ -32,7 +40,7 @@ from .records import Job
 __all__ = ["ServerMixin", "MAX_LINE"]
 
 MAX_LINE = MAX_REQUEST
-READ_DEADLINE = 10.0  # s from connecting to the end of its line
+READ_DEADLINE = 5.0  # s from connecting to the end of its line
 
 
 class ServerMixin(SchedulerCore):
@@ -68,7 +76,13 @@ class ServerMixin(SchedulerCore):
                           name="scheduler-unix" if unix else "scheduler", max_connections=256,
                           deadline=READ_DEADLINE, stopped=self._stopped.is_set)
 
+    @functools.cached_property
+    def _refused(self) -> PeerLog:
+        """Refusals, logged at most once per interval per peer (a flood fills no disk)."""
+        return PeerLog(log)
+
     def _serve(self, conn: socket.socket, read_by: float, unix: bool = False) -> None:
+        peer = connection_peer(conn) or "?"
         with conn:
             try:
                 raw = read_line(conn, MAX_LINE, read_by, partial=True)  # EOF ends a line too
@@ -81,12 +95,13 @@ class ServerMixin(SchedulerCore):
             if raw is None:
                 return
             line = raw.decode(errors="replace").strip()
+            reply: dict[str, Any] | str | None
             if unix:
-                reply = self._unix_request(conn, line)
+                reply = self._unix_request(conn, line, peer)
             elif auth.is_signed(line) or line.startswith("{"):
-                reply = self._tcp_line(line)
+                reply = self._tcp_line(line, peer)
             else:
-                reply = self._message(line, None) if line else None
+                reply = self._message(line, None, peer) if line else None
             if reply is not None:
                 self._reply(conn, reply)
 
@@ -98,19 +113,19 @@ class ServerMixin(SchedulerCore):
         except OSError:
             pass  # Java's jobs close without reading the answer
 
-    def _unix_request(self, conn: socket.socket, line: str) -> dict[str, Any]:
+    def _unix_request(self, conn: socket.socket, line: str, peer: str = "?") -> dict[str, Any]:
         try:
             client = access.unix_client(conn)
         except OSError as e:
             return {"ok": False, "error": f"cannot tell who is asking: {e}"}
         if not line.startswith("{"):
             return {"ok": False, "error": "the Unix socket takes JSON requests only"}
-        return self._request(line, client)
+        return self._request(line, client, peer)
 
-    def _tcp_line(self, line: str) -> dict[str, Any] | str | None:
+    def _tcp_line(self, line: str, peer: str = "?") -> dict[str, Any] | str | None:
         """A signed request or job message; an unsigned request is refused."""
         if line.startswith("{"):
-            log.warning("unsigned request over TCP refused")
+            self._refused(peer, "unsigned request over TCP from %s refused", peer)
             return {"ok": False, "error": "unsigned request refused: over TCP, requests must be "
                     "signed with the operator's key (python -m apgas_scheduler does that with "
                     f"{access.default_key_file()}); on this machine, use the Unix socket "
@@ -118,18 +133,18 @@ class ServerMixin(SchedulerCore):
         try:
             signed = auth.parse_signed(line)
         except auth.AuthError as e:
-            log.warning("line refused: %s", e)
+            self._refused(peer, "line from %s refused: %s", peer, loggable(str(e)))
             return {"ok": False, "error": str(e)}
         if not signed.line.startswith("{"):
-            return self._message(signed.line, signed)
+            return self._message(signed.line, signed, peer)
         try:
             self._guard.check(self._key, signed)
         except auth.AuthError as e:
-            log.warning("request refused: %s", e)
+            self._refused(peer, "request from %s refused: %s", peer, loggable(str(e)))
             return {"ok": False, "error": f"request refused: {e}"}
-        return self._request(signed.line, access.operator())
+        return self._request(signed.line, access.operator(), peer)
 
-    def _request(self, line: str, client: access.Client) -> dict[str, Any]:
+    def _request(self, line: str, client: access.Client, peer: str = "?") -> dict[str, Any]:
         try:
             request = parse_request(line)
             op = request.get("op")
@@ -153,12 +168,12 @@ class ServerMixin(SchedulerCore):
             raise ValueError(f"unknown request {op!r}; expected submit, status, cancel, "
                              "add-nodes or shutdown")
         except PermissionError as e:
-            log.warning("request refused: %s", e)
+            self._refused(peer, "request from %s refused: %s", peer, loggable(str(e)))
             return {"ok": False, "error": f"not allowed: {e}"}
         except (ValueError, JobFileError) as e:
             return {"ok": False, "error": str(e)}
 
-    def _message(self, line: str, signed: auth.Signed | None) -> str | None:
+    def _message(self, line: str, signed: auth.Signed | None, peer: str = "?") -> str | None:
         """``<message>:<ip>[:<job id>]`` from a job (see docs/protocol.md), signed
         with that job's key (or plain, from a plain job); the answer to an
         evolving job's request or check, None for the others."""
@@ -166,7 +181,7 @@ class ServerMixin(SchedulerCore):
         message, rest = parsed.text, parsed.sender
         job = self._find_job(rest)
         if job is None:
-            log.warning("message %r from no job of ours ignored", line)
+            self._refused(peer, "message %s from %s, no job of ours, ignored", loggable(line), peer)
             return f"error no job of ours matches {rest}" if parsed.is_ask else None
         try:
             if signed is not None:
@@ -175,7 +190,8 @@ class ServerMixin(SchedulerCore):
                 raise auth.AuthError(f"unsigned message {line[:60]!r}: job {job.id} must sign "
                                      "its messages (APGAS_JOB_SECRET)")
         except auth.AuthError as e:
-            log.warning("message for job %d refused: %s", job.id, e)
+            self._refused(peer, "message for job %d from %s refused: %s", job.id, peer,
+                          loggable(str(e)))
             return f"error {e}" if parsed.is_ask else None
         if parsed.is_ask:
             return self._evolving_ask(job, parsed)
@@ -195,7 +211,7 @@ class ServerMixin(SchedulerCore):
                 name, n, ns = timing
                 self._event("timing", job=job.id, name=name[:40], n=n, seconds=ns / 1e9)
             else:
-                log.debug("job %d: %s", job.id, message)
+                log.debug("job %d: %s", job.id, loggable(message))
         self._wake.set()
         return None
 
