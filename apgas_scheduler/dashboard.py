@@ -15,6 +15,13 @@ gaps stretch to :data:`COST_FACTOR` times what the last model took to make,
 so that a long log never takes more than a fifth of a core. At most
 :data:`MAX_STREAMS` pages are served at once; the events kept for the page
 are bounded by :data:`MAX_EVENTS` (the oldest go first, and the page says so).
+
+What a client without the token costs it: a request head must come whole
+within :data:`HEAD_DEADLINE` seconds and :data:`MAX_HEAD` bytes, however its
+bytes trickle (the standard handler's timeout is per read, so a byte every few
+seconds would hold a connection forever); and the connections are shared per
+user (``serve_connections``), so a flood of slow ones evicts only its own while
+the operator's browser is served.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import collections
 import hmac
 import http.server
+import io
 import json
 import socket
 import threading
@@ -29,7 +37,8 @@ import time
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from apgas.lowlevel import CONTENT_SECURITY_POLICY, render_page, serve_connections
+from apgas.lowlevel import (CONTENT_SECURITY_POLICY, LineTooLong, PeerLog, connection_peer, loggable,
+                            read_head, render_page, serve_connections)
 
 from .core import log
 from .views import dashboard_model
@@ -38,6 +47,10 @@ __all__ = ["Dashboard", "dashboard_url", "MAX_STREAMS", "MAX_EVENTS", "TICK", "M
 
 MAX_STREAMS = 8
 MAX_CONNECTIONS = 32
+PER_CLIENT = 16  # connections of one user (or address): the operator's streams and page loads
+MAX_HEAD = 8192  # bytes of a request's line and headers
+HEAD_DEADLINE = 5.0  # s from connecting to the end of the request's head
+SEND_TIMEOUT = 10.0  # s a send to a page may block (a stalled browser)
 MAX_EVENTS = 50_000  # about 25 MB; a model of that many takes a few seconds
 TICK = 2.0  # s between models while something runs (bars grow with the clock)
 MIN_GAP = 0.25  # s: events closer than this come in one model
@@ -72,6 +85,7 @@ class Dashboard:
         self._making = threading.Lock()
         self._streams = threading.BoundedSemaphore(MAX_STREAMS)
         self._stopped = threading.Event()
+        self.refused = PeerLog(log)  # per client: a flood of wrong tokens fills no disk
         self._server = socket.create_server(address)
         self.address: tuple[str, int] = (address[0], self._server.getsockname()[1])
         if address[0] not in ("127.0.0.1", "::1", "localhost"):
@@ -137,8 +151,8 @@ class Dashboard:
         log.info("dashboard on http://%s:%d/ (open it with: python -m apgas_scheduler "
                  "dashboard-url)", *self.address)
         serve_connections(self._server, self._serve, name="dashboard",
-                          max_connections=MAX_CONNECTIONS, deadline=10.0,
-                          stopped=self._stopped.is_set)
+                          max_connections=MAX_CONNECTIONS, per_peer=PER_CLIENT,
+                          deadline=HEAD_DEADLINE, stopped=self._stopped.is_set)
 
     def close(self) -> None:
         self._stopped.set()
@@ -151,7 +165,21 @@ class Dashboard:
         self._server.close()
 
     def _serve(self, conn: socket.socket, read_by: float) -> None:
-        _Handler(conn, conn.getpeername() if conn.family != socket.AF_UNIX else ("", 0), self)
+        """Read the request's head whole (within the deadline and the bound), then let
+        the standard handler answer it from memory."""
+        try:
+            head = read_head(conn, MAX_HEAD, read_by)
+        except LineTooLong:
+            conn.sendall(b"HTTP/1.0 431 Request Header Fields Too Large\r\n"
+                         b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            return
+        except OSError:  # too slow (TimeoutError), evicted for another client, gone
+            return
+        if head is None:
+            return
+        conn.settimeout(SEND_TIMEOUT)
+        address = conn.getpeername() if conn.family != socket.AF_UNIX else ("", 0)
+        _Handler(head, conn, address, self)
 
     def authorized(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token.encode(), self._token.encode())
@@ -187,15 +215,43 @@ class Dashboard:
             self._streams.release()
 
 
+class _SocketWriter(io.BufferedIOBase):
+    """The handler's ``wfile``: each write sent at once, whole."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._conn.sendall(data)
+        return len(data)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
-    """GET /, /stream and /model.json, with the token (cookie or ?token=)."""
+    """GET /, /stream and /model.json, with the token (cookie or ?token=); the
+    request's head is read already (``head``), and there is no body."""
 
     server: Any  # the Dashboard
     protocol_version = "HTTP/1.0"
     server_version = "apgas-scheduler-dashboard"
 
+    def __init__(self, head: bytes, conn: socket.socket, address: Any, dashboard: Dashboard) -> None:
+        self._head = head
+        super().__init__(conn, address, dashboard)  # type: ignore[arg-type]  # any server will do
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.rfile = io.BytesIO(self._head)
+        self.wfile = _SocketWriter(self.request)
+
+    @property
+    def _peer(self) -> str:
+        return connection_peer(self.request) or str(self.client_address[0])
+
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("dashboard %s: %s", self.client_address[0], format % args)
+        log.debug("dashboard %s: %s", self._peer, loggable(format % args))
 
     def _send(self, status: int, body: bytes, kind: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -224,7 +280,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         given = parse_qs(url.query).get("token", [None])[0]
         if given is not None:
             if not dashboard.authorized(given):
-                log.warning("dashboard: a wrong token from %s", self.client_address[0])
+                dashboard.refused(self._peer, "dashboard: a wrong token from %s", self._peer)
                 self._text(403, "403: this token is not the dashboard's; get the URL again "
                            "with: python -m apgas_scheduler dashboard-url")
                 return
