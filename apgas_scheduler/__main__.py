@@ -47,6 +47,16 @@ def _dashboard_address(value: str) -> tuple[str, int]:
     return _address(f"127.0.0.1:{value}" if value.isdigit() else value)
 
 
+def _user(value: str) -> int:
+    """A user name or uid, as a uid."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(value).pw_uid if not value.isdigit() else int(value)
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no user {value!r} on this machine") from None
+
+
 def _nodes(value: str) -> list[str]:
     try:
         return launchers.expand_hostlist(value)
@@ -83,7 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"seconds a malleable job has to send {protocol.READY}")
     serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
                        help="how job commands start on their first node (default: detected)")
-    serve.add_argument("--output-dir", default="scheduler-jobs", help="where job-N.out/.err go")
+    serve.add_argument("--output-dir", default=None,
+                       help="where job-N.out/.err go (default: /var/lib/apgas-scheduler/jobs for "
+                            "root, else $XDG_STATE_HOME/apgas-scheduler/jobs); made 0711, and "
+                            "refused if another user owns it or may write it")
     serve.add_argument("--state-dir", default=None, metavar="DIR",
                        help="the durable state (SQLite): jobs, pool, events; a scheduler started "
                             "on an earlier one's state resumes it (default: OUTPUT_DIR.state, "
@@ -101,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(mode 0600) if missing (default: ~/.apgas/scheduler.key)")
     serve.add_argument("--socket", default=None, metavar="PATH",
                        help="the Unix socket for clients on this machine (default: "
-                            "/tmp/apgas-scheduler-PORT.sock)")
+                            "/run/apgas-scheduler/PORT.sock for root, else "
+                            "$XDG_RUNTIME_DIR/apgas-scheduler/PORT.sock)")
     serve.add_argument("--socket-mode", type=lambda v: int(v, 8), default=0o600, metavar="MODE",
                        help="its file mode: 600 (default) lets only the operator in, 666 every "
                             "user of the machine (each submits jobs that run as themselves)")
@@ -119,8 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--key-file", default=None, metavar="PATH",
                        help="sign with this key (default: ~/.apgas/scheduler.key if readable)")
         p.add_argument("--socket", default=None, metavar="PATH",
-                       help="use this Unix socket (default, without a readable key: "
-                            "/tmp/apgas-scheduler-PORT.sock)")
+                       help="use this Unix socket (default, without a readable key: PORT.sock "
+                            "in your own socket directory, else in /run/apgas-scheduler)")
+        p.add_argument("--scheduler-user", type=_user, default=None, metavar="USER",
+                       help="the user the scheduler runs as, when neither root nor you: a "
+                            "socket or local port held by anyone else is refused")
         if name == "submit":
             p.add_argument("files", nargs="+", metavar="JOB.toml")
         elif name == "status":
@@ -249,7 +266,7 @@ def _dashboard_url(ns: argparse.Namespace) -> int:
 def _client(ns: argparse.Namespace) -> int:
     try:
         door = {"key": auth.read_secret(ns.key_file) if ns.key_file else None,
-                "socket_path": ns.socket}
+                "socket_path": ns.socket, "scheduler_uid": ns.scheduler_user}
     except (OSError, auth.AuthError) as e:
         print(f"error: cannot read the key file {ns.key_file}: {e}", file=sys.stderr)
         return 2

@@ -3,17 +3,26 @@
 The request goes signed with the operator's key over TCP, or plain over the
 scheduler's Unix socket, where the kernel tells the scheduler who is asking
 (see :mod:`.access`). Without either given, the operator's default key file
-is used if this user can read it, else the default Unix socket of that port.
+is used if this user can read it, else the Unix socket of that port in this
+user's socket directory or root's (:func:`.access.socket_candidates`).
+
+The client knows whom it talks to, too: before anything is sent, the socket
+file and the process listening on it (or on a port of this machine) must be
+root's, this user's or the user named as the scheduler's; a socket or a port
+that another user took while no scheduler ran is refused, saying whose it is.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
 from apgas import auth
+from apgas.lowlevel import owner_name, peer_uid
 
 from . import access
 
@@ -37,27 +46,82 @@ def _door(address: tuple[str, int], key: str | None, socket_path: str | Path | N
     try:
         return auth.read_secret(key_file), None
     except (OSError, auth.AuthError) as e:
-        unix = access.default_socket_path(address[1])
-        if unix.is_socket():
-            return None, unix
+        for unix in access.socket_candidates(address[1]):
+            if os.path.lexists(unix):
+                return None, unix
         raise SchedulerError(f"no way in to the scheduler at {address[0]}:{address[1]}: cannot read "
                              f"the operator's key {key_file} ({e}) and there is no Unix socket "
-                             f"{unix}; give --key-file or --socket") from None
+                             f"{' or '.join(map(str, access.socket_candidates(address[1])))}; "
+                             "give --key-file or --socket") from None
+
+
+def _trusted_uids(scheduler_uid: int | None) -> set[int]:
+    """Whom a client talks to: root, itself, and the scheduler's user if named."""
+    return {0, os.geteuid()} | ({scheduler_uid} if scheduler_uid is not None else set())
+
+
+def _refuse(where: str, what: str, uid: int, trusted: set[int]) -> SchedulerError:
+    others = sorted(trusted - {0, os.geteuid()})
+    named = ", ".join(owner_name(u) for u in others)
+    return SchedulerError(
+        f"refusing to talk to {where}: {what} {owner_name(uid)}, not root, you"
+        + (f" or {named}" if named else "") + "; another user may be posing as the scheduler. "
+        "If the scheduler really runs as that user, say so with --scheduler-user")
+
+
+def _connect_unix(path: Path, trusted: set[int], timeout: float) -> socket.socket:
+    """A connection to the scheduler's socket at ``path``, once the socket file and
+    the process listening on it (``SO_PEERCRED``) are shown to be a trusted user's:
+    nothing of the request, its job's environment included, goes to anyone else."""
+    st = os.lstat(path)
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SchedulerError(f"refusing to talk to {path}: it is not a socket")
+    if st.st_uid not in trusted:
+        raise _refuse(str(path), "the socket belongs to", st.st_uid, trusted)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(timeout)
+        conn.connect(str(path))
+        uid = access.peer_uid(conn)
+        if uid not in trusted:
+            raise _refuse(str(path), "the process listening there runs as", uid, trusted)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_tcp(address: tuple[str, int], trusted: set[int], timeout: float) -> socket.socket:
+    """A connection to the scheduler's port; when it is on this machine, only once
+    the process listening there is shown to be a trusted user's (a port nobody
+    listened on can be taken by anyone)."""
+    conn = socket.create_connection(address, timeout=timeout)
+    try:
+        uid = peer_uid(conn)  # None: another machine
+        if uid is not None and uid not in trusted:
+            raise _refuse(f"{address[0]}:{address[1]}", "the process listening there runs as",
+                          uid, trusted)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def request(address: tuple[str, int], op: str, timeout: float = 30.0, *, key: str | None = None,
-            socket_path: str | Path | None = None, **fields: Any) -> dict[str, Any]:
-    """Send one request; return the reply, or raise ``SchedulerError`` with its reason."""
+            socket_path: str | Path | None = None, scheduler_uid: int | None = None,
+            **fields: Any) -> dict[str, Any]:
+    """Send one request; return the reply, or raise ``SchedulerError`` with its reason.
+    ``scheduler_uid``: the user the scheduler runs as, when that is neither root
+    nor us (else a socket or a local port of another user is refused)."""
     key, unix = _door(address, key, socket_path)
+    trusted = _trusted_uids(scheduler_uid)
     line = json.dumps({"op": op, **fields})
     where = str(unix) if unix else f"{address[0]}:{address[1]}"
     try:
         if unix is not None:
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            conn.settimeout(timeout)
-            conn.connect(str(unix))
+            conn = _connect_unix(unix, trusted, timeout)
         else:
-            conn = socket.create_connection(address, timeout=timeout)
+            conn = _connect_tcp(address, trusted, timeout)
             line = auth.sign(key or "", line)
         with conn:
             conn.sendall(line.encode() + b"\n")
