@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import socket
-from pathlib import Path
 from typing import Any
 
 from apgas import auth, protocol
@@ -51,24 +49,6 @@ class ServerMixin(SchedulerCore):
     _key: str
     _guard: auth.ReplayGuard
     allow_plain_jobs: bool
-
-    @staticmethod
-    def _listen_unix(path: Path, mode: int) -> socket.socket:
-        """The Unix socket at ``path`` with file mode ``mode`` (replacing a stale
-        socket file, refusing to replace anything else)."""
-        if path.is_socket() or path.is_symlink():
-            path.unlink()
-        elif path.exists():
-            raise OSError(f"{path} exists and is not a socket; refusing to replace it")
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o777)  # no moment in which others could connect
-        try:
-            server.bind(str(path))
-        finally:
-            os.umask(old)
-        os.chmod(path, mode)
-        server.listen(128)
-        return server
 
     def _accept(self, server: socket.socket) -> None:
         unix = server.family == socket.AF_UNIX

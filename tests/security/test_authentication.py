@@ -38,9 +38,10 @@ def sched(make_scheduler):
 
 @pytest.fixture
 def shared_dir():
-    """A directory every user may write (jobs of other users leave their marks there)."""
+    """A directory every user may write, sticky as /tmp is (jobs of other users leave
+    their marks there, attackers plant things)."""
     path = Path(tempfile.mkdtemp(prefix="apgas-sec-"))
-    path.chmod(0o777)
+    path.chmod(0o1777)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

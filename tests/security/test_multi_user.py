@@ -13,16 +13,12 @@ attack as the user ``nobody`` and shows it fail, with what the scheduler says:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -36,22 +32,13 @@ from apgas_scheduler.records import Job
 from apgas_scheduler.state import StateStore
 from conftest import eventually
 from orders import free_address
-from test_authentication import SYSTEM_PY, as_nobody
+from test_authentication import SYSTEM_PY, as_nobody, shared_dir  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks come from "
                                                            "the user nobody against a root scheduler")]
 NOBODY = 65534
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def shared():
-    """A directory every user may write, as /tmp is."""
-    path = Path(tempfile.mkdtemp(prefix="apgas-mu-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -108,15 +95,15 @@ def marker_lib():
 
 @pytest.mark.parametrize("variable", ["LD_PRELOAD", "LD_AUDIT"])
 @pytest.mark.parametrize("cgroups", ["1", "0"], ids=["cgroup", "no-cgroup"])
-def test_a_jobs_loader_variables_act_only_as_its_user(shared_sched, shared, marker_lib, variable,
+def test_a_jobs_loader_variables_act_only_as_its_user(shared_sched, shared_dir, marker_lib, variable,
                                                        cgroups, monkeypatch):
     monkeypatch.setenv("APGAS_SCHEDULER_CGROUPS", cgroups)
     s = shared_sched()
     job_id = submit_as_nobody(s, {"name": "innocent", "command": ["/bin/true"], "class": "rigid",
-                                  "nodes": 1, "walltime": 30, "cwd": str(shared),
-                                  "env": {variable: str(marker_lib), "MARK_DIR": str(shared)}})
+                                  "nodes": 1, "walltime": 30, "cwd": str(shared_dir),
+                                  "env": {variable: str(marker_lib), "MARK_DIR": str(shared_dir)}})
     assert ended(s, job_id)["state"] == "done"
-    marks = sorted(p.name for p in shared.glob("euid-*"))
+    marks = sorted(p.name for p in shared_dir.glob("euid-*"))
     assert marks, f"{variable} never loaded: the attack was not tried"  # the user's /bin/true did
     assert all(m.startswith(f"euid-{NOBODY}-") for m in marks), \
         f"the job's {variable} ran with another euid: {marks}"
@@ -152,8 +139,8 @@ def plant_state(directory: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["owned by nobody", "writable by all", "under a writable directory"])
-def test_a_planted_state_directory_is_refused(shared, make_scheduler, how):
-    state = shared / ("parent" if how == "under a writable directory" else "") / "scheduler-jobs.state"
+def test_a_planted_state_directory_is_refused(shared_dir, make_scheduler, how):
+    state = shared_dir / ("parent" if how == "under a writable directory" else "") / "scheduler-jobs.state"
     state.parent.mkdir(exist_ok=True)
     plant_state(state)
     if how == "owned by nobody":
@@ -165,7 +152,7 @@ def test_a_planted_state_directory_is_refused(shared, make_scheduler, how):
         state.chmod(0o777)
         said = [str(state), "mode 0777", "may be written by others"]
     else:
-        state.parent.chmod(0o777)  # shared: nobody may swap the directory in it
+        state.parent.chmod(0o777)  # shared: anybody may swap the directory in it
         said = [str(state.parent), "a directory above", "may be written by others"]
     with pytest.raises(UntrustedPath) as refused:
         make_scheduler(nodes=1, policy="fcfs", state_dir=state)
@@ -173,8 +160,8 @@ def test_a_planted_state_directory_is_refused(shared, make_scheduler, how):
     assert not Path("/tmp/planted-ran").exists()
 
 
-def test_serve_says_what_is_wrong_with_the_state_directory(shared, tmp_path):
-    state = shared / "state"
+def test_serve_says_what_is_wrong_with_the_state_directory(shared_dir, tmp_path):
+    state = shared_dir / "state"
     state.mkdir(mode=0o777)
     state.chmod(0o777)
     out = subprocess.run([sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", "n0",
@@ -186,14 +173,14 @@ def test_serve_says_what_is_wrong_with_the_state_directory(shared, tmp_path):
 
 # -- 3. a planted output directory ------------------------------------------------------------
 
-def test_an_output_directory_others_may_write_is_refused(shared, make_scheduler):
+def test_an_output_directory_others_may_write_is_refused(shared_dir, make_scheduler):
     with pytest.raises(UntrustedPath, match="the output directory.*mode 1777.*may be written"):
-        make_scheduler(nodes=1, policy="fcfs", output_dir=shared)
+        make_scheduler(nodes=1, policy="fcfs", output_dir=shared_dir)
 
 
-def test_planted_links_in_the_output_directory_are_replaced_not_followed(shared_sched, shared,
+def test_planted_links_in_the_output_directory_are_replaced_not_followed(shared_sched, shared_dir,
                                                                         tmp_path):
-    s = shared_sched(output_dir=shared / "out")  # in a sticky directory, as /tmp is
+    s = shared_sched(output_dir=shared_dir / "out")  # in a sticky directory, as /tmp is
     victim = tmp_path / "root-only"
     victim.write_text("precious\n")
     victim.chmod(0o600)
@@ -215,8 +202,8 @@ def test_planted_links_in_the_output_directory_are_replaced_not_followed(shared_
 
 # -- 4. a key file someone else owns ----------------------------------------------------------
 
-def test_a_key_file_someone_else_owns_is_refused(shared, make_scheduler):
-    keys = shared / "keys"
+def test_a_key_file_someone_else_owns_is_refused(shared_dir, make_scheduler):
+    keys = shared_dir / "keys"
     keys.mkdir(mode=0o700)
     key = keys / "scheduler.key"
     key.write_text(auth.new_secret() + "\n")
@@ -230,7 +217,7 @@ def test_a_key_file_someone_else_owns_is_refused(shared, make_scheduler):
         make_scheduler(nodes=1, policy="fcfs", key_file=key)
 
 
-def test_serve_refuses_a_foreign_key_file_with_a_clear_error(shared, tmp_path):
+def test_serve_refuses_a_foreign_key_file_with_a_clear_error(shared_dir, tmp_path):
     key = tmp_path / "scheduler.key"
     key.write_text(auth.new_secret() + "\n")
     key.chmod(0o600)
@@ -268,12 +255,12 @@ SQUATTER = textwrap.dedent("""
 
 
 @pytest.fixture
-def squatter(shared):
+def squatter(shared_dir):
     """Listen as nobody (on a Unix socket path or a loopback port) and keep what comes."""
     started = []
 
     def start(kind: str, where: str) -> Path:
-        record = shared / f"got-{len(started)}"
+        record = shared_dir / f"got-{len(started)}"
         record.touch()
         record.chmod(0o666)
         proc = subprocess.Popen([SYSTEM_PY, "-c", SQUATTER, kind, where, str(record)], user="nobody",
@@ -292,8 +279,8 @@ SECRET_JOB = {"name": "mine", "command": ["/bin/true"], "class": "rigid", "nodes
               "walltime": 30, "env": {"API_TOKEN": "do-not-leak"}}
 
 
-def test_the_client_refuses_a_socket_another_user_listens_on(shared, squatter):
-    path = shared / "scheduler.sock"
+def test_the_client_refuses_a_socket_another_user_listens_on(shared_dir, squatter):
+    path = shared_dir / "scheduler.sock"
     got = squatter("unix", str(path))
     with pytest.raises(SchedulerError, match=r"refusing to talk to .*the socket belongs to "
                                              r"nobody \(uid 65534\), not root, you"):
