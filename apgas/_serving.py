@@ -23,6 +23,13 @@ another is never the one evicted. Only when every slot is being handled is a
 newcomer closed at once. Evictions and refusals are logged rate-limited per
 peer (:class:`PeerLog`), and client text in logs goes through
 :func:`loggable`, so that a flood cannot fill the disk either.
+
+Fairness acts on accepted connections only: the kernel's queue of those not
+yet accepted is first come, first served, and a client finding it full is
+refused (a Unix socket) or must resend its SYN a second later (TCP). So the
+loop deepens it to :data:`BACKLOG` (the kernel caps it at ``somaxconn``):
+deeper than one user's flood, whose queued connections it then drains,
+evicting as it goes.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ BACKOFF_FIRST = 0.01  # s after the first failed accept; doubled after each furt
 BACKOFF_MAX = 1.0
 LOG_INTERVAL = 10.0  # s: a repeated complaint is logged at most this often
 LOG_TEXT = 200  # characters of a client's text that a log line shows
+BACKLOG = 4096  # connections the kernel queues for accept (Linux's default somaxconn)
 
 _CLOSED = {errno.EBADF, errno.EINVAL, errno.ENOTSOCK}  # the listening socket is gone or shut down
 _SKIP = {errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN}  # one connection's trouble
@@ -264,7 +272,8 @@ def _evicted(conn: socket.socket) -> bool:
 def serve_connections(server: socket.socket, handle: Callable[[socket.socket, float], None], *,
                       name: str, max_connections: int = 256, deadline: float = 10.0,
                       stopped: Callable[[], bool] = lambda: False, per_peer: int | None = None,
-                      peer: Callable[[socket.socket], str] = peer_key) -> None:
+                      peer: Callable[[socket.socket], str] = peer_key,
+                      backlog: int = BACKLOG) -> None:
     """Accept connections on ``server`` in this thread until it is closed or ``stopped()``.
 
     Each connection is served by ``handle(conn, read_by)`` in a thread of its own:
@@ -277,7 +286,8 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
     exception is logged). ``peer(conn)`` names the client whose share of the
     slots the connection takes (default :func:`apgas._peers.peer_key`);
     ``per_peer`` (default a quarter of ``max_connections``) is that share. See
-    the module's doc for who is evicted when. ``name`` names the server in the
+    the module's doc for who is evicted when; ``server``'s queue of connections
+    not yet accepted is made ``backlog`` deep. ``name`` names the server in the
     log and the threads. To stop: set what ``stopped`` reads, then
     ``server.shutdown(socket.SHUT_RDWR)`` (which wakes a blocked accept) and
     ``server.close()``.
@@ -290,6 +300,10 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
     if not 1 <= share <= max_connections:
         raise ValueError(f"per_peer must be in 1..{max_connections}, got {per_peer}")
     slots = _Loop(max_connections, share)
+    try:
+        server.listen(backlog)  # on a listening socket: only the depth of its queue changes
+    except OSError:
+        pass  # closed already: the loop below returns at once
     failed_accept = _RateLimited()
     skipped = _RateLimited(logging.DEBUG)
     evicted, refused = PeerLog(log), PeerLog(log)
