@@ -28,7 +28,7 @@ import struct
 
 __all__ = ["peer_uid", "peer_key"]
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 _WORD = struct.Struct("=I")  # /proc/net/tcp* print addresses as native-order 32-bit words
@@ -78,7 +78,7 @@ def peer_key(conn: socket.socket) -> str:
     return f"ip {_address(name[0])}"
 
 
-def _address(text: str) -> IP:
+def _address(text: str) -> _IP:
     """An IP address; a v4-mapped IPv6 one as its IPv4 address; without its scope."""
     ip = ipaddress.ip_address(text.partition("%")[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -90,7 +90,7 @@ def _owner(uid: int, inode: int) -> int | None:
     return None if uid == 0 and inode == 0 else uid
 
 
-def _diag_owner(peer: IP, peer_port: int, local: IP, local_port: int) -> int | None:
+def _diag_owner(peer: _IP, peer_port: int, local: _IP, local_port: int) -> int | None:
     """The owner by an exact sock_diag lookup; None if not found or not to be had.
 
     An IPv4 query finds a dual-stack IPv6 socket's v4-mapped connection too."""
@@ -115,13 +115,13 @@ def _diag_owner(peer: IP, peer_port: int, local: IP, local_port: int) -> int | N
     return _owner(uid, inode)
 
 
-def _hex(ip: IP, port: int) -> str:
+def _hex(ip: _IP, port: int) -> str:
     packed = ip.packed
     words = "".join(f"{_WORD.unpack_from(packed, i)[0]:08X}" for i in range(0, len(packed), 4))
     return f"{words}:{port:04X}"
 
 
-def _proc_owner(peer: IP, peer_port: int, local: IP, local_port: int) -> int | None:
+def _proc_owner(peer: _IP, peer_port: int, local: _IP, local_port: int) -> int | None:
     """The owner by its entry in ``/proc/net/tcp*`` (each file read once).
 
     An IPv4 pair is looked for in ``tcp`` as plain IPv4 (an IPv4 socket, even

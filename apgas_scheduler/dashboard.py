@@ -27,6 +27,7 @@ the operator's browser is served.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hmac
 import http.server
 import io
@@ -170,8 +171,9 @@ class Dashboard:
         try:
             head = read_head(conn, MAX_HEAD, read_by)
         except LineTooLong:
-            conn.sendall(b"HTTP/1.0 431 Request Header Fields Too Large\r\n"
-                         b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            with contextlib.suppress(OSError):
+                conn.sendall(b"HTTP/1.0 431 Request Header Fields Too Large\r\n"
+                             b"Content-Length: 0\r\nConnection: close\r\n\r\n")
             return
         except OSError:  # too slow (TimeoutError), evicted for another client, gone
             return
