@@ -26,7 +26,7 @@ import ipaddress
 import socket
 import struct
 
-__all__ = ["peer_uid", "peer_key"]
+__all__ = ["peer_uid", "peer_key", "peer_is_local"]
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -57,10 +57,32 @@ def peer_uid(conn: socket.socket) -> int | None:
     except OSError:
         return None
     peer_ip, local_ip = _address(peer[0]), _address(local[0])
-    if not (peer_ip.is_loopback or peer_ip == local_ip) or peer_ip.version != local_ip.version:
+    if not _local(peer_ip, local_ip):
         return None
     found = _diag_owner(peer_ip, peer[1], local_ip, local[1])
     return found if found is not None else _proc_owner(peer_ip, peer[1], local_ip, local[1])
+
+
+def peer_is_local(conn: socket.socket) -> bool:
+    """Whether the other end of ``conn`` is on this machine (a Unix socket, a loopback
+    address, or the connection's own address), where :func:`peer_uid` looks.
+
+    There, None from :func:`peer_uid` means "not known (yet)", not "another
+    machine": a client must not take it for a trusted server. Older kernels
+    name no owner until the other end is accepted, so asking again shortly
+    after tells."""
+    if conn.family == socket.AF_UNIX:
+        return True
+    try:
+        peer, local = conn.getpeername(), conn.getsockname()
+    except OSError:
+        return False
+    return conn.family in (socket.AF_INET, socket.AF_INET6) and _local(_address(peer[0]),
+                                                                        _address(local[0]))
+
+
+def _local(peer: _IP, local: _IP) -> bool:
+    return peer.version == local.version and (peer.is_loopback or peer == local)
 
 
 def peer_key(conn: socket.socket) -> str:

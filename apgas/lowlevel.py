@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ._config import Config, parse_address
 from ._pool import blocking
 from ._runtime import current
-from ._peers import peer_key, peer_uid
+from ._peers import peer_is_local, peer_key, peer_uid
 from ._serving import (LOG_TEXT, LineTooLong, PeerLog, connection_peer, discard_rest, loggable,
                        read_head, read_line, serve_connections)
 from ._trusted_paths import (UntrustedPath, make_trusted_dir, open_append, open_new_file,
@@ -23,7 +23,8 @@ from ._webview import CONTENT_SECURITY_POLICY, render_page
 __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "serve_connections",
            "read_line", "discard_rest", "LineTooLong",
            # fair service: who a peer is, its share of a server, logs it cannot flood
-           "peer_uid", "peer_key", "read_head", "connection_peer", "PeerLog", "loggable", "LOG_TEXT",
+           "peer_uid", "peer_key", "peer_is_local", "read_head", "connection_peer", "PeerLog",
+           "loggable", "LOG_TEXT",
            # the run timeline (APGAS_TIMELINE): place 0's writer, GLB's load samples
            "current_timeline", "sample_interval", "MAX_SAMPLES",
            # one self-contained HTML page from a view model (the dashboard, the reports)

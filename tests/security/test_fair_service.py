@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from apgas import _peers, _serving, auth
-from apgas.lowlevel import peer_key, peer_uid
+from apgas.lowlevel import peer_is_local, peer_key, peer_uid
 from apgas_scheduler.client import request
 from apgas_scheduler.dashboard import HEAD_DEADLINE, PER_CLIENT
 from conftest import eventually
@@ -115,7 +115,7 @@ def test_a_client_learns_who_listens_on_a_local_port(host):
             squatter.stdin.flush()  # type: ignore[union-attr]
             assert squatter.stdout.readline() == "accepted\n"  # type: ignore[union-attr]
             assert peer_uid(conn) == NOBODY and both_ways(conn) == (NOBODY, NOBODY)
-            assert peer_key(conn) == f"uid {NOBODY}"
+            assert peer_key(conn) == f"uid {NOBODY}" and peer_is_local(conn)
 
 
 @needs_root
