@@ -115,11 +115,12 @@ def test_slow_clients_are_cut_at_the_total_deadline():
 def test_connections_over_the_cap_are_closed_at_once_when_all_are_being_served():
     """Three slots, all taken by requests being handled (none waits to be read): a
     fourth connection is closed at once; once one is done, the next is served."""
-    release = threading.Event()
+    release, read = threading.Event(), threading.Semaphore(0)
 
     def handle(conn, read_by):
         line = read_line(conn, MAX_LINE, read_by)
         if line == b"hold":
+            read.release()
             release.wait(10)
         conn.sendall(b"pong " + (line or b"") + b"\n")
 
@@ -128,6 +129,7 @@ def test_connections_over_the_cap_are_closed_at_once_when_all_are_being_served()
         try:
             for conn in held:
                 conn.sendall(b"hold\n")
+            assert all(read.acquire(timeout=5) for _ in held)  # all three being handled
             with socket.create_connection(address, timeout=5) as extra:
                 start = time.monotonic()
                 extra.sendall(b"ping\n")
