@@ -152,12 +152,12 @@ class _Connection(socket.socket):
 
 
 class _Slot:
-    """A connection in flight: its peer, its state, its place in the accept order."""
+    """A connection in flight: its peer, its state, the loop whose slot it takes."""
 
-    __slots__ = ("peer", "state", "loop", "order")
+    __slots__ = ("peer", "state", "loop")
 
-    def __init__(self, peer: str, loop: _Loop, order: int) -> None:
-        self.peer, self.state, self.loop, self.order = peer, _PENDING, loop, order
+    def __init__(self, peer: str, loop: _Loop) -> None:
+        self.peer, self.state, self.loop = peer, _PENDING, loop
 
 
 _lock = threading.Lock()  # the slots of every loop, and closing their connections
@@ -165,6 +165,8 @@ _slots: dict[socket.socket, _Slot] = {}
 
 
 class _Admission(NamedTuple):
+    """What :meth:`_Loop.admit` did with a newcomer."""
+
     taken: bool
     evicted: socket.socket | None
     evictee: str  # the evicted one's peer
@@ -199,7 +201,7 @@ class _Loop:
             self._forget(victim, slot)
             slot.state, evictee = _EVICTED, slot.peer
         self.accepted += 1
-        _slots[conn] = _Slot(peer, self, self.accepted)
+        _slots[conn] = _Slot(peer, self)
         self.pending.setdefault(peer, {})[conn] = self.accepted
         self.held[peer] = self.held.get(peer, 0) + 1
         self.in_flight += 1
