@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from apgas import protocol
+from apgas.lowlevel import loggable
 
 from ._model import Grow, Shrink
 from .core import SchedulerCore, log
@@ -30,7 +31,7 @@ class AsksMixin(SchedulerCore):
         Only a malleable or evolving job may: a rigid one still runs on all its nodes."""
         if not job.malleable:
             self._event("release_ignored", job=job.id, host=host)
-            log.warning("job %d is %s and may not release %r; ignored", job.id, job.spec.cls, host)
+            log.warning("job %d is %s and may not release %s; ignored", job.id, job.spec.cls, loggable(host))
             return
         kind = self.engine.release(job, host)  # held, or reserved for a grow in flight
         if kind == "shrink":
@@ -39,7 +40,7 @@ class AsksMixin(SchedulerCore):
             self._event("release", job=job.id, nodes=[host])  # before the grow was logged
         else:
             self._event("release_ignored", job=job.id, host=host)
-            log.warning("job %d released %r, which it does not hold; ignored", job.id, host)
+            log.warning("job %d released %s, which it does not hold; ignored", job.id, loggable(host))
 
     def _evolving_ask(self, job: Job, parsed: protocol.JobMessage) -> str:
         """The one-line answer to an evolving request or check."""
@@ -48,14 +49,14 @@ class AsksMixin(SchedulerCore):
             answer = "error " + GATE.format(name=self.policy.name)
             with self._lock:
                 self._event(kind, job=job.id, message=message, answer=answer)
-            log.info("job %d: %s answered %r", job.id, message, answer)
+            log.info("job %d: %s answered %s", job.id, loggable(message), loggable(answer))
             return answer
         with self._ready_cv:  # the job's ready message may still be on its way
             self._ready_cv.wait_for(lambda: job.ready or job.disabled or not job.malleable
                                     or job.state != "running", READY_WAIT)
             answer = (self._answer_request(job, parsed) if kind == "request"
                       else self._answer_check(job, parsed))
-        log.info("job %d: %s answered %r", job.id, message, answer)
+        log.info("job %d: %s answered %s", job.id, loggable(message), loggable(answer))
         self._wake.set()
         return answer
 

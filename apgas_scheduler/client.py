@@ -18,11 +18,12 @@ import json
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
 from apgas import auth
-from apgas.lowlevel import owner_name, peer_uid
+from apgas.lowlevel import owner_name, peer_is_local, peer_uid
 
 from . import access
 
@@ -97,7 +98,16 @@ def _connect_tcp(address: tuple[str, int], trusted: set[int], timeout: float) ->
     listened on can be taken by anyone)."""
     conn = socket.create_connection(address, timeout=timeout)
     try:
-        uid = peer_uid(conn)  # None: another machine
+        uid = peer_uid(conn)
+        local = peer_is_local(conn)
+        for _ in range(20):  # older kernels name the owner only once the server accepted
+            if uid is not None or not local:
+                break
+            time.sleep(0.01)
+            uid = peer_uid(conn)
+        if local and uid is None:
+            raise SchedulerError(f"refusing to talk to {address[0]}:{address[1]}: cannot tell "
+                                 "which user listens there on this machine")
         if uid is not None and uid not in trusted:
             raise _refuse(f"{address[0]}:{address[1]}", "the process listening there runs as",
                           uid, trusted)
