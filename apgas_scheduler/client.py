@@ -100,14 +100,17 @@ def _connect_tcp(address: tuple[str, int], trusted: set[int], timeout: float) ->
     try:
         uid = peer_uid(conn)
         local = peer_is_local(conn)
-        for _ in range(20):  # older kernels name the owner only once the server accepted
-            if uid is not None or not local:
-                break
-            time.sleep(0.01)
+        # A connection the server has not accepted yet may name no owner (always so for
+        # a root server, and for any on older kernels): ask again until it is accepted.
+        deadline, pause = time.monotonic() + timeout, 0.005
+        while uid is None and local and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
             uid = peer_uid(conn)
         if local and uid is None:
-            raise SchedulerError(f"refusing to talk to {address[0]}:{address[1]}: cannot tell "
-                                 "which user listens there on this machine")
+            raise SchedulerUnreachable(f"cannot reach the scheduler at {address[0]}:{address[1]}: "
+                                       f"it did not take the connection within {timeout:g} s, so "
+                                       "whose it is cannot be told")
         if uid is not None and uid not in trusted:
             raise _refuse(f"{address[0]}:{address[1]}", "the process listening there runs as",
                           uid, trusted)
