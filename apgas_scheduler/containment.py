@@ -69,9 +69,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-__all__ = ["Handle", "RunAs", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
+__all__ = ["Handle", "RunAs", "JobProcess", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
            "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV", "CGROUPS_ENV"]
 
 TAG_ENV = "APGAS_SCHEDULER_JOB"
@@ -92,6 +92,18 @@ _EXEC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """All of that process's environment (and the tag): nothing of the job's."""
 START_TIMEOUT = 30.0
 """s the job's first process has to reach ``execve`` (an unreachable directory, say)."""
+
+
+class JobProcess(Protocol):
+    """What the scheduler needs of a job's first process: our child
+    (:class:`subprocess.Popen`) or, after a restart, an :class:`Adopted` one."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
 
 
 class StillRunning(RuntimeError):
@@ -469,8 +481,9 @@ def _belongs(pid: int, identity: Mapping[str, Any]) -> bool:
         return False
     fields = _stat(pid)
     leader, since = identity.get("pid"), identity.get("start_time")
-    return bool(fields) and leader is not None and _group_is_ours(leader, since) and \
-        (int(fields[2]) == leader or int(fields[3]) == leader) and \
+    if not fields or leader is None or not _group_is_ours(leader, since):
+        return False
+    return (int(fields[2]) == leader or int(fields[3]) == leader) and \
         (since is None or int(fields[19]) >= since)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from apgas import protocol
 from apgas.lowlevel import open_append
 
+from . import access
 from .engine import Engine
 from .jobs import JobSpec
 from .planning import Policy
@@ -36,7 +37,7 @@ class SchedulerCore:
         self._store = StateStore(state_dir)
         known = self._store.nodes()  # after a restart: the pool as it was, then new names
         pool = known + [n for n in nodes if n not in known]
-        self.engine = Engine(pool, policy, log)
+        self.engine: Engine[str] = Engine(pool, policy, log)
         self._lock = threading.RLock()
         self._ready_cv = threading.Condition(self._lock)  # a job's ready message came
         self._wake = threading.Event()
@@ -53,7 +54,7 @@ class SchedulerCore:
         return self.engine.jobs  # type: ignore[return-value]
 
     @property
-    def _owner(self) -> dict[Any, int | None]:
+    def _owner(self) -> dict[str, int | None]:
         return self.engine.owner
 
     def now(self) -> float:
@@ -89,13 +90,14 @@ class SchedulerCore:
             job.take_requested(job.requested)
 
     # -- provided by the daemon and its mixins (last in the order, so theirs win) -----
-    def submit(self, spec: JobSpec, where: str = "job", key: str = "") -> int:
+    def submit(self, spec: JobSpec, where: str = "job", key: str = "",
+               client: access.Client | None = None) -> int:
         raise NotImplementedError
 
     def status(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def cancel(self, job_id: int) -> str:
+    def cancel(self, job_id: int, client: access.Client | None = None) -> str:
         raise NotImplementedError
 
     def add_nodes(self, names: list[str]) -> list[str]:

@@ -289,7 +289,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                             nodes=d.nodes, policy=self.policy.name)
                 job = self._jobs[d.job]
                 if isinstance(d, Start):
-                    self._start(job, self.engine.free_nodes(d.nodes))  # type: ignore[arg-type]
+                    self._start(job, self.engine.free_nodes(d.nodes))
                 elif isinstance(d, Grow):
                     self._grow_by(job, d.nodes)
                 else:

@@ -22,7 +22,7 @@ import dataclasses
 import heapq
 import logging
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from apgas import protocol
 
@@ -31,8 +31,9 @@ from .planning import JobQueue, Policy
 
 __all__ = ["Engine", "Tracked", "Node"]
 
-Node = Hashable
-"""A node's name (the daemon's host names, the simulator's indices)."""
+Node = TypeVar("Node", bound=Hashable)
+"""A node's name: the daemon's host names (``Engine[str]``), the simulator's
+indices (``Engine[int]``)."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -107,7 +108,7 @@ class Tracked:
         self.cached = None
 
 
-class Engine:
+class Engine(Generic[Node]):
     """The state of one cluster under one policy; see the module docstring.
 
     ``log`` receives the refused decisions (the driver's logger, so that each
@@ -184,7 +185,8 @@ class Engine:
         it after a restart): they leave the free set, whoever was first in line."""
         taken = set(nodes)
         if any(self.owner.get(n, -1) is not None for n in taken):
-            raise ValueError(f"job {job.id} cannot resume on {sorted(taken)}: not all free nodes of the pool")
+            raise ValueError(f"job {job.id} cannot resume on {sorted(taken, key=str)}: "
+                             "not all free nodes of the pool")
         del self.queue[job.id]
         self._order.remove(job.id)
         self.running[job.id] = job

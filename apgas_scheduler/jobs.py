@@ -90,8 +90,9 @@ def load_job_file(path: str | Path) -> JobSpec:
     return dataclasses.replace(spec, cwd=str(cwd.resolve()))
 
 
-def parse_job(data: Mapping[str, Any], where: str = "job") -> JobSpec:
-    """Check a job description (a job file's table, or what ``submit`` sent)."""
+def parse_job(data: object, where: str = "job") -> JobSpec:
+    """Check a job description (a job file's table, or what ``submit`` sent: anything,
+    refused with the reason unless it is a table of the known keys)."""
     where = where if len(where) <= 200 else shown(where, 200)
 
     def bad(key: str, problem: str) -> JobFileError:

@@ -100,9 +100,9 @@ class ProcessesMixin(SchedulerCore):
                     stdout=out, stderr=err, tag=tag, slurm_job=slurm_job)
             job.proc, job.identity = handle.proc, handle.identity
             if stdin is not None:
-                assert job.proc.stdin is not None
-                job.proc.stdin.write(stdin)
-                job.proc.stdin.close()
+                assert handle.proc.stdin is not None
+                handle.proc.stdin.write(stdin)
+                handle.proc.stdin.close()
         except OSError as e:
             if job.proc is not None:  # started, but the key did not go through: end all of it
                 self._end_all(job, 0.0)

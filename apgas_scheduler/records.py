@@ -6,11 +6,11 @@ same job."""
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any
 
 from apgas import auth
 
+from .containment import JobProcess
 from .engine import Tracked
 from .jobs import JobSpec
 
@@ -25,7 +25,7 @@ class Job(Tracked):
                          asks=spec.cls == "evolving")
         self.spec = spec
         self.reason = ""  # why it ended as it did
-        self.proc: subprocess.Popen | None = None
+        self.proc: JobProcess | None = None  # our child, or adopted after a restart
         self.listen: tuple[str, int] | None = None  # where a malleable job takes orders
         self.reports = ""  # the address a malleable job puts into its messages
         self.owner = os.geteuid() if owner is None else owner  # the uid it runs as: its submitter's

@@ -136,7 +136,10 @@ class ServerMixin(SchedulerCore):
             if op == "status":
                 return {"ok": True, **self.status()}
             if op == "cancel":
-                return {"ok": True, "state": self.cancel(request.get("id"), client)}
+                job_id = request.get("id")
+                if not isinstance(job_id, int) or isinstance(job_id, bool):
+                    raise ValueError(f"cancel needs a job id (an integer), got {job_id!r}")
+                return {"ok": True, "state": self.cancel(job_id, client)}
             if op == "add-nodes":
                 names = request.get("nodes")
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

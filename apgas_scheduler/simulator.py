@@ -112,7 +112,7 @@ class Simulator:
         self._heap: list[tuple[float, int, str, int, int]] = []
         self._seq = itertools.count()
         self._states: dict[int, _State] = {}
-        self.engine = Engine(range(self.total), self.policy, log)
+        self.engine: Engine[int] = Engine(range(self.total), self.policy, log)
         self._busy = 0  # nodes held by jobs, in transit included
         self._busy_area = 0.0
         self._clock = 0.0

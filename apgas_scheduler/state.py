@@ -183,7 +183,7 @@ def _stored(row: tuple) -> StoredJob:
      disabled, grows, shrinks, identity) = row
     return StoredJob(
         jid, parse_job(json.loads(spec), f"stored job {jid}"), owner, secret, state, submit, start, end, reason, json.loads(nodes),
-        tuple(json.loads(listen)) if listen else None, reports, bool(ready),  # type: ignore[arg-type]
+        tuple(json.loads(listen)) if listen else None, reports, bool(ready),
         bool(disabled), grows, shrinks, json.loads(identity) if identity else None)
 
 

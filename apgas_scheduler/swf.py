@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import math
 import os
 import zlib
 from collections.abc import Iterator
 from os import PathLike
-from typing import IO
 
 __all__ = ["WorkloadError", "SWF_FIELDS", "open_binary", "trace_lines", "swf_header",
            "trace_cluster", "job_records", "compression_of"]
@@ -49,7 +49,7 @@ def compression_of(path: str | PathLike[str]) -> str:
     return next((name for name, magic, _ in _MAGIC if head.startswith(magic)), "")
 
 
-def open_binary(path: str | PathLike[str]) -> IO[bytes]:
+def open_binary(path: str | PathLike[str]) -> io.BufferedIOBase:
     """The file's bytes, decompressed as they are read. A name that promises a
     compression (``.gz``, ``.bz2``, ``.xz``) the content lacks is an error."""
     kind = compression_of(path)
@@ -58,7 +58,7 @@ def open_binary(path: str | PathLike[str]) -> IO[bytes]:
         raise WorkloadError(path, 0, f"named as {promised}-compressed, but its first bytes are "
                                      f"{'plain text' if not kind else kind + ' data'}")
     opener = next((o for name, _, o in _MAGIC if name == kind), open)
-    return opener(path, "rb")  # type: ignore[operator]
+    return opener(path, "rb")
 
 
 def trace_lines(path: str | PathLike[str]) -> Iterator[tuple[int, str]]:

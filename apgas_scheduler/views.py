@@ -123,9 +123,10 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
             marks.append({"t": t, "kind": "failed", "key": str(job), "label": label,
                           "short": "✗", "rows": rows})
             continue
-        duration = e.get("duration")
-        took = f" in {float(duration):.2f} s" if isinstance(duration, (int, float)) else ""
-        since = t - (float(duration) if isinstance(duration, (int, float)) else 0.0) - 0.5
+        given = e.get("duration")
+        duration = float(given) if isinstance(given, (int, float)) else None
+        took = f" in {duration:.2f} s" if duration is not None else ""
+        since = t - (duration or 0.0) - 0.5
         mine = timings.get(job, [])
         reported = [timing for timing in mine if since <= float(timing["t"]) <= t + TIMING_WINDOW
                     and _verb(str(timing.get("name", ""))) == kind]
@@ -139,7 +140,7 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
                 f"{t_['name']} {float(t_.get('seconds', 0)):.3f} s" for t_ in reported)
         whole = [float(t_.get("seconds", 0)) for t_ in reported
                  if str(t_.get("name", "")).lower() == f"{kind}timeapgas"]
-        shown = whole[0] if whole else float(duration) if took else None
+        shown = whole[0] if whole else duration
         short = f"{sign}{len(nodes)}" + (f" {shown:.2f}s" if shown is not None else "")
         marks.append({"t": t, "kind": kind, "key": str(job), "label": label, "short": short,
                       "rows": rows})

@@ -22,9 +22,10 @@ import gzip
 import lzma
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from ._model import CLASSES
 from .swf import WorkloadError, job_records, swf_header, trace_cluster
@@ -158,7 +159,8 @@ def write_swf(jobs: Sequence[SimJob], path: str | PathLike[str],
                   _num(j.estimate), -1, 1] + [-1] * 7
         out.append(" ".join(str(f) for f in fields))
     data = ("\n".join(out) + "\n").encode("utf-8")
-    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(Path(path).suffix, open)
+    openers: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+    opener = openers.get(Path(path).suffix, open)
     with opener(path, "wb") as f:  # compressed as its name says, like the archive's traces
         f.write(data)
 
@@ -213,7 +215,7 @@ def make_malleable(jobs: Sequence[SimJob], share: float, seed: int, *, min_facto
     rho_rng, serial_rng = random.Random(f"rho:{seed}"), random.Random(f"serial:{seed}")
     out = []
     for i, job in enumerate(jobs):
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         if rho is not None:
             changes["rho"] = _draw(rho_rng, rho)
         if serial is not None:
