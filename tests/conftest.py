@@ -191,3 +191,13 @@ def make_scheduler(tmp_path):
         os.environ.pop("APGAS_LOCAL_HOSTS", None)
     else:
         os.environ["APGAS_LOCAL_HOSTS"] = old
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user may write, sticky as /tmp is (jobs of other users leave
+    their marks there, attackers plant things)."""
+    path = Path(tempfile.mkdtemp(prefix="apgas-sec-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

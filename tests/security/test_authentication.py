@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,16 +33,6 @@ AS_ROOT = os.geteuid() == 0
 @pytest.fixture
 def sched(make_scheduler):
     return lambda **options: make_scheduler(nodes=3, policy="fcfs", **options)
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every user may write, sticky as /tmp is (jobs of other users leave
-    their marks there, attackers plant things)."""
-    path = Path(tempfile.mkdtemp(prefix="apgas-sec-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def raw(address, line: str | bytes) -> str:

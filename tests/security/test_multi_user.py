@@ -32,7 +32,7 @@ from apgas_scheduler.records import Job
 from apgas_scheduler.state import StateStore
 from conftest import eventually
 from orders import free_address
-from test_authentication import SYSTEM_PY, as_nobody, shared_dir  # noqa: F401 (a fixture)
+from test_authentication import SYSTEM_PY, as_nobody
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks come from "
