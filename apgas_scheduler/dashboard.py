@@ -198,7 +198,7 @@ class Dashboard:
             seen, quiet_since = -1, time.monotonic()
             while not self._stopped.is_set():
                 with self._changed:
-                    self._changed.wait_for(lambda: self._version != seen or self._stopped.is_set(),
+                    self._changed.wait_for(lambda seen=seen: self._version != seen or self._stopped.is_set(),
                                            timeout=self.tick if self._running else KEEPALIVE)
                     version, running = self._version, bool(self._running)
                 if self._stopped.is_set():

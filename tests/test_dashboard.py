@@ -201,13 +201,13 @@ def test_the_live_page_shows_every_job_and_each_grow_within_seconds(make_schedul
            sched.submit(job("nq-m", bench("nqueens", out / "2.json", "-n", "16", "--malleable"),
                             "malleable", 1, 2))]
     for i in ids:
-        jobs = wait_for(sched, f"job {i} grown", lambda jobs: jobs[i]["grows"] >= 1, timeout=60)
+        jobs = wait_for(sched, f"job {i} grown", lambda jobs, i=i: jobs[i]["grows"] >= 1, timeout=60)
         grown = time.monotonic()
-        eventually_shown(f"the grow of job {i}", lambda: browser.find_elements(
+        eventually_shown(f"the grow of job {i}", lambda i=i: browser.find_elements(
             "css selector", f"#nodes .mark.grow[data-key='{i}']"), timeout=5.0)
         assert time.monotonic() - grown < 5.0
         assert len(bars(browser, i)) >= len(jobs[i]["nodes"])
-        def label() -> str:  # the job's own timing lines join the mark as they come
+        def label(i: int = i) -> str:  # the job's own timing lines join the mark as they come
             return browser.execute_script(f"return document.querySelector(\"#nodes .mark.grow"
                                           f"[data-key='{i}'] title\").textContent")
 

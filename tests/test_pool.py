@@ -32,7 +32,7 @@ def test_a_blocked_worker_gets_a_spare_and_the_spare_is_reused():
             for _ in range(50):  # many short waits, as a GLB thief's at() calls
                 inner = threading.Event()
                 with blocking():
-                    pool.submit(lambda: (counted(inner)))
+                    pool.submit(lambda inner=inner: counted(inner))
                     assert running.acquire(timeout=5), "the spare did not run the job"
                     inner.set()
 

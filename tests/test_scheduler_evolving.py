@@ -238,7 +238,7 @@ def test_schedule_invariants(workload, scheduler):
         if kind == "evolving":
             # One held piece per step; waits only after a step, within the limit.
             assert [n for _, _, n in held] == [n for _, n in job.profile]
-            for (ha, hb, _), (ua, ub, _), (d, _) in zip(held, used, job.profile):
+            for (ha, hb, _), (ua, _ub, _), (d, _) in zip(held, used, job.profile):
                 assert ha == ua and hb - ha >= d - EPS
                 if limit is not None:
                     assert hb - ha <= limit * d + EPS

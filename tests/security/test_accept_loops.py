@@ -273,7 +273,7 @@ def test_a_read_and_an_eviction_racing_are_decided_once():
             go = threading.Barrier(2)
             outcome: dict[str, object] = {}
 
-            def read():
+            def read(a=a, go=go, outcome=outcome):
                 go.wait()
                 try:
                     outcome["line"] = read_line(a, MAX_LINE, time.monotonic() + 5, partial=True)
