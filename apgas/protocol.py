@@ -14,6 +14,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from launcher._hostnames import MAX_HOST as MAX_HOST  # the grammar lives in the lower layer
+from launcher._hostnames import check_host
+
 __all__ = ["READY", "NOT_MALLEABLE", "STATUS", "JobMessage", "parse_message", "ejs_knows", "timing",
            "parse_timing", "request", "release", "check", "parse_check", "grow", "shrink", "refuse",
            "Order", "parse_order", "check_host", "status_reply", "grow_reply", "refuse_reply", "error_reply"]
@@ -187,41 +190,6 @@ def parse_order(line: str) -> Order:
     except ValueError as e:
         raise ValueError(f"grow: {e}") from None
     return Order(verb, n, hosts=hosts)
-
-
-MAX_HOST = 253
-_HOST = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:-]*", re.ASCII)
-
-
-def check_host(name: str) -> str:
-    """``name`` if it is a host name every launcher may pass on; else ValueError naming it.
-
-    Letters, digits, ``-``, ``.``, ``_`` and ``:`` (an IPv6 address, a port),
-    1 to 253 characters, and never a leading ``-``: a host name reaches ssh,
-    srun and the like, and one that starts with ``-`` would be read as an option
-    (``-oProxyCommand=...``). The one grammar for host names, wherever they
-    come from (grow orders, host files, ``APGAS_HOSTS``, node lists, the scheduler).
-    """
-    if not isinstance(name, str):
-        raise ValueError(f"a host name must be a string, got {type(name).__name__} {_shown(name)}")
-    if not name:
-        raise ValueError("empty host name")
-    if len(name) > MAX_HOST:
-        raise ValueError(f"host name {_shown(name)} is longer than {MAX_HOST} characters "
-                         f"({len(name)})")
-    if name.startswith("-"):
-        raise ValueError(f"host name {_shown(name)} starts with '-' (it would be read as an option)")
-    if _HOST.fullmatch(name) is None:
-        bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "-._:"))})
-        raise ValueError(f"host name {_shown(name)} has characters other than letters, digits, "
-                         f"'-', '.', '_' and ':': {''.join(bad)!r}")
-    return name
-
-
-def _shown(value: object, limit: int = 60) -> str:
-    """``repr(value)``, cut to about ``limit`` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
 
 
 def _positive(word: str) -> int:

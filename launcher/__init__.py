@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ._base import (Launcher, LaunchedPlace, PlaceProcess, checked_host, child_environment,
                     place_command)
 from ._forkserver import ForkedPlace
+from ._hostnames import check_host
 from ._hosts import HostSpecError, check_hosts, expand_hostlist, read_hostfile, slurm_hosts
 from .local import LocalLauncher, default_start_method, is_local_host
 from .mpi import MpiLauncher, mpi_rank_from_env
@@ -24,7 +25,7 @@ from .ssh import SshLauncher
 
 __all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "ForkedPlace", "LocalLauncher",
            "SshLauncher", "SrunLauncher", "MpiLauncher", "HostSpecError", "is_local_host", "place_command",
-           "child_environment", "check_hosts", "checked_host",
+           "child_environment", "check_host", "check_hosts", "checked_host",
            "get_launcher", "launcher_names", "detect_launcher", "read_hostfile",
            "expand_hostlist", "slurm_hosts", "mpi_rank_from_env", "default_start_method"]
 

@@ -12,6 +12,8 @@ import sys
 import threading
 from typing import IO, Any, Mapping, Protocol, Sequence
 
+from ._hostnames import check_host
+
 __all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "StderrTail", "StderrHub", "stderr_hub",
            "place_command", "child_environment", "checked_host"]
 
@@ -60,12 +62,15 @@ class Launcher(abc.ABC):
         """``apgas.run`` ends: stop whatever :meth:`prepare` or :meth:`launch` left running."""
 
     def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None) -> list[str]:
+                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
         """The command line that runs ``argv`` on ``host`` in this directory.
 
         ``env`` are variables the program needs there: the caller also sets them
         in the local process, and launchers that do not carry the local
-        environment along (ssh) put them into the command. The scheduler starts
+        environment along (ssh) put them into the command. ``secret_names`` are
+        variables the program reads from its stdin first, one line each, when
+        :meth:`secret_input` gave bytes for them (ssh); a launcher whose
+        :meth:`secret_input` is ``None`` is never given any. The scheduler starts
         its jobs with this; raise ``OSError`` if ``host`` cannot be reached.
         """
         raise OSError(f"the {self.name} launcher cannot run a command on a host")
@@ -80,10 +85,8 @@ class Launcher(abc.ABC):
 
 
 def checked_host(host: str) -> str:
-    """``host`` if it is a host name (``apgas.protocol.check_host``), else OSError naming it:
+    """``host`` if it is a host name (:func:`check_host`), else OSError naming it:
     a name such as ``-oProxyCommand=...`` must never reach ssh or srun."""
-    from apgas.protocol import check_host  # here: apgas imports this package on its way in
-
     try:
         return check_host(host)
     except ValueError as e:

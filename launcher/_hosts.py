@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ._hostnames import check_host
+
 __all__ = ["read_hostfile", "expand_hostlist", "expand_tasks_per_node", "slurm_hosts",
            "check_hosts", "MAX_HOSTS"]
 
@@ -16,18 +18,12 @@ class HostSpecError(ValueError):
     """A host file or node list that cannot be read; the message names the culprit."""
 
 
-def _check_host(name: str) -> str:
-    from apgas.protocol import check_host  # here: apgas imports this package on its way in
-
-    return check_host(name)
-
-
 def check_hosts(names: "list[str] | tuple[str, ...]", where: str) -> None:
     """HostSpecError naming ``where`` and the first name that is no host name
-    (``apgas.protocol.check_host``: one that starts with ``-`` would reach ssh as an option)."""
+    (:func:`check_host`: one that starts with ``-`` would reach ssh as an option)."""
     for name in names:
         try:
-            _check_host(name)
+            check_host(name)
         except ValueError as e:
             raise HostSpecError(f"{where}: {e}") from None
 

@@ -79,7 +79,9 @@ class LocalLauncher(Launcher):
         return _forkserver.shared_server(preload=getattr(self.config, "preload", ""))
 
     def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None) -> list[str]:
+                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
+        """``argv`` itself: the host must be this machine. ``secret_names`` are never
+        read from stdin here, the local environment carries them."""
         checked_host(host)
         if not is_local_host(host):
             raise OSError(f"host {host!r} is not this machine; list it in APGAS_LOCAL_HOSTS "

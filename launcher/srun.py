@@ -29,7 +29,9 @@ class SrunLauncher(Launcher):
     name = "srun"
 
     def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None) -> list[str]:
+                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
+        """An ``srun`` step on ``host``; ``secret_names`` are never read from stdin here,
+        srun carries the local environment (and the secrets in it) along."""
         if not os.environ.get("SLURM_JOB_ID"):
             raise OSError("the srun launcher works inside a Slurm allocation (salloc or sbatch), "
                           "and SLURM_JOB_ID is not set")

@@ -21,7 +21,7 @@ class SshLauncher(Launcher):
     The ssh command (``APGAS_SSH``, default ``ssh``) may carry options such as
     ``ssh -F cluster.conf``; BatchMode is forced so that a missing key fails at
     once instead of asking for a password nobody will type. The host comes after
-    ``--`` and must pass ``apgas.protocol.check_host``: it is never read as an option.
+    ``--`` and must pass :func:`launcher.check_host`: it is never read as an option.
     """
 
     name = "ssh"
