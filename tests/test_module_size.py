@@ -3,7 +3,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("apgas", "glb", "launcher", "apgas_scheduler", "scheduler", "benchmarks", "examples")
+PACKAGES = ("apgas", "glb", "launcher", "apgas_scheduler", "benchmarks", "examples")
 LIMIT = 500
 REASON = "Why one module"
 
