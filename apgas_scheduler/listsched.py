@@ -342,7 +342,7 @@ def _place(schedule: Schedule, tl: _Timeline, job_id: int, steps: Sequence[Step]
            starts: Sequence[float], held: Sequence[Piece]) -> None:
     """Record a job's computing pieces (each step from its start) and the
     pieces it holds (``held``) in the schedule, and occupy the latter."""
-    for s, (d, n) in zip(starts, steps):
+    for s, (d, n) in zip(starts, steps, strict=True):
         schedule.usage.append((s, s + d, job_id, n))
     for a, b, _, n in held:
         schedule.reserved.append((a, b, job_id, n))
@@ -376,7 +376,7 @@ def schedule_evolving(jobs: Iterable[_JobLike], nodes: int, *,
             starts = _compact(steps, tl, nodes, expand_limit, submit, completion) or starts
         # Each step holds its nodes until the next one starts.
         ends = [*starts[1:], starts[-1] + steps[-1][0]]
-        held = [(a, b, job.id, n) for a, b, (_, n) in zip(starts, ends, steps)]
+        held = [(a, b, job.id, n) for a, b, (_, n) in zip(starts, ends, steps, strict=True)]
         _place(schedule, tl, job.id, steps, starts, held)
     return schedule
 

@@ -204,7 +204,7 @@ def gantt(events: Iterable[dict[str, Any]], path: str | os.PathLike[str], title:
             names.setdefault(e["job"], str(e.get("name", "")))
         if kind == "start" and e["job"] not in jobs:
             jobs.append(e["job"])
-    colour = dict(zip(jobs, _colours(len(jobs))))
+    colour = dict(zip(jobs, _colours(len(jobs)), strict=True))
 
     height = max(3.0, 0.32 * len(nodes) + 1.6)
     fig = Figure(figsize=(12, height), layout="constrained")

@@ -52,6 +52,6 @@ def summarize(jobs: Iterable[JobTimes], *, used: float | None = None,
         "utilization": used / capacity if used is not None and capacity else None,
         "mean_wait": mean([j.start - j.submit for j in jobs if j.start is not None]),
         "mean_turnaround": mean(turns),
-        "mean_slowdown": mean([t / r if r > 0 else 1.0 for t, r in zip(turns, runs)]),
-        "mean_bounded_slowdown": mean([max(1.0, t / max(r, TAU)) for t, r in zip(turns, runs)]),
+        "mean_slowdown": mean([t / r if r > 0 else 1.0 for t, r in zip(turns, runs, strict=True)]),
+        "mean_bounded_slowdown": mean([max(1.0, t / max(r, TAU)) for t, r in zip(turns, runs, strict=True)]),
     }

@@ -318,7 +318,7 @@ def apgas_job_batch(seed: int, jobs: int = 25, nodes: int = 32, spread: float = 
     times = [0.0] * at_zero + sorted(rng.uniform(0.0, spread) for _ in range(jobs - at_zero))
     chosen = _chosen(seed, jobs, share)
     out = []
-    for i, (c, t) in enumerate(zip(configs, times)):
+    for i, (c, t) in enumerate(zip(configs, times, strict=True)):
         runtime = c.work * APGAS_WORK_UNIT / c.nodes ** (1.0 - rho)
         low, high = (c.min_nodes, max(c.nodes, min(c.max_nodes, nodes))) if i in chosen \
             else (c.nodes, c.nodes)
