@@ -29,7 +29,7 @@ class HomeFinish:
     def __init__(self, fid: int) -> None:
         self.fid = fid
         self.edges: dict[tuple[int, int], int] = {}
-        self.exceptions: list[BaseException] = []
+        self.exceptions: list[Exception] = []
         self.body_done = False
         self.done = threading.Event()
         self.dead: set[int] = set()
@@ -49,7 +49,7 @@ class HomeFinish:
             del self.edges[key]
 
     def apply_report(self, src: int, spawned: dict[int, int], completed: dict[int, int],
-                     exceptions: list[BaseException]) -> None:
+                     exceptions: list[Exception]) -> None:
         for dst, n in spawned.items():
             self.bump(src, dst, n)
         for origin, n in completed.items():
@@ -88,7 +88,7 @@ class RemoteFinish:
         self.live = 0
         self.spawned: dict[int, int] = {}
         self.completed: dict[int, int] = {}
-        self.exceptions: list[BaseException] = []
+        self.exceptions: list[Exception] = []
 
     def complete(self, src: int) -> None:
         self.completed[src] = self.completed.get(src, 0) + 1

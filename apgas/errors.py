@@ -6,7 +6,7 @@ collected by their ``finish`` into a :class:`MultipleException`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Self, Sequence, TypeVar, overload
 
 __all__ = [
     "ApgasError",
@@ -39,7 +39,7 @@ class DeadPlaceError(ApgasError):
         text = f"place {place_id} is dead or has left the computation"
         super().__init__(f"{text}: {reason}" if reason else text)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (DeadPlaceError, (self.place_id, self.reason), self.__dict__)
 
 
@@ -55,11 +55,15 @@ class RemoteError(ApgasError):
         self.remote_traceback = traceback_text
         super().__init__(f"{type_name}: {message}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (RemoteError, (self.type_name, self.message, self.remote_traceback), self.__dict__)
 
 
-class MultipleException(ExceptionGroup):
+_E = TypeVar("_E", bound=Exception)
+_B = TypeVar("_B", bound=BaseException)
+
+
+class MultipleException(ExceptionGroup[Exception]):
     """The exceptions of the tasks of one ``finish`` (an :class:`ExceptionGroup`).
 
     Each inner exception carries PEP 678 notes naming the place, host and pid
@@ -67,8 +71,19 @@ class MultipleException(ExceptionGroup):
     ``remote_traceback``.
     """
 
-    def __new__(cls, message: str, exceptions: Sequence[Exception]):
+    def __new__(cls, message: str, exceptions: Sequence[Exception]) -> Self:
         return super().__new__(cls, message, exceptions)
 
-    def derive(self, excs: Sequence[Exception]) -> "MultipleException":
-        return MultipleException(self.message, excs)
+    # split() and subgroup() (and so ``except*``) rebuild the group with derive():
+    # keep it a MultipleException. They pass only this group's own exceptions, but
+    # derive() is public: a BaseException among them makes a BaseExceptionGroup,
+    # as ExceptionGroup.derive does, not a TypeError.
+    @overload
+    def derive(self, excs: Sequence[_E], /) -> ExceptionGroup[_E]: ...
+    @overload
+    def derive(self, excs: Sequence[_B], /) -> BaseExceptionGroup[_B]: ...
+    def derive(self, excs: Sequence[BaseException], /) -> BaseExceptionGroup[BaseException]:
+        exceptions = [e for e in excs if isinstance(e, Exception)]
+        if len(exceptions) < len(excs):
+            return BaseExceptionGroup(self.message, excs)
+        return MultipleException(self.message, exceptions)
