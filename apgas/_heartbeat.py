@@ -55,7 +55,7 @@ def parse_heartbeat(spec: str) -> tuple[float, float] | None:
     return interval, timeout
 
 
-def configure(sock: zmq.Socket, heartbeat: tuple[float, float]) -> None:
+def configure(sock: zmq.Socket[bytes], heartbeat: tuple[float, float]) -> None:
     """Make ``sock`` (before it connects) ping every interval and drop its connection
     after ``timeout`` s of silence; the peer drops it after as long without traffic."""
     interval, timeout = heartbeat
@@ -70,15 +70,15 @@ class LinkWatcher:
     def __init__(self, on_lost: Callable[[int], None], name: str) -> None:
         self._on_lost = on_lost
         self._lock = threading.Lock()
-        self._monitors: dict[zmq.Socket, int] = {}  # monitor socket -> place
-        self._closing: list[zmq.Socket] = []
+        self._monitors: dict[zmq.Socket[bytes], int] = {}  # monitor socket -> place
+        self._closing: list[zmq.Socket[bytes]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def watch(self, place_id: int, sock: zmq.Socket) -> zmq.Socket:
+    def watch(self, place_id: int, sock: zmq.Socket[bytes]) -> zmq.Socket[bytes]:
         """Watch ``sock`` (call from the thread that made it, before it is shared);
         returns the monitor socket to :meth:`forget` later."""
         monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -86,7 +86,7 @@ class LinkWatcher:
             self._monitors[monitor] = place_id
         return monitor
 
-    def forget(self, monitor: zmq.Socket) -> None:
+    def forget(self, monitor: zmq.Socket[bytes]) -> None:
         """Stop watching; the watching thread closes the monitor."""
         with self._lock:
             if self._monitors.pop(monitor, None) is not None:

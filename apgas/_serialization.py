@@ -73,11 +73,11 @@ def _plain(obj: Any, depth: int = _NESTING) -> bool:
     return False
 
 
-def dumps(obj: Any) -> list:
+def dumps(obj: Any) -> list[bytes | memoryview]:
     """Return ``[body, *buffers]``: the pickle stream and its out-of-band buffers."""
     if _plain(obj):
         return [pickle.dumps(obj, 5)]
-    buffers: list = []
+    buffers: list[memoryview] = []
 
     def keep_large(buf: pickle.PickleBuffer) -> bool:
         view = buf.raw()

@@ -95,7 +95,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import zmq
 
@@ -121,14 +121,17 @@ _DIRECT, _DIGESTED = b"\x01", b"\x02"
 _LOG_FIRST = 5  # dropped messages logged one by one; later ones are summarized
 _LOG_INTERVAL = 10.0  # s between two summary lines
 
-Handler = Callable[[int, int, int, int, memoryview, list], None]
+#: a frame of a message's payload (:func:`apgas._serialization.dumps`)
+Frame = bytes | memoryview
+#: handler(kind, source place, a, b, body, buffers)
+Handler = Callable[[int, int, int, int, memoryview, list[memoryview]], None]
 
 
 class MessageTooLarge(ApgasError):
     """A message is larger than ``max_message_bytes``; it was not sent."""
 
 
-def _nbytes(frame) -> int:
+def _nbytes(frame: Frame) -> int:
     if isinstance(frame, memoryview):
         return frame.nbytes
     if isinstance(frame, (bytes, bytearray)):
@@ -136,7 +139,7 @@ def _nbytes(frame) -> int:
     return memoryview(frame).nbytes
 
 
-def _digest(frames: Sequence, sizes: Sequence[int]) -> bytes | None:
+def _digest(frames: Sequence[Frame], sizes: Sequence[int]) -> bytes | None:
     """What the MAC covers of the payload besides its body: None for one frame under
     4 KiB (MACed itself), else a hash of the frames, their number and their lengths."""
     if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
@@ -155,7 +158,7 @@ class _Mac:
     def __init__(self, secret: bytes) -> None:
         self._keyed = hashlib.blake2b(key=secret, digest_size=MAC_BYTES)  # keys up to 64 bytes
 
-    def __call__(self, signed: bytes, body: Any, digest: bytes | None) -> bytes:
+    def __call__(self, signed: Frame, body: Frame, digest: bytes | None) -> bytes:
         """MAC of ``signed`` and either a short ``body`` itself or the payload's ``digest``."""
         h = self._keyed.copy()
         h.update(b"".join((signed, _DIRECT, body)) if digest is None
@@ -174,11 +177,11 @@ class _Link:
     __slots__ = ("sock", "lock", "endpoint", "seq", "monitor", "closed")
 
     def __init__(self, endpoint: str, generation: int) -> None:
-        self.sock: zmq.Socket | None = None  # under ``lock``
+        self.sock: zmq.Socket[bytes] | None = None  # under ``lock``
         self.lock = threading.Lock()
         self.endpoint = endpoint
         self.seq = generation << GENERATION_SHIFT  # of the last message sent; under ``lock``
-        self.monitor: zmq.Socket | None = None  # the heartbeat watcher's, if this link is watched
+        self.monitor: zmq.Socket[bytes] | None = None  # the heartbeat watcher's, if this link is watched
         self.closed = False  # under ``lock``: never opened again
 
 
@@ -225,7 +228,8 @@ class Transport:
         self._chaos = random.Random(chaos[0] * 1000 + place_id) if chaos else None
         self._chaos_delay = chaos[1] if chaos else 0.0
         self._chaos_cond = threading.Condition()
-        self._held: list = []  # chaos: heap of (due, n, dst, kind, a, b, payload, digest)
+        # chaos: heap of (due, n, dst, kind, a, b, payload, digest)
+        self._held: list[tuple[float, int, int, int, int, int, Sequence[Frame], bytes | None]] = []
         self._held_last: dict[int, float] = {}
         self._held_seq = 0
         self._thread = threading.Thread(target=self._loop, name=f"apgas-net-{place_id}", daemon=True)
@@ -253,7 +257,7 @@ class Transport:
         if link is not None:
             self._close_link(link)
 
-    def _open(self, link: _Link, place_id: int) -> zmq.Socket:
+    def _open(self, link: _Link, place_id: int) -> zmq.Socket[bytes]:
         """Make and connect the link's socket (caller holds ``link.lock``)."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -273,7 +277,7 @@ class Transport:
         if link is not None:
             self._close_link(link, linger_ms)
 
-    def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence = (b"",),
+    def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame] = (b"",),
              guard: Callable[[], bool] | None = None) -> bool:
         """Send one message; ``payload`` is ``[body, *buffers]``. Thread-safe.
 
@@ -326,7 +330,7 @@ class Transport:
             self._log_summary(time.monotonic())
 
     # -- sending ----------------------------------------------------------------
-    def _send_now(self, dst: int, kind: int, a: int, b: int, payload: Sequence,
+    def _send_now(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame],
                   digest: bytes | None, guard: Callable[[], bool] | None = None) -> bool:
         link = self._links.get(dst)
         if link is None:
@@ -369,17 +373,19 @@ class Transport:
             if link.sock is not None:
                 link.sock.close(linger=linger_ms)
 
-    def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence, digest: bytes | None,
+    def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame], digest: bytes | None,
               guard: Callable[[], bool] | None = None) -> bool:
         """Chaos hook: delay at random, keeping the order within each pair.
 
         The sequence number is given when the message is released (by
         :meth:`_send_now`), which happens in the order of the pair.
         """
+        rng = self._chaos
+        assert rng is not None, "messages are held only when chaos is configured"
         with self._chaos_cond:
             if guard is not None and not guard():
                 return False
-            due = max(time.monotonic() + self._chaos.random() * self._chaos_delay,  # type: ignore[union-attr]
+            due = max(time.monotonic() + rng.random() * self._chaos_delay,
                       self._held_last.get(dst, 0.0))
             self._held_last[dst] = due
             self._held_seq += 1
@@ -427,7 +433,7 @@ class Transport:
             log.critical("network thread failed", exc_info=True)
             raise
 
-    def _deliver(self, frames: list) -> None:
+    def _deliver(self, frames: list[zmq.Frame]) -> None:
         # frames: [routing id, mac + header + route (+ body), *payload frames]
         if len(frames) < 2 or len(frames[1]) < ENVELOPE_BYTES or \
                 (len(frames) > 2 and len(frames[1]) != ENVELOPE_BYTES):
@@ -465,7 +471,7 @@ class Transport:
         except Exception:
             log.exception("handling message kind %d from place %d failed", kind, src)
 
-    def _reject(self, frames: list, why: str) -> None:
+    def _reject(self, frames: list[zmq.Frame], why: str) -> None:
         """Count a dropped message; log the first few, then a summary every interval."""
         self.rejected += 1
         self.rejected_by[why] += 1
