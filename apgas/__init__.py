@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ._place import Place
 from ._refs import GlobalRef, PlaceLocal
@@ -19,6 +19,9 @@ from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
 from .evolving import GrowRefused, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
+
+if TYPE_CHECKING:
+    from ._malleability import Orders
 
 __all__ = [
     "run", "Place", "here", "places", "place", "finish",
@@ -78,7 +81,7 @@ def at(place: Place | int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
     return current().at(place, fn, args, kwargs)
 
 
-def _orders():
+def _orders() -> Orders:
     rt = current()
     if rt.orders is None:
         raise ApgasError(f"malleability is steered from place 0; this is place {rt.id}")

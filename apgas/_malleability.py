@@ -15,7 +15,7 @@ import inspect
 import logging
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 
 from . import protocol
@@ -32,6 +32,7 @@ ANSWER_WAIT = 15.0  # s for the scheduler's answer to a check (the communicator 
 ORDER_WAIT = 30.0  # s beyond the join timeout for the order that carries out a check's answer
 
 log = logging.getLogger("apgas.malleability")
+T = TypeVar("T")
 
 RIGID, MALLEABLE, DISABLED, CLOSED = "rigid", "malleable", "disabled", "closed"
 
@@ -125,8 +126,10 @@ class Orders:
             continued = self._rt.sorted_places()
             self._call("pre_grow", handler.pre_grow, n)
             t1 = time.monotonic_ns()
+            launcher = self._rt.launcher
+            assert launcher is not None, "apgas.run gives place 0 its launcher before any order"
             try:
-                added = self._rt.start_places(hosts, self._rt.launcher, self._rt.config.join_timeout)
+                added = self._rt.start_places(hosts, launcher, self._rt.config.join_timeout)
             except ApgasError as e:
                 raise OrderError(f"no place was added: {e}") from e
             t2 = time.monotonic_ns()
@@ -405,7 +408,7 @@ class Orders:
                              f"place 0 (and mpiexec ranks), returned {chosen!r}; nothing was removed")
 
     @staticmethod
-    def _call(name: str, fn, *args):
+    def _call(name: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
         except Exception as e:

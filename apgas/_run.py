@@ -9,7 +9,8 @@ import signal
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterator, TypeVar
+from types import FrameType
+from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
 import launcher
 from launcher import mpi as _mpi
@@ -110,7 +111,7 @@ def _terminate_as_exit() -> Iterator[None]:
         yield
         return
 
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: FrameType | None) -> NoReturn:
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, on_term)

@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar, cast
 
 from . import _serialization as ser
 from ._config import Config, parse_chaos
@@ -35,9 +36,15 @@ from ._timeline import open_timeline
 from ._transport import MessageTooLarge, Transport
 from .errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 
+if TYPE_CHECKING:
+    from launcher import Launcher, PlaceProcess
+
+    from ._malleability import Orders
+
 __all__ = ["Runtime", "current", "current_finish", "Finish"]
 
 log = logging.getLogger("apgas.runtime")
+T = TypeVar("T")
 
 # message kinds
 (JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN,
@@ -73,7 +80,7 @@ class _Pending:
         self.dst = dst
         self._latch = threading.Lock()
         self._latch.acquire()
-        self.reply: tuple | None = None
+        self.reply: tuple[memoryview, list[memoryview]] | None = None  # (body, buffers)
         self.error: BaseException | None = None
 
     def wait(self) -> None:
@@ -120,13 +127,13 @@ class Runtime:
                                    config.max_message_bytes, self.heartbeat, self._link_lost,
                                    lambda other: place_id == 0 or other == 0)
         # place 0 only
-        self._children: dict[int, Any] = {}
+        self._children: dict[int, PlaceProcess] = {}
         self._joined: dict[int, tuple[str, int, str]] = {}
         self._secret = secret
         self._next_place = place_id + 1
         self._leaving_places: set[int] = set()
-        self.orders: Any = None  # place 0: the malleability controller (apgas._malleability)
-        self.launcher: Any = None  # place 0: starts the places of a grow (launcher package)
+        self.orders: Orders | None = None  # place 0: the malleability controller
+        self.launcher: Launcher | None = None  # place 0: starts the places of a grow
         self._table: dict[int, tuple[str, str, int]] = {place_id: (host, self.transport.endpoint, self.pid)}
         self._acks: set[int] = set()
         self._epoch = 0
@@ -147,7 +154,7 @@ class Runtime:
     def resolve(self, place: Place | int) -> int:
         """The id of a live place, or ``DeadPlaceError`` at once."""
         try:
-            pid = place.id if isinstance(place, Place) else int(place)  # type: ignore[arg-type]
+            pid = place.id if isinstance(place, Place) else int(place)
         except (TypeError, ValueError):
             raise TypeError(f"expected a Place or a place id, got {place!r}") from None
         if pid not in self.places:
@@ -163,32 +170,35 @@ class Runtime:
         return self.places[self.resolve(place_id)]
 
     # -- spawning -------------------------------------------------------------
-    def spawn(self, place: Place | int, fn: Callable, args: tuple, kwargs: dict, kind: int) -> None:
+    def spawn(self, place: Place | int, fn: Callable[..., Any], args: tuple[Any, ...],
+              kwargs: dict[str, Any], kind: int) -> None:
         """Start ``fn`` at ``place``: ``kind`` is TASK (counted), UNCOUNTED or IMMEDIATE."""
         if not callable(fn):
             raise TypeError(f"a task must be callable, got {fn!r}")
         dst = self.resolve(place)
+        # the finish that counts the task: set exactly when it is a TASK
         fref = current_finish() if kind == TASK else None
         if kind == TASK and fref is None:
             kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
+        # pickled exactly when the task goes to another place
         payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
-        if kind == TASK:
-            self._count_spawn(fref, dst, 1)  # type: ignore[arg-type]
-        if dst != self.id:
+        if fref is not None:
+            self._count_spawn(fref, dst, 1)
+        if payload is not None:
             # The table is checked under the link's lock, which also orders the FENCE
             # that a shrink sends: no task reaches a place after its fence.
             try:
                 sent = self.transport.send(dst, kind, *(fref or (0, 0)), payload,
                                            guard=lambda: dst in self.places)
             except BaseException:  # MessageTooLarge: nothing sent, take the count back
-                if kind == TASK:
-                    self._count_spawn(fref, dst, -1)  # type: ignore[arg-type]
+                if fref is not None:
+                    self._count_spawn(fref, dst, -1)
                 raise
             if not sent:
-                if kind == TASK:
-                    self._count_spawn(fref, dst, -1)  # type: ignore[arg-type]
+                if fref is not None:
+                    self._count_spawn(fref, dst, -1)
                 raise DeadPlaceError(dst, "it died or left while the task was prepared")
-        elif kind == TASK:
+        elif fref is not None:
             self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs))
         else:
             pool = self.immediate if kind == IMMEDIATE else self.pool
@@ -206,10 +216,11 @@ class Runtime:
                 if dst == self.id:
                     state.live += delta
 
-    def _run_task(self, fref: tuple[int, int], src: int, fn: Callable, args: tuple, kwargs: dict) -> None:
+    def _run_task(self, fref: tuple[int, int], src: int, fn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> None:
         prev = getattr(_ctx, "finish", None)
         _ctx.finish = fref
-        exc = None
+        exc: Exception | None = None
         try:
             fn(*args, **kwargs)
         except BaseException as e:
@@ -218,7 +229,8 @@ class Runtime:
             _ctx.finish = prev
         self._task_done(fref, src, exc)
 
-    def _run_remote_task(self, fref: tuple[int, int], src: int, body, buffers) -> None:
+    def _run_remote_task(self, fref: tuple[int, int], src: int, body: memoryview,
+                         buffers: list[memoryview]) -> None:
         try:
             fn, args, kwargs = ser.loads(body, buffers)
         except BaseException as e:
@@ -226,7 +238,7 @@ class Runtime:
             return
         self._run_task(fref, src, fn, args, kwargs)
 
-    def _run_uncounted(self, fn: Callable, args: tuple, kwargs: dict) -> None:
+    def _run_uncounted(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         prev = getattr(_ctx, "finish", None)
         _ctx.finish = None
         try:
@@ -236,7 +248,7 @@ class Runtime:
         finally:
             _ctx.finish = prev
 
-    def _run_remote_uncounted(self, body, buffers) -> None:
+    def _run_remote_uncounted(self, body: memoryview, buffers: list[memoryview]) -> None:
         try:
             fn, args, kwargs = ser.loads(body, buffers)
         except BaseException:
@@ -244,7 +256,7 @@ class Runtime:
             return
         self._run_uncounted(fn, args, kwargs)
 
-    def _task_done(self, fref: tuple[int, int], src: int, exc: BaseException | None) -> None:
+    def _task_done(self, fref: tuple[int, int], src: int, exc: Exception | None) -> None:
         home, fid = fref
         with self._lock:
             if home == self.id:
@@ -306,7 +318,7 @@ class Runtime:
             self._home[f.fid] = f
         return f
 
-    def wait_finish(self, f: HomeFinish) -> list[BaseException]:
+    def wait_finish(self, f: HomeFinish) -> list[Exception]:
         with self._lock:
             f.body_done = True
             f.check()
@@ -318,8 +330,8 @@ class Runtime:
         return f.exceptions
 
     # -- at ---------------------------------------------------------------------
-    def at(self, place: Place | int, fn: Callable, args: tuple, kwargs: dict,
-           immediate: bool = False) -> Any:
+    def at(self, place: Place | int, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
+           immediate: bool = False) -> T:
         """``apgas.at``; with ``immediate``, ``fn`` runs on the target's immediate pool
         (for short control calls that must not queue behind busy workers)."""
         dst = self.resolve(place)
@@ -349,12 +361,13 @@ class Runtime:
                 self._pending.pop(req, None)
         if pending.error is not None:
             raise pending.error
-        ok, value = ser.loads(*pending.reply)  # type: ignore[misc]
+        assert pending.reply is not None, "settled without an error: the reply has come"
+        ok, value = ser.loads(*pending.reply)
         if not ok:
             raise value
-        return value
+        return cast(T, value)  # what fn returned at dst, unpickled
 
-    def _serve_at(self, src: int, req: int, body, buffers) -> None:
+    def _serve_at(self, src: int, req: int, body: memoryview, buffers: list[memoryview]) -> None:
         try:
             fn, args, kwargs = ser.loads(body, buffers)
             with Finish(solo=True):
@@ -372,7 +385,8 @@ class Runtime:
         self.transport.send(src, AT_REPLY, 0, req, ser.dumps((False, self.capture(err, portable=True))))
 
     # -- messages (network thread) ------------------------------------------------
-    def _on_message(self, kind: int, src: int, a: int, b: int, body, buffers: list) -> None:
+    def _on_message(self, kind: int, src: int, a: int, b: int, body: memoryview,
+                    buffers: list[memoryview]) -> None:
         if kind == TASK:
             fref = (a, b)
             if a != self.id:
@@ -494,7 +508,7 @@ class Runtime:
         self.transport.disconnect(place_id)
 
     # -- start and stop -------------------------------------------------------------
-    def start_places(self, hosts: list[str], launcher, timeout: float) -> list[Place]:
+    def start_places(self, hosts: list[str], launcher: Launcher, timeout: float) -> list[Place]:
         """Place 0: start one place per host, wait for all to join, send the table.
 
         On failure the started places are killed and the table stays as it was.
@@ -525,7 +539,7 @@ class Runtime:
                 self.timeline.write("join", place=pid, host=host)
         return [self.places[pid] for pid in wanted]
 
-    def bootstrap(self, place_id: int | None, host: str | None) -> dict:
+    def bootstrap(self, place_id: int | None, host: str | None) -> dict[str, Any]:
         """Place 0: what a new place needs to join (it travels as one JSON line)."""
         return {
             "place": place_id, "host": host, "parent_endpoint": self.transport.endpoint,
@@ -596,7 +610,7 @@ class Runtime:
                     self.transport.send(other, LEFT, pid, 0)
         return hosts
 
-    def _publish_table(self, removed: list[int] = ()) -> None:  # type: ignore[assignment]
+    def _publish_table(self, removed: Sequence[int] = ()) -> None:
         """Place 0: send the table to every place and wait until all have it."""
         table = {pid: entry for pid, entry in self._table.items()
                  if pid not in self.dead and pid not in removed}
@@ -618,7 +632,7 @@ class Runtime:
                 self._cond.wait(min(left, 0.05))
         self._install_table(table)
 
-    def _abort_children(self, pids) -> None:
+    def _abort_children(self, pids: Iterable[int]) -> None:
         for pid in pids:
             proc = self._children.pop(pid, None)
             if proc is not None:
@@ -707,14 +721,14 @@ class Runtime:
         self.immediate.shutdown()
 
 
-def _said(proc) -> str:
+def _said(proc: PlaceProcess) -> str:
     """What a place process wrote to stderr, for an error message."""
     last_error = getattr(proc, "last_error", None)
     text = last_error() if last_error is not None else ""
     return f"; it said:\n{text}" if text else ""
 
 
-def _reap(proc, grace: float) -> None:
+def _reap(proc: PlaceProcess, grace: float) -> None:
     """Wait ``grace`` seconds for a place process to exit, then kill it; close its pipe."""
     try:
         proc.wait(timeout=grace)
@@ -771,7 +785,8 @@ class Finish:
             self._f = self._rt.open_finish()
         return self._rt.id, self._f.fid
 
-    def __exit__(self, etype, exc, tb) -> bool:
+    def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         _ctx.finish = self._prev
         if exc is not None and not isinstance(exc, Exception):
             return False  # KeyboardInterrupt and friends: do not wait
