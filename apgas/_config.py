@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from launcher import (HostSpecError, check_hosts, default_start_method, detect_launcher,
                       launcher_names, mpi_rank_from_env, read_hostfile, slurm_hosts)
@@ -174,7 +174,7 @@ def load_config(overrides: Mapping[str, Any] | None = None,
     return Config(**values)
 
 
-def _launch_values(pick, env: Mapping[str, str]) -> dict[str, Any]:
+def _launch_values(pick: Callable[[str], tuple[str, Any] | None], env: Mapping[str, str]) -> dict[str, Any]:
     """The launchers and the hosts: given, from a host file, or from the Slurm allocation."""
     names = launcher_names()
     values: dict[str, Any] = {}

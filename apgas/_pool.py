@@ -28,7 +28,7 @@ class WorkerPool:
     def __init__(self, size: int, name: str) -> None:
         self.size = size
         self._name = name
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()  # None: stop
         self._lock = threading.Lock()
         self._threads = 0
         self._blocked = 0
@@ -122,7 +122,7 @@ class WorkerPool:
             self._threads -= 1
 
 
-def blocking() -> contextlib.AbstractContextManager:
+def blocking() -> contextlib.AbstractContextManager[None]:
     """Wrap a wait; on a pool thread, a spare thread keeps the pool's parallelism."""
     pool = getattr(_local, "pool", None)
     return _NOT_A_POOL_THREAD if pool is None else pool._blocking()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, TypeVar, cast
 
 from ._place import Place
 from ._runtime import Finish, TASK, current
@@ -37,7 +37,7 @@ class GlobalRef(Generic[T]):
             raise ApgasError(f"GlobalRef of place {self._home.id} dereferenced at place {rt.id}; "
                              f"use apgas.at(ref.home, ...) to reach it")
         try:
-            return rt.global_refs[self._key]
+            return cast(T, rt.global_refs[self._key])  # the table holds every place's refs: Any
         except KeyError:
             raise ApgasError(f"GlobalRef {self._key} of place {self._home.id} was freed") from None
 
@@ -47,7 +47,7 @@ class GlobalRef(Generic[T]):
         if rt.id == self._home.id:
             rt.global_refs.pop(self._key, None)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_global_ref, (self._home, self._key))
 
     def __eq__(self, other: object) -> bool:
@@ -60,7 +60,7 @@ class GlobalRef(Generic[T]):
         return f"GlobalRef(home={self._home.id}, key={self._key})"
 
 
-def _rebuild_global_ref(home: Place, key: int) -> GlobalRef:
+def _rebuild_global_ref(home: Place, key: int) -> GlobalRef[Any]:
     ref = GlobalRef.__new__(GlobalRef)
     ref._home = home
     ref._key = key
@@ -89,7 +89,7 @@ class PlaceLocal(Generic[T]):
         """This place's instance."""
         rt = current()
         try:
-            return rt.place_locals[self._key]
+            return cast(T, rt.place_locals[self._key])  # the table holds every PlaceLocal's: Any
         except KeyError:
             raise ApgasError(f"PlaceLocal {self._key} has no instance at place {rt.id}; "
                              "it was made for other places") from None
@@ -98,7 +98,7 @@ class PlaceLocal(Generic[T]):
         """Drop this place's instance."""
         current().place_locals.pop(self._key, None)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (PlaceLocal, (self._key,))
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 import threading
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from launcher._forktemplate import serve_forks
 from launcher.mpi import load_mpi
@@ -105,7 +105,7 @@ def _preload(names: str) -> bool:
     return not others
 
 
-def serve(boot: dict, watch_stdin: bool) -> int:
+def serve(boot: dict[str, Any], watch_stdin: bool) -> int:
     """Join place 0 with the bootstrap data, serve until told to stop; the exit code.
 
     With ``watch_stdin`` the place also stops when its stdin reaches end of
@@ -153,7 +153,7 @@ def local_interface(interface: str, parent_endpoint: str) -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((peer, 9))
-            mine = probe.getsockname()[0]
+            mine: str = probe.getsockname()[0]  # (address, port) for AF_INET
     except OSError as e:
         log.warning("interface %s is not this host's, and the route to place 0 at %s is not "
                     "known (%s); binding it anyway", interface, peer, e)

@@ -114,12 +114,14 @@ def timeline_model(events: list[dict[str, Any]], run: int = -1) -> dict[str, Any
 
 
 def _end_of(event: dict[str, Any]) -> float:
-    if event["event"] in ("phase", "order") and isinstance(event.get("start"), (int, float)):
-        return max(event["t"], event["start"] + float(event.get("seconds", 0)))
-    return event["t"]
+    t: float = event["t"]  # a number: read_timeline checked it
+    start = event.get("start")
+    if event["event"] in ("phase", "order") and isinstance(start, (int, float)):
+        return max(t, start + float(event.get("seconds", 0)))
+    return t
 
 
-def _subtitle(start: dict | None, ended: dict | None, runs: int, index: int) -> str:
+def _subtitle(start: dict[str, Any] | None, ended: dict[str, Any] | None, runs: int, index: int) -> str:
     if start is None:
         text = "no run line: the start of the run is missing"
     else:
@@ -134,15 +136,16 @@ def _subtitle(start: dict | None, ended: dict | None, runs: int, index: int) -> 
     return text
 
 
-def _places(events: list[dict], base: float, t1: float) -> tuple[list[str], list[list], list[dict]]:
+def _places(events: list[dict[str, Any]], base: float,
+            t1: float) -> tuple[list[str], list[list[Any]], list[dict[str, Any]]]:
     """Rows (one per place, in the order they joined), their bars, and the failure marks."""
     rows: list[str] = []
-    bars: list[list] = []
-    failed: list[dict] = []
+    bars: list[list[Any]] = []  # [row, start, end, key, label]
+    failed: list[dict[str, Any]] = []
     open_bars: dict[int, int] = {}  # place -> index of its open bar
     row_of: dict[int, int] = {}
 
-    def row(place: int, event: dict) -> int:
+    def row(place: int, event: dict[str, Any]) -> int:
         if place not in row_of:
             row_of[place] = len(rows)
             rows.append(f"place {place} ({event.get('host', '?')})")
@@ -164,7 +167,7 @@ def _places(events: list[dict], base: float, t1: float) -> tuple[list[str], list
     return rows, bars, failed
 
 
-def _orders(events: list[dict], base: float) -> list[dict[str, Any]]:
+def _orders(events: list[dict[str, Any]], base: float) -> list[dict[str, Any]]:
     """Each order with its phases: its mark and its table row."""
     phases = [e for e in events if e["event"] == "phase"]
     out = []
@@ -189,9 +192,9 @@ def _orders(events: list[dict], base: float) -> list[dict[str, Any]]:
     return out
 
 
-def _work(events: list[dict], base: float) -> tuple[list[dict[str, Any]], int]:
+def _work(events: list[dict[str, Any]], base: float) -> tuple[list[dict[str, Any]], int]:
     """Items per second of each place between its samples, and the items processed in all."""
-    by_place: dict[int, list[dict]] = {}
+    by_place: dict[int, list[dict[str, Any]]] = {}
     for e in events:
         if e["event"] == "load" and isinstance(e.get("place"), int):
             by_place.setdefault(e["place"], []).append(e)
@@ -199,7 +202,7 @@ def _work(events: list[dict], base: float) -> tuple[list[dict[str, Any]], int]:
     processed = 0
     for place in sorted(by_place):
         samples = by_place[place]
-        segments: list[list[dict]] = []  # one per GLB computation
+        segments: list[list[dict[str, Any]]] = []  # one per GLB computation
         for s in samples:
             if not segments or s.get("glb") != segments[-1][-1].get("glb"):
                 segments.append([])
