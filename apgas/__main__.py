@@ -2,7 +2,9 @@
 
 ``python -m apgas ejs-env`` prints, for a job script run by the
 ElasticJobScheduler, the ``export`` lines that map its environment onto ours
-(:mod:`apgas.ejs`).
+(:mod:`apgas.ejs`: node file, launcher, this node's address, the scheduler's);
+on a bad or missing value it prints the reason and exits 2, so that the script
+can stop before the program starts with the wrong places.
 
 ``python -m apgas timeline FILE --html OUT.html`` draws a run timeline written
 with ``APGAS_TIMELINE=FILE`` (:mod:`apgas._timeline`) as one self-contained page.
@@ -58,7 +60,9 @@ def _ejs_env(argv: list[str]) -> int:
     argparse.ArgumentParser(
         prog="python -m apgas ejs-env",
         description="Print the export lines that map the ElasticJobScheduler's job "
-                    "environment onto APGAS_*: eval \"$(python -m apgas ejs-env)\"").parse_args(argv)
+                    "environment (NODE_FILE, LAUNCHER, SCHEDULER_IP, SCHEDULER_PORT, WORKERS) "
+                    "onto APGAS_*; exit 2 naming a bad or missing value. In the job script: "
+                    "exports=$(python -m apgas ejs-env) || exit 1; eval \"$exports\"").parse_args(argv)
     try:
         print(shell_exports(ejs_environment(os.environ)), end="")
     except ApgasError as e:

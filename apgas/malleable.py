@@ -17,9 +17,10 @@ import os
 import queue
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Callable
 
-from . import auth, protocol
+from . import auth, ejs, protocol
 from ._config import Config, parse_address
 from ._place import Place
 from ._serving import LineTooLong, discard_rest, read_line, serve_connections
@@ -122,6 +123,9 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     address without a job id, and no wait for answers it never sends. Every
     message carries the job's address: the listen address, or, when that is a
     wildcard (``0.0.0.0``), the local address of the connection to the scheduler.
+    Under EJS the job also prints the Java runtime's ``[APGAS] Place startup
+    time`` line, which EJS's analysis script reads, and warns of a shrink reply
+    later than EJS waits for it (:data:`apgas.ejs.SHRINK_BUDGET`).
     """
 
     MAX_LINE = 4096
@@ -159,6 +163,8 @@ class SocketMalleableCommunicator(MalleableCommunicator):
 
     def start(self) -> None:
         log.info("listening for orders on %s:%d", *self.address)
+        if self.ejs and self.attached:
+            self._print_startup_time()
         self._sender.start()
         threading.Thread(target=serve_connections, args=(self._server, self._serve),
                          kwargs={"name": "apgas-orders", "deadline": self.READ_TIMEOUT,
@@ -183,6 +189,15 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         self._outbox.put(None)
         if self._sender.is_alive():
             self._sender.join(3.0)
+
+    def _print_startup_time(self) -> None:
+        """The Java runtime's startup line, for EJS's ``plotExperiments.py``. With a
+        scheduler set, ``apgas.run`` starts the communicator right after the places of
+        the start joined, so now is when Java's runtime prints it, and the time counts
+        from the start of ``apgas.run`` (the Orders' clock, as ``readyTimeAPGAS``)."""
+        started = getattr(self.orders, "_started_ns", None)
+        if isinstance(started, int):
+            print(ejs.startup_line((time.monotonic_ns() - started) / 1e9), flush=True)
 
     @property
     def attached(self) -> bool:
@@ -299,6 +314,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             if line is None:
                 log.warning("an order connection closed before its line ended; nothing changed")
                 return
+            arrived = time.monotonic()
             try:
                 line = self._authentic(line)
             except auth.AuthError as e:
@@ -307,7 +323,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                 return
             log.info("order: %s", line)
             try:
-                replies = self._execute(line, lambda hosts: self._send(conn, hosts))
+                replies = self._execute(line, lambda hosts: self._released(conn, hosts, arrived))
             except OrderError as e:
                 log.warning("order %r refused: %s", line, e)
                 replies = [_error_line(e)]
@@ -349,6 +365,20 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             return []  # the released hosts went back already, before post_shrink
         added = self.orders.grow(order.n, list(order.hosts))
         return [protocol.grow_reply(order.n, [p.id for p in added])]
+
+    def _released(self, conn: socket.socket, hosts: list[str], arrived: float) -> None:
+        """Send a shrink's released hosts. EJS reads them within
+        :data:`apgas.ejs.SHRINK_BUDGET` seconds only, and drops the shrink silently
+        after that, so a later reply is worth a warning: the job goes on, but EJS
+        no longer resizes it and still counts the nodes as the job's."""
+        self._send(conn, hosts)
+        took = time.monotonic() - arrived
+        if self.ejs and took > ejs.SHRINK_BUDGET:
+            log.warning("the shrink's reply %s went out %.1f s after the order, later than the "
+                        "%g s the ElasticJobScheduler waits for it (apgas.ejs.SHRINK_BUDGET): EJS "
+                        "has most likely dropped this shrink ('Error by shrink'), will not resize "
+                        "this job again and still counts the released nodes as the job's; keep "
+                        "pre_shrink short under EJS", hosts, took, ejs.SHRINK_BUDGET)
 
     @staticmethod
     def _send(conn: socket.socket, lines: list[str]) -> None:

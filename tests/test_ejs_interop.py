@@ -9,8 +9,6 @@ import threading
 import pytest
 
 import apgas
-from apgas import ejs
-from apgas.errors import ConfigError
 from ejs_like import EjsLike
 from glb import GLB, GLBConfig
 from glb_bags import Count, TreeBag, tree_nodes
@@ -103,20 +101,3 @@ def test_an_unanswered_request_holds_back_no_other_message(ejs_job):
     assert [line.split(";")[0] for line in ejs_job.lines[:3]] == \
         ["APGAS-Ready:127.0.0.1", "readyTimeAPGAS", "Evolving"]
 
-
-def test_ejs_environment_maps_onto_ours(tmp_path):
-    nodes = tmp_path / "nodes"
-    nodes.write_text("localhost\nlocalhost\n")
-    env = ejs.ejs_environment({"NODE_FILE": str(nodes), "SCHEDULER_IP": "10.1.2.3",
-                               "SCHEDULER_PORT": "8081", "WORKERS": "4"})
-    assert env == {"APGAS_HOSTFILE": str(nodes), "APGAS_SCHEDULER": "10.1.2.3:8081",
-                   "APGAS_MALLEABLE_LISTEN": "127.0.0.1:8081", "APGAS_PLAIN_PROTOCOL": "1",
-                   "APGAS_JOB_ID": "", "APGAS_THREADS": "4"}
-    assert "unset APGAS_JOB_ID\n" in ejs.shell_exports(env)
-    with pytest.raises(ConfigError, match="SCHEDULER_IP, SCHEDULER_PORT not set"):
-        ejs.ejs_environment({"NODE_FILE": str(nodes)})
-    with pytest.raises(ConfigError, match="SCHEDULER_PORT must be a TCP port, got 'x'"):
-        ejs.ejs_environment({"NODE_FILE": str(nodes), "SCHEDULER_IP": "h", "SCHEDULER_PORT": "x"})
-    with pytest.raises(ConfigError, match="NODE_FILE: cannot read host file"):
-        ejs.ejs_environment({"NODE_FILE": str(tmp_path / "none"), "SCHEDULER_IP": "h",
-                             "SCHEDULER_PORT": "1"})

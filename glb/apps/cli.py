@@ -4,7 +4,9 @@
                        [--sequential] [--static] [--malleable | --evolving] [--json FILE]
 
 Prints the result, whether it is correct against a known reference, the time of
-the computation alone and the throughput; ``--json`` writes one record.
+the computation alone and the throughput; ``--json`` writes one record. Under the
+ElasticJobScheduler it also prints the Java GLB's ``Initialization time (s);`` line,
+which EJS's analysis script reads.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import apgas
+from apgas import ejs
 from glb import GLB, GLBConfig
 
 from . import APPS
@@ -67,6 +70,7 @@ def _warm_up_here(name: str) -> tuple[int, float]:
 def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
     """The computation under apgas.run; returns the measured record fields."""
     def main() -> dict[str, Any]:
+        begin = time.perf_counter()
         first_places = len(apgas.places())
         first = _warm_up_here(app.name)  # place 0 compiles or loads the kernels first ...
         with apgas.finish():             # ... the others then load them from the disk cache
@@ -90,6 +94,7 @@ def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
         stats = glb.stats()
         print(stats, file=sys.stderr)
         return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
+                "init_seconds": start - begin,
                 "places": first_places, "final_places": len(apgas.places())}
 
     # forked places (those a grow adds too) come with the app imported and its kernels loaded
@@ -128,6 +133,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         record = run_glb(app, params, ns)
         result, seconds, warm = record["result_obj"], record["seconds"], record["warm_up_seconds"]
         places, workers, final = record["places"], ns.workers, record["final_places"]
+        if ejs.started_by_ejs(os.environ):
+            # as the Java GLB prints it after the computation: the set-up from the places'
+            # start to the computation's (the app's kernels at every place, GLB's object)
+            print(ejs.initialization_line(record["init_seconds"]), flush=True)
     value = app.value(result)
     units = app.units(result)
     correct = app.check(params, value)
