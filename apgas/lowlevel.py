@@ -7,7 +7,7 @@ only ``import apgas``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ._config import Config, parse_address
 from ._pool import blocking
@@ -34,7 +34,10 @@ __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "
            "open_new_file", "open_append", "owner_name"]
 
 
-def immediate_at(place: int, fn: Callable[..., Any], *args: Any) -> Any:
+T = TypeVar("T")
+
+
+def immediate_at(place: int, fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn(*args)`` at ``place`` on its immediate pool and return the result.
 
     Meant for short calls that must not queue behind busy worker tasks (steal

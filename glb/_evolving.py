@@ -19,7 +19,7 @@ import threading
 import time
 
 import apgas
-from apgas.lowlevel import removable
+from apgas.lowlevel import immediate_at, removable
 
 from . import _worker as w
 from ._config import GLBConfig
@@ -98,7 +98,7 @@ class Evolver:
         loads: dict[int, float] = {}
         for p in apgas.places():
             try:
-                loads[p.id] = w.immediate_at(p.id, w.load, self.gid)
+                loads[p.id] = immediate_at(p.id, w.load, self.gid)
             except apgas.DeadPlaceError:
                 continue  # left meanwhile
         return loads

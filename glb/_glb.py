@@ -12,11 +12,13 @@ from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 import apgas
 from apgas import protocol
-from apgas.lowlevel import current_timeline, sample_interval
+from apgas.lowlevel import current_timeline, immediate_at, sample_interval
+from apgas.malleable import MalleableCommunicator
 
 from . import _worker as w
 from ._config import GLBConfig
 from ._evolving import Evolver
+from ._sampling import Sample
 from ._stats import GLBStats
 
 __all__ = ["GLB", "Bag", "Result"]
@@ -25,6 +27,8 @@ __all__ = ["GLB", "Bag", "Result"]
 R = TypeVar("R", bound="Result")
 _ids = itertools.count(1)
 log = logging.getLogger("glb")
+#: a worker's start task: (place, function, arguments)
+_Start = tuple[int, Callable[..., None], tuple[Any, ...]]
 
 
 @runtime_checkable
@@ -104,13 +108,13 @@ class GLB:
 
     def compute_dynamic(self, bag: Bag, result: R) -> R:
         """All work starts at place 0 in ``bag``; ``result`` is the neutral result."""
-        def starts(gid: int, members: list[int]):  # the others start by stealing
+        def starts(gid: int, members: list[int]) -> list[_Start]:  # the others start by stealing
             return [(p, w.start_dynamic, (gid, bag if p == 0 else None)) for p in members]
         return self._compute(result, starts)
 
     def compute_static(self, make_bag: Callable[[int, int], Bag], result: R) -> R:
         """Each worker starts with ``make_bag(worker_index, worker_count)``."""
-        def starts(gid: int, members: list[int]):
+        def starts(gid: int, members: list[int]) -> list[_Start]:
             return [(p, w.start_static, (gid, make_bag, i, len(members))) for i, p in enumerate(members)]
         return self._compute(result, starts)
 
@@ -119,7 +123,7 @@ class GLB:
         return self._stats
 
     # -------------------------------------------------------------------------------------
-    def _compute(self, prototype: R, starts: Callable[[int, list[int]], list]) -> R:
+    def _compute(self, prototype: R, starts: Callable[[int, list[int]], list[_Start]]) -> R:
         if apgas.here().id != 0:
             raise apgas.ApgasError("GLB computations are started at place 0")
         if not isinstance(prototype, Result):
@@ -129,8 +133,8 @@ class GLB:
         start = time.monotonic()
         sample = sample_interval()  # None: no timeline, no load samples
         with apgas.finish():
-            for p in members:
-                apgas.async_at(p, w.init_place, gid, self.config, prototype, members, False, sample)
+            for pid in members:
+                apgas.async_at(pid, w.init_place, gid, self.config, prototype, members, False, sample)
         self._moved = GLBStats()
         resizable = self.config.malleable or self.config.evolving
         handler = _GLBHandler(self, gid, prototype, sample) if resizable else None
@@ -141,8 +145,8 @@ class GLB:
             handler.communicator = communicator
             if evolver is not None and not communicator.attached:
                 apgas.disable_malleable_handler()
-                for p in members:
-                    apgas.at(p, w.collect, gid)  # forget the computation's state
+                for pid in members:
+                    apgas.at(pid, w.collect, gid)  # forget the computation's state
                 raise apgas.ApgasError("GLBConfig(evolving=True) needs a scheduler to ask for "
                                        "places: APGAS_SCHEDULER is not set")
         failed = False
@@ -209,7 +213,7 @@ class _GLBHandler(apgas.MalleableHandler):
         # the work in compute_static) reached it.
         self.started = threading.Event()
         self.start_sent: set[int] = set()  # places whose start task was sent
-        self.communicator: apgas.MalleableCommunicator | None = None
+        self.communicator: MalleableCommunicator | None = None
 
     def _timed(self, event: str, n: int, since_ns: int) -> None:
         ns = time.monotonic_ns() - since_ns
@@ -243,14 +247,14 @@ class _GLBHandler(apgas.MalleableHandler):
         leaving = list(chosen) if chosen is not None else places[-n:]
         gone = {p.id for p in leaving}
         staying = [p.id for p in places if p.id not in gone]
-        for p in staying:
-            w.immediate_at(p, w.set_members, self.gid, staying)
+        for pid in staying:
+            immediate_at(pid, w.set_members, self.gid, staying)
         for p in leaving:
-            result, thieves, stats, samples = w.immediate_at(p.id, w.leave, self.gid, staying,
-                                                             p.id in self.start_sent)
+            result, thieves, stats, samples = immediate_at(p.id, w.leave, self.gid, staying,
+                                                           p.id in self.start_sent)
             _write_loads(p.id, self.gid, samples)
             w.absorb(self.gid, result)  # place 0 stays: partial results live on here
-            w.immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
+            immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
         return leaving
 
@@ -258,14 +262,14 @@ class _GLBHandler(apgas.MalleableHandler):
         self.started.wait()
         members = [p.id for p in continued + added]
         for p in continued:  # first: a worker drops a thief that is not a member
-            w.immediate_at(p.id, w.set_members, self.gid, members)
+            immediate_at(p.id, w.set_members, self.gid, members)
         with apgas.finish():  # the new places set up at once: each imports the bag's modules
             for p in added:
                 apgas.async_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype,
                                members, True, self.sample)
 
 
-def _write_loads(place: int, gid: int, samples: list | None) -> None:
+def _write_loads(place: int, gid: int, samples: list[Sample] | None) -> None:
     """A place's load samples into the run timeline (they come only when one is written)."""
     timeline = current_timeline()
     if samples and timeline is not None:

@@ -26,7 +26,7 @@ class PlaceStats:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
-class GLBStats(list):
+class GLBStats(list[PlaceStats]):
     """A list of :class:`PlaceStats`, one per place that took part; prints as a table."""
 
     COLUMNS = ("place", "units", "busy_s", "idle_s", "random_tried", "random_won",

@@ -48,7 +48,7 @@ class PlaceState:
         self.me = apgas.here().id
         self.lock = threading.Condition()
         self.result = copy.deepcopy(prototype)
-        self.shared: collections.deque = collections.deque()  # loot for local and remote thieves
+        self.shared: collections.deque[Any] = collections.deque()  # loot (bags) for local and remote thieves
         self.thieves: collections.deque[int] = collections.deque()  # lifeline thieves waiting on us
         self.active = 0          # running worker tasks
         self.stealing = False    # the last worker is out stealing
