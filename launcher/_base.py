@@ -21,7 +21,8 @@ __all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "StderrTail", "StderrHub
 class PlaceProcess(Protocol):
     """Handle of a started place; the shape of :class:`subprocess.Popen`."""
 
-    pid: int
+    @property
+    def pid(self) -> int: ...
 
     def poll(self) -> int | None: ...
 

@@ -47,9 +47,10 @@ def serve_forks(fd: int, run: Callable[[list[str]], int]) -> int:
     middles: dict[int, tuple[object, int, int]] = {}  # its pidfd -> request id, pid, pid pipe
     _send(sock, {"ready": os.getpid()})
     while True:
-        ready = select.select([sock, *middles], [], [])[0]
+        watched: list[socket.socket | int] = [sock, *middles]
+        ready = select.select(watched, [], [])[0]
         for pidfd in ready:
-            if pidfd in middles:
+            if isinstance(pidfd, int) and pidfd in middles:
                 _send(sock, _middle_done(pidfd, *middles.pop(pidfd)))
         if sock not in ready:
             continue
