@@ -33,7 +33,7 @@ import numpy as np
 
 from glb.bags import RangeBag
 
-from ._app import App
+from ._app import App, Params
 
 __all__ = ["APP", "BCBag", "BCResult", "Graph", "graph", "reference_scores", "sequential"]
 
@@ -283,7 +283,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seed of the graph generator (default {DEFAULT_SEED})")
 
 
-def params(ns: argparse.Namespace) -> dict:
+def params(ns: argparse.Namespace) -> Params:
     scale, seed = ns.scale, ns.seed
     if not isinstance(scale, int) or isinstance(scale, bool) or not 1 <= scale <= MAX_SCALE:
         raise ValueError(f"--scale must be an integer from 1 to {MAX_SCALE}, got {scale!r}")
@@ -292,21 +292,21 @@ def params(ns: argparse.Namespace) -> dict:
     return {"scale": scale, "seed": seed}
 
 
-def make_bag(p: dict) -> BCBag:
+def make_bag(p: Params) -> BCBag:
     return BCBag(p["scale"], p["seed"], [(0, 1 << p["scale"])])
 
 
-def make_static_bag(p: dict, index: int, count: int) -> BCBag:
+def make_static_bag(p: Params, index: int, count: int) -> BCBag:
     """Worker ``index`` of ``count``: a contiguous slice; the slices tile all sources."""
     n = 1 << p["scale"]
     return BCBag(p["scale"], p["seed"], [(n * index // count, n * (index + 1) // count)])
 
 
-def make_result(p: dict) -> BCResult:
+def make_result(p: Params) -> BCResult:
     return BCResult(1 << p["scale"])
 
 
-def sequential(p: dict) -> BCResult:
+def sequential(p: Params) -> BCResult:
     """All sources in one kernel call (the graph is built here, as in a GLB run)."""
     bag = make_bag(p)
     bag.process(1 << p["scale"])
@@ -357,7 +357,7 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
 
 
-def check(p: dict, got: dict[str, Any]) -> bool | None:
+def check(p: Params, got: dict[str, Any]) -> bool | None:
     """Against networkx for scale <= 10. Only the summary reaches here, so
     every field is compared (the checksum catches scores on the wrong vertex)
     and the reported argmax must hold a maximal score (ties may pick another)."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from ._app import App
+from ._app import App, Params
 
 __all__ = ["APP", "NQueensBag", "NQueensResult", "REFERENCE", "c_reference_seconds", "prefixes"]
 
@@ -207,7 +207,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rows placed before a prefix becomes a task (default: %(default)s)")
 
 
-def params(ns: argparse.Namespace) -> dict:
+def params(ns: argparse.Namespace) -> Params:
     """Validate ``-n`` and ``-t``; errors name the bad value."""
     n, t = ns.size, ns.threshold
     if not isinstance(n, int) or not 1 <= n <= MAX_N:
@@ -217,27 +217,27 @@ def params(ns: argparse.Namespace) -> dict:
     return {"n": n, "threshold": t}
 
 
-def make_bag(p: dict) -> NQueensBag:
+def make_bag(p: Params) -> NQueensBag:
     return NQueensBag(p["n"], prefixes(p["n"], p["threshold"]))
 
 
-def make_static_bag(p: dict, index: int, count: int) -> NQueensBag:
+def make_static_bag(p: Params, index: int, count: int) -> NQueensBag:
     """Every ``count``-th prefix from ``index``: neighbours cost alike, so shares even out."""
     tasks = prefixes(p["n"], p["threshold"])[index::count]
     return NQueensBag(p["n"], np.ascontiguousarray(tasks))
 
 
-def make_result(p: dict) -> NQueensResult:
+def make_result(p: Params) -> NQueensResult:
     return NQueensResult()
 
 
-def sequential(p: dict) -> NQueensResult:
+def sequential(p: Params) -> NQueensResult:
     """The kernel alone on the empty board: one task, no prefixes, no runtime."""
     n = p["n"]
     return NQueensResult(int(_solve(n, prefixes(n, 0))), 1)
 
 
-def check(p: dict, value: int) -> bool | None:
+def check(p: Params, value: int) -> bool | None:
     expected = REFERENCE.get(p["n"])
     return None if expected is None else value == expected
 
@@ -293,7 +293,7 @@ def c_reference_seconds(n: int) -> tuple[int, float] | None:
     return int(out.stdout.split()[0]), seconds
 
 
-def compare(n: int) -> dict:
+def compare(n: int) -> dict[str, float]:
     """Numba sequential vs C on board size ``n``: counts, seconds and their ratio."""
     warm_up()
     start = time.perf_counter()

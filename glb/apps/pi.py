@@ -26,7 +26,7 @@ import numpy as np
 
 from glb.bags import RangeBag
 
-from ._app import App
+from ._app import App, Params
 
 __all__ = ["APP", "PiBag", "PiResult", "chunk_count", "hits"]
 
@@ -144,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seed of every chunk's stream (default: %(default)s)")
 
 
-def params(ns: argparse.Namespace) -> dict:
+def params(ns: argparse.Namespace) -> Params:
     """Validate ``--samples``, ``--chunk-size`` and ``--sample-seed``; errors name the bad value."""
     for flag, value, low, high in (("--samples", ns.samples, 1, 1 << 62),
                                    ("--chunk-size", ns.chunk, 1, 1 << 40),
@@ -154,28 +154,28 @@ def params(ns: argparse.Namespace) -> dict:
     return {"samples": ns.samples, "chunk": ns.chunk, "seed": ns.seed}
 
 
-def make_bag(p: dict) -> PiBag:
+def make_bag(p: Params) -> PiBag:
     return PiBag(p["seed"], p["chunk"], p["samples"], [(0, chunk_count(p["samples"], p["chunk"]))])
 
 
-def make_static_bag(p: dict, index: int, count: int) -> PiBag:
+def make_static_bag(p: Params, index: int, count: int) -> PiBag:
     """Worker ``index`` of ``count`` gets one contiguous block of chunks."""
     total = chunk_count(p["samples"], p["chunk"])
     lo, hi = total * index // count, total * (index + 1) // count
     return PiBag(p["seed"], p["chunk"], p["samples"], [(lo, hi)])
 
 
-def make_result(p: dict) -> PiResult:
+def make_result(p: Params) -> PiResult:
     return PiResult()
 
 
-def sequential(p: dict) -> PiResult:
+def sequential(p: Params) -> PiResult:
     """Every chunk in one kernel call, no runtime."""
     total = chunk_count(p["samples"], p["chunk"])
     return PiResult(hits(p["seed"], 0, total, p["chunk"], p["samples"]), p["samples"])
 
 
-def check(p: dict, value: float) -> bool:
+def check(p: Params, value: float) -> bool:
     """Within 6 standard errors of pi (a false alarm about once in 500 million seeds)."""
     q = math.pi / 4
     return abs(value - math.pi) <= 6 * 4 * math.sqrt(q * (1 - q) / p["samples"])

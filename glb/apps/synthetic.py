@@ -36,6 +36,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from ._app import Params
 from .uts import APP as UTS
 from .uts import NodeCount, UTSBag, frontier, make_bag as uts_bag
 from .uts import sequential as uts_count, tree_of
@@ -136,13 +137,13 @@ def parents(rows: np.ndarray, t: Any, log_q: np.ndarray) -> np.ndarray:
     return out
 
 
-def tree_params(params: dict) -> dict:
+def tree_params(params: Params) -> Params:
     """The UTS parameters of the tree (``params`` without ``unit_ms``)."""
     return {k: v for k, v in params.items() if k != "unit_ms"}
 
 
-def unit_seconds(params: dict) -> float:
-    return params["unit_ms"] / 1000.0
+def unit_seconds(params: Params) -> float:
+    return float(params["unit_ms"]) / 1000.0
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,7 +155,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                for k, v in DEFAULT_TREE.items()))
 
 
-def _params(ns: argparse.Namespace) -> dict:
+def _params(ns: argparse.Namespace) -> Params:
     ns = argparse.Namespace(**vars(ns))
     if ns.tree is None and ns.type in (None, "bin"):   # binomial by default, UTS's defaults otherwise
         for key, value in DEFAULT_TREE.items():
@@ -166,11 +167,11 @@ def _params(ns: argparse.Namespace) -> dict:
     return {**UTS.params(ns), "unit_ms": float(unit)}
 
 
-def make_bag(params: dict) -> SyntheticBag:
+def make_bag(params: Params) -> SyntheticBag:
     return SyntheticBag(uts_bag(tree_params(params)), unit_seconds(params))
 
 
-def make_static_bag(params: dict, index: int, count: int) -> SyntheticBag:
+def make_static_bag(params: Params, index: int, count: int) -> SyntheticBag:
     """Piece ``index`` of ``count``: every count-th node of the first level with at least
     ``count`` nodes (level 1 of the default tree: the root's 2000 children); piece 0 also
     sleeps the nodes above that level."""
@@ -182,7 +183,7 @@ def make_static_bag(params: dict, index: int, count: int) -> SyntheticBag:
     return SyntheticBag(inner, unit_seconds(params), owed)
 
 
-def sequential(params: dict) -> NodeCount:
+def sequential(params: Params) -> NodeCount:
     """One worker sleeps through the whole tree (the baseline: efficiency about 1)."""
     bag, result = make_bag(params), NodeCount()
     rest()
@@ -202,12 +203,12 @@ def warm_up() -> float:
     return time.perf_counter() - start
 
 
-def node_count(params: dict) -> int:
+def node_count(params: Params) -> int:
     """The tree's node count by the plain UTS kernel, without sleeping."""
     return uts_count(tree_params(params)).nodes
 
 
-def _check(params: dict, value: Any) -> bool:
+def _check(params: Params, value: int) -> bool:
     return value == node_count(params)
 
 

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from .._app import App
+from .._app import App, Params
 from .bag import NodeCount, make_bag, make_static_bag, sequential
 from .trees import (DEFAULT_B0, DEFAULT_DEPTH, DEFAULT_M, DEFAULT_Q, DEFAULT_SHAPE, DEFAULT_TYPE, KEYS,
                     MAX_B0, MAX_DEPTH, PUBLISHED, REFERENCE, REFERENCE_SEED, SHAPES, TREES, TYPES,
@@ -41,7 +41,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"root seed, 0..2^32-1 (default {REFERENCE_SEED})")
 
 
-def _params(ns: argparse.Namespace) -> dict:
+def _params(ns: argparse.Namespace) -> Params:
     given = {k: getattr(ns, k) for k in KEYS if getattr(ns, k, None) is not None}
     if ns.tree is not None:
         if ns.tree not in TREES:
@@ -54,7 +54,7 @@ def _params(ns: argparse.Namespace) -> dict:
     return tree_of(given).params()
 
 
-def _check(params: dict, value: Any) -> bool | None:
+def _check(params: Params, value: Any) -> bool | None:
     expected = published(params)
     return None if expected is None else value == expected
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._app import Params
 from .kernel import WORDS, expand, index_table, kernel_of, next_level, root
 from .trees import Tree, tree_of
 
@@ -54,7 +55,7 @@ class UTSBag:
         return {"tree": self.tree, "rows": self.rows(), "count": self.count}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["tree"], state["rows"], state["count"])
+        UTSBag.__init__(self, state["tree"], state["rows"], state["count"])
 
     def rows(self) -> np.ndarray:
         """A copy of the nodes still to expand, oldest first."""
@@ -66,12 +67,13 @@ class UTSBag:
     def process(self, n: int) -> int:
         done = 0
         while True:
-            self._top, counted, wanted = expand(self._nodes, self._top, n - done,
-                                                self._kernel, self._log_q, index_table())
-            done += counted
+            top, counted, wanted = expand(self._nodes, self._top, n - done,
+                                          self._kernel, self._log_q, index_table())
+            self._top = int(top)  # ints already (numba returns int64 as int), typed as Int
+            done += int(counted)
             if not wanted or done >= n:
                 break
-            self._reserve(wanted)
+            self._reserve(int(wanted))
         self.count += done
         return done
 
@@ -121,13 +123,13 @@ class UTSBag:
             self._nodes = grown
 
 
-def make_bag(params: dict) -> UTSBag:
+def make_bag(params: Params) -> UTSBag:
     """The bag holding the root: all the work."""
     tree = tree_of(params)
     return UTSBag(tree, root(tree.seed, index_table()))
 
 
-def frontier(params: dict, width: int) -> tuple[np.ndarray, int]:
+def frontier(params: Params, width: int) -> tuple[np.ndarray, int]:
     """Expand whole levels from the root until one has at least ``width`` nodes (or
     the last level whose children are hashed, or ``MAX_ABOVE`` nodes above it);
     returns that level and the count of the nodes above it."""
@@ -140,7 +142,7 @@ def frontier(params: dict, width: int) -> tuple[np.ndarray, int]:
     return level, above
 
 
-def make_static_bag(params: dict, index: int, count: int) -> UTSBag:
+def make_static_bag(params: Params, index: int, count: int) -> UTSBag:
     """Worker ``index`` of ``count``: every count-th node of a frontier level; worker 0
     also holds the count of the nodes above the frontier. Each worker builds the
     same frontier, so together they cover the tree exactly once."""
@@ -150,7 +152,7 @@ def make_static_bag(params: dict, index: int, count: int) -> UTSBag:
     return UTSBag(tree_of(params), level[index::count].copy(), above if index == 0 else 0)
 
 
-def sequential(params: dict) -> NodeCount:
+def sequential(params: Params) -> NodeCount:
     """The kernel alone, in this thread: no runtime, no splitting."""
     bag, result = make_bag(params), NodeCount()
     while not bag.is_empty():

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .._app import Params
+
 __all__ = ["Tree", "TREES", "PUBLISHED", "REFERENCE", "SMALL_TREES", "TYPES", "SHAPES", "KEYS",
            "tree_of", "published"]
 
@@ -68,7 +70,7 @@ class Tree:
     m: int | None = None                # bin, hybrid
     seed: int = REFERENCE_SEED
 
-    def params(self) -> dict:
+    def params(self) -> Params:
         """The JSON form: only the parameters this type of tree uses."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
@@ -109,7 +111,7 @@ def _is_real(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
-def tree_of(params: dict) -> Tree:
+def tree_of(params: Params) -> Tree:
     """The tree ``params`` describe, validated; errors name the option and the value.
 
     ``{"tree": "T3"}`` is a named sample tree (other keys must agree with it);
@@ -161,12 +163,12 @@ def tree_of(params: dict) -> Tree:
                 None if q is None else float(q), None if m is None else int(m), int(seed))
 
 
-def published(params: dict) -> int | None:
+def published(params: Params) -> int | None:
     """The published size of the tree ``params`` describe, or None if there is none."""
     tree = tree_of(params)
     for name, named in TREES.items():
         if tree == named:
             return PUBLISHED[name]
-    if tree == _geo("fixed", 4.0, tree.depth, REFERENCE_SEED):
+    if tree.depth is not None and tree == _geo("fixed", 4.0, tree.depth, REFERENCE_SEED):
         return REFERENCE.get(tree.depth)
     return None
