@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, cast
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
+
+if TYPE_CHECKING:
+    from numba.core.typing.templates import Signature
 
 from .trees import (BIN, CYCLIC, EXPDEC, FIXED, GEO, HYBRID, LINEAR, MAX_CHILDREN, SHAPES,
                     SHIFT_DEPTH, TYPES, Tree)
@@ -44,16 +47,24 @@ _H0, _H1, _H2, _H3, _H4 = 0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2
 _MASK = 0xFFFFFFFF
 _PAD = 0x80000000            # the 1 bit that ends a SHA-1 message
 
+#: an integer of the kernels: numba compiles Python ints and numpy's int64 alike as
+#: int64, but the type checker reads the kernels as Python, where the two differ
+Int = int | np.int64
+#: the five words of a SHA-1 state
+Digest = tuple[Int, Int, Int, Int, Int]
+
 
 # -- SHA-1 on int64 values holding 32-bit words ---------------------------------------------
 
 @intrinsic
-def _rotl32(typingctx, x, k):
+def _rotl32_intrinsic(typingctx: object, x: types.Type,
+                      k: types.Type) -> tuple[Signature, Callable[..., ir.Value]]:
     """Rotate the low 32 bits of ``x`` left by ``k``: one instruction, where numba's
     own shifts would widen to 64 bits and cost three."""
     sig = types.int64(types.int64, types.int64)
 
-    def codegen(context, builder, signature, args):
+    def codegen(context: object, builder: ir.IRBuilder, signature: Signature,
+                args: Sequence[ir.Value]) -> ir.Value:
         i32 = ir.IntType(32)
         word = builder.trunc(args[0], i32)
         fshl = builder.module.declare_intrinsic("llvm.fshl", [i32], ir.FunctionType(i32, [i32] * 3))
@@ -63,21 +74,26 @@ def _rotl32(typingctx, x, k):
     return sig, codegen
 
 
+#: ``_rotl32(x, k)`` as the kernels call it: jitted code calls an intrinsic without the
+#: typing context (numba's stub gives the call the definition's own parameters)
+_rotl32 = cast(Callable[[Int, Int], np.int64], _rotl32_intrinsic)
+
+
 @numba.njit(inline="always", cache=True)
-def _word(w, q, t):
+def _word(w: np.ndarray, q: np.ndarray, t: int) -> np.int64:
     """Schedule word ``t``: the parent's part XOR the index's part."""
     return np.int64(w[t] ^ q[t])
 
 
 @numba.njit(cache=True, nogil=True)
-def _schedule(w):
+def _schedule(w: np.ndarray) -> None:
     """Expand the 16 message words ``w[0:16]`` into the 80 round words."""
     for t in range(16, 80):
         w[t] = _rotl32(np.int64(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16]), 1)
 
 
 @numba.njit(inline="always", cache=True)
-def _rounds_0_4(w, a, b, c, d, e):
+def _rounds_0_4(w: np.ndarray, a: Int, b: Int, c: Int, d: Int, e: Int) -> Digest:
     """The first rounds of a child's block: they see only its parent's words."""
     for t in range(5):
         x = (_rotl32(a, 5) + ((b & c) | (~b & d)) + e + 0x5A827999 + np.int64(w[t])) & _MASK
@@ -90,7 +106,8 @@ def _rounds_0_4(w, a, b, c, d, e):
 
 
 @numba.njit(inline="always", cache=True)
-def _rounds_from(w, q, a, b, c, d, e, start):
+def _rounds_from(w: np.ndarray, q: np.ndarray, a: Int, b: Int, c: Int, d: Int, e: Int,
+                 start: int) -> Digest:
     """Rounds ``start``..79 of a block whose schedule is ``w`` XOR ``q``; fully
     unrolled by LLVM, the state stays in registers."""
     for t in range(start, 20):
@@ -125,7 +142,7 @@ def _rounds_from(w, q, a, b, c, d, e, start):
 
 
 @numba.njit(inline="always", cache=True)
-def _store(nodes, row, a, b, c, d, e, height):
+def _store(nodes: np.ndarray, row: Int, a: Int, b: Int, c: Int, d: Int, e: Int, height: Int) -> None:
     """Finish a digest (add the initial state) into stack row ``row``."""
     nodes[row, 0] = (_H0 + a) & _MASK
     nodes[row, 1] = (_H1 + b) & _MASK
@@ -136,7 +153,7 @@ def _store(nodes, row, a, b, c, d, e, height):
 
 
 @numba.njit(inline="always", cache=True)
-def _index_schedule(w, i):
+def _index_schedule(w: np.ndarray, i: int) -> None:
     """Into ``w``: the schedule of a block whose only nonzero word is word 5 = i."""
     for j in range(16):
         w[j] = 0
@@ -145,7 +162,7 @@ def _index_schedule(w, i):
 
 
 @numba.njit(cache=True, nogil=True)
-def _index_schedules():
+def _index_schedules() -> np.ndarray:
     """Row i: the schedule of index i, for every index a capped count reaches."""
     q = np.zeros((MAX_CHILDREN + 1, 80), np.uint32)
     for i in range(MAX_CHILDREN + 1):
@@ -169,7 +186,7 @@ class Kernel(NamedTuple):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def log_q_at(shape, b0, depth, height):
+def log_q_at(shape: int, b0: float, depth: int, height: Int) -> float:
     """log(1 - p) of a geometric node at ``height``, p = 1 / (1 + b_h), computed as
     uts.c does it (``uts_numChildren_geo``), in doubles."""
     b = b0
@@ -190,7 +207,7 @@ def log_q_at(shape, b0, depth, height):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _log_q_table(shape, b0, depth, size):
+def _log_q_table(shape: int, b0: float, depth: int, size: int) -> np.ndarray:
     table = np.empty(size, np.float64)
     for h in range(size):
         table[h] = log_q_at(shape, b0, depth, h)
@@ -198,7 +215,7 @@ def _log_q_table(shape, b0, depth, size):
 
 
 @numba.njit(inline="always", cache=True, error_model="numpy")
-def _children(h4, height, t, log_q):
+def _children(h4: Int, height: Int, t: Kernel, log_q: np.ndarray) -> np.int64:
     """How many children a node with last digest word ``h4`` at ``height`` has."""
     u = (h4 & 0x7FFFFFFF) / 2147483648.0
     if height < t.geo_below:
@@ -218,7 +235,7 @@ def _children(h4, height, t, log_q):
 
 
 @numba.njit(inline="always", cache=True)
-def _parent_block(nodes, row, w):
+def _parent_block(nodes: np.ndarray, row: Int, w: np.ndarray) -> None:
     """Load a child's message block, minus its index, and expand its schedule."""
     for j in range(5):
         w[j] = nodes[row, j]
@@ -230,7 +247,8 @@ def _parent_block(nodes, row, w):
 
 
 @numba.njit(inline="always", cache=True)
-def _push_children(nodes, top, count, height, w, q, spare):
+def _push_children(nodes: np.ndarray, top: Int, count: Int, height: Int, w: np.ndarray,
+                   q: np.ndarray, spare: np.ndarray) -> None:
     """Hash children 0..count-1 of the block in ``w`` into rows top..top+count-1.
     Indexes past the table (a binomial root's) get their schedule in ``spare``."""
     a, b, c, d, e = _rounds_0_4(w, _H0, _H1, _H2, _H3, _H4)   # shared by the siblings
@@ -244,7 +262,7 @@ def _push_children(nodes, top, count, height, w, q, spare):
 
 
 @numba.njit(cache=True, nogil=True)
-def root(seed, q):
+def root(seed: int, q: np.ndarray) -> np.ndarray:
     """A one-row stack holding the root (height 0)."""
     nodes = np.zeros((1, WORDS), np.uint32)
     w = np.zeros(80, np.uint32)
@@ -258,7 +276,8 @@ def root(seed, q):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def expand(nodes, top, limit, t, log_q, q):
+def expand(nodes: np.ndarray, top: Int, limit: Int, t: Kernel, log_q: np.ndarray,
+           q: np.ndarray) -> tuple[Int, Int, Int]:
     """Walk the stack ``nodes[:top]`` depth first until ``limit`` nodes are counted
     (at least one node is always expanded) or the stack is empty. A node whose
     children are at height ``t.leaf`` counts them with itself, unhashed.
@@ -269,7 +288,7 @@ def expand(nodes, top, limit, t, log_q, q):
     w = np.zeros(80, np.uint32)
     spare = np.zeros(80, np.uint32)
     capacity = nodes.shape[0]
-    counted = 0
+    counted: Int = 0
     while top > 0:
         height = np.int64(nodes[top - 1, 5])
         count = _children(np.int64(nodes[top - 1, 4]), height, t, log_q)
@@ -289,15 +308,15 @@ def expand(nodes, top, limit, t, log_q, q):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def next_level(level, t, log_q, q):
+def next_level(level: np.ndarray, t: Kernel, log_q: np.ndarray, q: np.ndarray) -> np.ndarray:
     """All children of the rows of ``level`` (whose children are not leaves)."""
-    total = 0
+    total: Int = 0
     for row in range(level.shape[0]):
         total += _children(np.int64(level[row, 4]), np.int64(level[row, 5]), t, log_q)
     out = np.zeros((total, WORDS), np.uint32)
     w = np.zeros(80, np.uint32)
     spare = np.zeros(80, np.uint32)
-    top = 0
+    top: Int = 0
     for row in range(level.shape[0]):
         height = np.int64(level[row, 5])
         count = _children(np.int64(level[row, 4]), height, t, log_q)
