@@ -447,13 +447,18 @@ def _check_count(call: str, n: object) -> None:
         raise ValueError(f"{call} needs a positive number of places, got {n!r}")
 
 
+def _size(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"check_status: {name} must be an integer >= 1, got {value!r}")
+    return value
+
+
 def _check_sizes(low: object, high: object, preferred: object, factor: object) -> None:
-    for name, value in (("min", low), ("max", high), ("factor", factor)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"check_status: {name} must be an integer >= 1, got {value!r}")
-    if low > high:  # type: ignore[operator]
+    low, high = _size("min", low), _size("max", high)
+    _size("factor", factor)
+    if low > high:
         raise ValueError(f"check_status: min {low} is above max {high}")
     if preferred is not None and (not isinstance(preferred, int) or isinstance(preferred, bool)
-                                  or not low <= preferred <= high):  # type: ignore[operator]
+                                  or not low <= preferred <= high):
         raise ValueError(f"check_status: preferred must be None or between min {low} and "
                          f"max {high}, got {preferred!r}")

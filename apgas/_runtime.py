@@ -298,6 +298,7 @@ class Runtime:
         if not portable:
             return exc
         try:
+            # an attribute of our own on any exception (the type system knows none such)
             exc.remote_traceback = text  # type: ignore[attr-defined]
             exc.add_note("remote traceback:\n" + text.rstrip())
             body, *buffers = ser.dumps(exc)

@@ -170,13 +170,13 @@ class FakeScheduler:
 
     def later(self, *orders: str) -> None:
         """Send the job these orders one by one, from a thread (as the scheduler does)."""
-        if self.job is None:
+        job = self.job
+        if job is None:
             raise ValueError("this FakeScheduler was made without the job's order address (job=)")
 
         def send() -> None:
             for line in orders:
-                self.replies.append(send_order(self.job, line, timeout=60.0,  # type: ignore[arg-type]
-                                               secret=self.secret))
+                self.replies.append(send_order(job, line, timeout=60.0, secret=self.secret))
 
         thread = threading.Thread(target=send, name="fake-scheduler-orders", daemon=True)
         thread.start()

@@ -67,7 +67,7 @@ class Evolver:
         if not loads:
             return
         self.means.append(sum(loads.values()) / len(loads))
-        if len(self.means) < self.means.maxlen:  # type: ignore[operator]
+        if len(self.means) < self.config.evolving_window:  # the deque's maxlen
             return
         if self.request is not None and self.request.done():
             if self.request.state == "refused":
