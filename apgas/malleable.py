@@ -397,7 +397,11 @@ def communicator_class(name: str) -> type[MalleableCommunicator]:
         return SocketMalleableCommunicator
     found = importlib.metadata.entry_points(group="apgas.communicators", name=name)
     for entry in found:
-        return entry.load()
+        cls = entry.load()
+        if not (isinstance(cls, type) and issubclass(cls, MalleableCommunicator)):
+            raise ConfigError(f"the communicator {name!r} ({entry.value}, APGAS_COMMUNICATOR) is "
+                              f"{cls!r}, not a subclass of apgas.malleable.MalleableCommunicator")
+        return cls
     known = ["socket"] + [e.name for e in importlib.metadata.entry_points(group="apgas.communicators")]
     raise ConfigError(f"unknown communicator {name!r} (APGAS_COMMUNICATOR); known: {known}")
 

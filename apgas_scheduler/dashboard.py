@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hmac
 import http.server
 import io
@@ -141,6 +142,10 @@ class Dashboard:
         """The least s between two models."""
         return max(MIN_GAP, COST_FACTOR * self._cost)
 
+    def _changed_since(self, seen: int) -> bool:
+        """Whether events came after model ``seen``, or the scheduler stops (under ``_changed``)."""
+        return self._version != seen or self._stopped.is_set()
+
     def _track(self, event: dict[str, Any]) -> None:
         if event.get("event") in ("start", "adopt"):
             self._running.add(event.get("job"))
@@ -198,7 +203,7 @@ class Dashboard:
             seen, quiet_since = -1, time.monotonic()
             while not self._stopped.is_set():
                 with self._changed:
-                    self._changed.wait_for(lambda seen=seen: self._version != seen or self._stopped.is_set(),
+                    self._changed.wait_for(functools.partial(self._changed_since, seen),
                                            timeout=self.tick if self._running else KEEPALIVE)
                     version, running = self._version, bool(self._running)
                 if self._stopped.is_set():

@@ -26,7 +26,7 @@ from apgas import ejs
 from glb import GLB, GLBConfig
 
 from . import APPS
-from ._app import App
+from ._app import App, Params
 
 __all__ = ["APPS", "App", "load_app", "build_parser", "run_glb", "main"]
 
@@ -35,7 +35,9 @@ log = logging.getLogger("glb.apps")
 
 def load_app(name: str) -> App:
     """The ``APP`` of application ``name`` (one of :data:`APPS`)."""
-    return importlib.import_module(f"glb.apps.{name}").APP
+    app = importlib.import_module(f"glb.apps.{name}").APP
+    assert isinstance(app, App), f"glb.apps.{name}.APP is {app!r}, not an App"
+    return app
 
 
 def build_parser(apps: dict[str, App], prog: str = "python -m glb.apps") -> argparse.ArgumentParser:
@@ -67,14 +69,14 @@ def _warm_up_here(name: str) -> tuple[int, float]:
     return apgas.here().id, load_app(name).warm_up()
 
 
-def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
+def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
     """The computation under apgas.run; returns the measured record fields."""
     def main() -> dict[str, Any]:
         begin = time.perf_counter()
         first_places = len(apgas.places())
         first = _warm_up_here(app.name)  # place 0 compiles or loads the kernels first ...
         with apgas.finish():             # ... the others then load them from the disk cache
-            loads: list = []
+            loads: list[tuple[int, float]] = []
             ref = apgas.GlobalRef(loads)
             for p in apgas.places()[1:]:
                 apgas.async_at(p, lambda r=ref: _report_warm_up(r, app.name))
@@ -102,7 +104,7 @@ def run_glb(app: App, params: dict, ns: argparse.Namespace) -> dict[str, Any]:
     return apgas.run(main, places=ns.places, threads=ns.workers + 1, preload=preload)
 
 
-def _report_warm_up(ref: apgas.GlobalRef, name: str) -> None:
+def _report_warm_up(ref: apgas.GlobalRef[list[tuple[int, float]]], name: str) -> None:
     item = _warm_up_here(name)
     apgas.at(ref.home, lambda: ref.get().append(item))
 
