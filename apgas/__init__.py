@@ -10,15 +10,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._place import Place
 from ._refs import GlobalRef, PlaceLocal
 from ._run import run
 from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
+from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 from .evolving import GrowRefused, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler
-from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 
 if TYPE_CHECKING:
     from ._malleability import Orders

@@ -10,10 +10,19 @@ import dataclasses
 import logging
 import os
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from launcher import (HostSpecError, check_hosts, default_start_method, detect_launcher,
-                      launcher_names, mpi_rank_from_env, read_hostfile, slurm_hosts)
+from launcher import (
+    HostSpecError,
+    check_hosts,
+    default_start_method,
+    detect_launcher,
+    launcher_names,
+    mpi_rank_from_env,
+    read_hostfile,
+    slurm_hosts,
+)
 
 from .errors import ConfigError
 

@@ -15,8 +15,8 @@ import inspect
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence, TypeVar
-
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from . import protocol
 from ._place import Place
@@ -336,7 +336,7 @@ class Orders:
                                  "until the job ends; only places started by a grow can leave")
         return ids
 
-    def _request_answered(self, request: GrowRequest, answer: "concurrent.futures.Future[str]") -> None:
+    def _request_answered(self, request: GrowRequest, answer: concurrent.futures.Future[str]) -> None:
         """``ok``: queued; ``error``: refused; no answer at all (the scheduler closed
         the connection, or was silent for the communicator's answer timeout): refused,
         since nobody may have queued it. Anything else is taken as queued."""

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["WorkerPool", "blocking"]
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Iterable, TypeVar, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar, cast
 
 from ._place import Place
-from ._runtime import Finish, TASK, current
+from ._runtime import TASK, Finish, current
 from .errors import ApgasError
 
 __all__ = ["GlobalRef", "PlaceLocal"]
@@ -76,7 +77,7 @@ class PlaceLocal(Generic[T]):
         self._key = key
 
     @classmethod
-    def make(cls, places: Iterable[Place | int], factory: Callable[[], T]) -> "PlaceLocal[T]":
+    def make(cls, places: Iterable[Place | int], factory: Callable[[], T]) -> PlaceLocal[T]:
         """Run ``factory()`` at each of ``places`` and return the handle."""
         rt = current()
         handle: PlaceLocal[T] = cls((rt.id, rt.next_id()))

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import signal
-import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, Callable, Iterator, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import launcher
 from launcher import mpi as _mpi
 
 from . import _runtime
-from ._malleability import Orders
 from ._config import load_config
 from ._logging import setup_logging
+from ._malleability import Orders
 from ._runtime import Finish, Runtime
 from .errors import ApgasError
 

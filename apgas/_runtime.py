@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from . import _serialization as ser
 from ._config import Config, parse_chaos
-from ._heartbeat import parse_heartbeat
 from ._finish import HomeFinish, RemoteFinish
+from ._heartbeat import parse_heartbeat
 from ._place import Place
 from ._pool import WorkerPool, blocking
 from ._timeline import open_timeline
@@ -53,10 +54,10 @@ T = TypeVar("T")
 
 _ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread,
 # or a Finish not opened yet (see Finish.ref)
-_runtime: "Runtime | None" = None
+_runtime: Runtime | None = None
 
 
-def current() -> "Runtime":
+def current() -> Runtime:
     """The runtime of this process; raises if ``apgas.run`` is not active."""
     rt = _runtime
     if rt is None:
@@ -457,7 +458,7 @@ class Runtime:
         place knows that no more work can reach it. Replies and finish reports
         may still come; the link closes when the place has gone (LEFT).
         """
-        for pid, (host, endpoint, _) in table.items():
+        for pid, (_host, endpoint, _) in table.items():
             if pid != self.id and pid not in self.places:
                 self.transport.connect(pid, endpoint)
         with self._lock:
@@ -773,7 +774,7 @@ class Finish:
         self._solo = solo
         self._f: HomeFinish | None = None
 
-    def __enter__(self) -> "Finish":
+    def __enter__(self) -> Finish:
         self._rt = current()
         self._f = None
         self._prev = getattr(_ctx, "finish", None)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import io
 import pickle
 import types
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import cloudpickle
 from cloudpickle import cloudpickle as _cp

@@ -40,7 +40,8 @@ import logging
 import socket
 import threading
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from ._peers import peer_key
 

@@ -33,7 +33,8 @@ import json
 import os
 import threading
 import time
-from typing import IO, Any, Iterable
+from collections.abc import Iterable
+from typing import IO, Any
 
 from .errors import ApgasError
 
@@ -41,7 +42,7 @@ __all__ = ["Timeline", "open_timeline", "current", "sample_interval", "wall", "M
 
 MAX_SAMPLES = 100_000  # load samples a place keeps; see glb._sampling.Sampler for what happens then
 
-_active: "Timeline | None" = None  # place 0's writer while a run with a timeline is active
+_active: Timeline | None = None  # place 0's writer while a run with a timeline is active
 
 
 class Timeline:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["read_timeline", "split_runs", "timeline_model", "MAX_POINTS"]
 
@@ -125,7 +126,7 @@ def _subtitle(start: dict[str, Any] | None, ended: dict[str, Any] | None, runs: 
     if start is None:
         text = "no run line: the start of the run is missing"
     else:
-        when = datetime.datetime.fromtimestamp(start["t"], datetime.timezone.utc)
+        when = datetime.datetime.fromtimestamp(start["t"], datetime.UTC)
         text = (f"started {when:%Y-%m-%d %H:%M:%S} UTC on {start.get('host', '?')} "
                 f"(pid {start.get('pid', '?')}) with {start.get('places', '?')} place(s), "
                 f"{start.get('threads', '?')} thread(s) each")
@@ -212,7 +213,7 @@ def _work(events: list[dict[str, Any]], base: float) -> tuple[list[dict[str, Any
         points: list[list[float]] = []
         for seg in segments:
             kept = seg[::step] if (len(seg) - 1) % step == 0 else seg[::step] + [seg[-1]]
-            for a, b in zip(kept, kept[1:]):
+            for a, b in zip(kept, kept[1:], strict=False):  # neighbours: one fewer pair
                 dt = b["t"] - a["t"]
                 if dt > 0:
                     rate = max(0.0, (b.get("processed", 0) - a.get("processed", 0)) / dt)

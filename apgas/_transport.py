@@ -95,12 +95,13 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import zmq
 
 from ._config import is_wildcard
-from ._heartbeat import LinkWatcher, configure as configure_heartbeat
+from ._heartbeat import LinkWatcher
+from ._heartbeat import configure as configure_heartbeat
 from .errors import ApgasError
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]

@@ -92,7 +92,7 @@ def parse_signed(text: str) -> Signed:
     return Signed(int(t), nonce, mac, line)
 
 
-def accept(text: str, secret: str | None, guard: "ReplayGuard", unsigned: str) -> str:
+def accept(text: str, secret: str | None, guard: ReplayGuard, unsigned: str) -> str:
     """The line in ``text``. With ``secret``: only if signed with it, recent and
     new (AuthError naming what failed; ``unsigned`` says why a plain line is
     refused). Without (plain mode): any line, a signature, if any, dropped unchecked."""

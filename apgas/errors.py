@@ -6,7 +6,8 @@ collected by their ``finish`` into a :class:`MultipleException`.
 
 from __future__ import annotations
 
-from typing import Any, Self, Sequence, TypeVar, overload
+from collections.abc import Sequence
+from typing import Any, Self, TypeVar, overload
 
 __all__ = [
     "ApgasError",

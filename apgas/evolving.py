@@ -32,7 +32,7 @@ class GrowRefused(ApgasError):
 
     ``added`` holds the places the request did get before the refusal."""
 
-    def __init__(self, request: "GrowRequest") -> None:
+    def __init__(self, request: GrowRequest) -> None:
         super().__init__(f"request for {request.n} place(s) refused by the scheduler after "
                          f"{len(request.added)} came: {request.reason}")
         self.added = list(request.added)

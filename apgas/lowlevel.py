@@ -7,17 +7,36 @@ only ``import apgas``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._config import Config, parse_address
+from ._peers import peer_is_local, peer_key, peer_uid
 from ._pool import blocking
 from ._runtime import current
-from ._peers import peer_is_local, peer_key, peer_uid
-from ._serving import (LOG_TEXT, LineTooLong, PeerLog, connection_peer, discard_rest, loggable,
-                       read_head, read_line, serve_connections)
-from ._trusted_paths import (UntrustedPath, make_trusted_dir, open_append, open_new_file,
-                             owner_name, trusted_dir, trusted_file, trusted_location)
-from ._timeline import MAX_SAMPLES, current as current_timeline, sample_interval
+from ._serving import (
+    LOG_TEXT,
+    LineTooLong,
+    PeerLog,
+    connection_peer,
+    discard_rest,
+    loggable,
+    read_head,
+    read_line,
+    serve_connections,
+)
+from ._timeline import MAX_SAMPLES, sample_interval
+from ._timeline import current as current_timeline
+from ._trusted_paths import (
+    UntrustedPath,
+    make_trusted_dir,
+    open_append,
+    open_new_file,
+    owner_name,
+    trusted_dir,
+    trusted_file,
+    trusted_location,
+)
 from ._webview import CONTENT_SECURITY_POLICY, render_page
 
 __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "serve_connections",

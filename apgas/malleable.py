@@ -18,7 +18,8 @@ import queue
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from . import auth, ejs, protocol
 from ._config import Config, parse_address
@@ -70,7 +71,7 @@ class MalleableCommunicator(abc.ABC):
     scheduler questions through :meth:`ask`.
     """
 
-    def __init__(self, orders: "Orders", config: Config) -> None:
+    def __init__(self, orders: Orders, config: Config) -> None:
         self.orders = orders
         self.config = config
 
@@ -98,7 +99,7 @@ class MalleableCommunicator(abc.ABC):
         grow orders come, and ``check_status`` cannot be asked at all."""
         return True
 
-    def ask(self, message: str) -> "concurrent.futures.Future[str]":
+    def ask(self, message: str) -> concurrent.futures.Future[str]:
         """Send ``message`` after those reported before it; the future gets the
         scheduler's one-line answer, or an :class:`ApgasError` naming the scheduler
         when it cannot be reached, closes without answering or does not answer
@@ -132,7 +133,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     READ_TIMEOUT = 10.0
     ANSWER_TIMEOUT = 10.0  # for the scheduler's answer to an evolving request
 
-    def __init__(self, orders: "Orders", config: Config) -> None:
+    def __init__(self, orders: Orders, config: Config) -> None:
         super().__init__(orders, config)
         host, port = parse_address("APGAS_MALLEABLE_LISTEN", config.malleable_listen or "127.0.0.1:0")
         try:
@@ -217,7 +218,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         else:
             self._outbox.put((message, None))
 
-    def ask(self, message: str) -> "concurrent.futures.Future[str]":
+    def ask(self, message: str) -> concurrent.futures.Future[str]:
         if self._scheduler is None:
             raise ApgasError("no scheduler is attached (APGAS_SCHEDULER is not set), so there is "
                              "nobody to ask; run the program as an evolving job of a scheduler")
@@ -263,7 +264,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                 threading.Thread(target=self._await_answer, args=(conn, line, answer),
                                  name="apgas-answer", daemon=True).start()
 
-    def _not_sent(self, message: str, answer: "concurrent.futures.Future[str] | None",
+    def _not_sent(self, message: str, answer: concurrent.futures.Future[str] | None,
                   e: OSError) -> None:
         log.warning("could not tell the scheduler at %s %r: %s", self.config.scheduler, message, e)
         if answer is not None and not answer.done():
@@ -272,7 +273,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
                 f"{type(e).__name__}: {e}"))
 
     def _await_answer(self, conn: socket.socket, line: str,
-                      answer: "concurrent.futures.Future[str]") -> None:
+                      answer: concurrent.futures.Future[str]) -> None:
         with conn:
             try:
                 conn.settimeout(self.ANSWER_TIMEOUT)

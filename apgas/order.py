@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from . import auth
 from ._config import parse_address

@@ -118,7 +118,7 @@ def parse_check(message: JobMessage) -> tuple[int, int, int, int]:
     if len(fields) != 4:
         raise ValueError(f"expected <min>;<max>;<preferred>;<factor>, got {len(fields)} field(s)")
     values = []
-    for name, field in zip(("min", "max", "preferred", "factor"), fields):
+    for name, field in zip(("min", "max", "preferred", "factor"), fields, strict=True):
         if not re.fullmatch(r"[0-9]+", field):
             raise ValueError(f"{name} {field!r} is not a whole number")
         values.append(int(field))

@@ -19,12 +19,12 @@ The project's own tests and the malleability benchmark use it too::
 from __future__ import annotations
 
 import contextlib
-import errno
 import dataclasses
+import errno
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from . import auth, protocol
 from ._serving import read_line

@@ -27,8 +27,17 @@ import heapq
 from collections.abc import Sequence
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .planning import (JobQueue, Policy, easy, grant_requests, in_transit, min_agree_size,
-                       moldable_size, waiting, with_grants)
+from .planning import (
+    JobQueue,
+    Policy,
+    easy,
+    grant_requests,
+    in_transit,
+    min_agree_size,
+    moldable_size,
+    waiting,
+    with_grants,
+)
 
 __all__ = ["FCFS", "Backfilling", "EasyBackfilling", "MinAgree", "EvolvingEasy", "POLICIES"]
 

@@ -67,9 +67,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 __all__ = ["Handle", "RunAs", "JobProcess", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
            "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV", "CGROUPS_ENV"]

@@ -10,8 +10,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from apgas import protocol
 from apgas.lowlevel import open_append

@@ -36,11 +36,20 @@ import json
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from apgas.lowlevel import (CONTENT_SECURITY_POLICY, LineTooLong, PeerLog, connection_peer, loggable,
-                            read_head, render_page, serve_connections)
+from apgas.lowlevel import (
+    CONTENT_SECURITY_POLICY,
+    LineTooLong,
+    PeerLog,
+    connection_peer,
+    loggable,
+    read_head,
+    render_page,
+    serve_connections,
+)
 
 from .core import log
 from .views import dashboard_model

@@ -19,8 +19,9 @@ import math
 import re
 import shlex
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ._model import CLASSES
 

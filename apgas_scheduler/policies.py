@@ -10,9 +10,8 @@ registry that finds them and plug-ins by name (:mod:`.registry`).
 
 from __future__ import annotations
 
-from .classic import POLICIES, FCFS, Backfilling, EasyBackfilling, EvolvingEasy, MinAgree
-from .planning import (GATE, Policy, easy, grant_requests, min_agree_size, moldable_size,
-                       with_grants)
+from .classic import FCFS, POLICIES, Backfilling, EasyBackfilling, EvolvingEasy, MinAgree
+from .planning import GATE, Policy, easy, grant_requests, min_agree_size, moldable_size, with_grants
 from .registry import GROUP, get_policy, policy_names
 
 __all__ = [

@@ -21,8 +21,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import launcher as launchers
 from apgas.lowlevel import open_new_file

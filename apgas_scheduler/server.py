@@ -25,15 +25,21 @@ import socket
 from typing import Any
 
 from apgas import auth, protocol
-
-from apgas.lowlevel import (LineTooLong, PeerLog, connection_peer, discard_rest, loggable, read_line,
-                            serve_connections)
+from apgas.lowlevel import (
+    LineTooLong,
+    PeerLog,
+    connection_peer,
+    discard_rest,
+    loggable,
+    read_line,
+    serve_connections,
+)
 
 from . import access
-from .requests import MAX_REQUEST, parse_request
 from .core import SchedulerCore, log
 from .jobs import JobFileError, parse_job
 from .records import Job
+from .requests import MAX_REQUEST, parse_request
 
 __all__ = ["ServerMixin", "MAX_LINE"]
 

@@ -21,7 +21,8 @@ import dataclasses
 import heapq
 import itertools
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ._model import Grow, Start
 from .engine import Engine, Tracked

@@ -63,7 +63,7 @@ STARTABLE = ("Resources", "Priority", "None")
 class SlurmCommunicator(MalleableCommunicator):
     """The program's own Slurm job is what grows and shrinks; see the module docstring."""
 
-    def __init__(self, orders: "Orders", config: Config) -> None:
+    def __init__(self, orders: Orders, config: Config) -> None:
         super().__init__(orders, config)
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         if not self.job_id:
@@ -111,7 +111,7 @@ class SlurmCommunicator(MalleableCommunicator):
         else:
             log.info("%s", message)
 
-    def ask(self, message: str) -> "concurrent.futures.Future[str]":
+    def ask(self, message: str) -> concurrent.futures.Future[str]:
         parsed = protocol.parse_message(message)
         answer: concurrent.futures.Future[str] = concurrent.futures.Future()
         if parsed.kind == "request":

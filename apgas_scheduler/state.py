@@ -20,8 +20,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from apgas.lowlevel import make_trusted_dir, trusted_file
 

@@ -8,7 +8,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import apgas
 from apgas import protocol
@@ -82,10 +83,10 @@ class Bag(Protocol):
     def process(self, n: int) -> int | None:
         """Do at most ``n`` units of work; return how many were done."""
 
-    def split(self, take_all: bool) -> "Bag | None":
+    def split(self, take_all: bool) -> Bag | None:
         """Move part of the work (all of it if ``take_all``) into a new bag and return it, or None."""
 
-    def merge(self, other: "Bag") -> None:
+    def merge(self, other: Bag) -> None:
         """Move all of ``other``'s work and partial result into this bag."""
 
     def is_empty(self) -> bool: ...

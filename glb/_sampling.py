@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from apgas.lowlevel import MAX_SAMPLES
 
@@ -37,7 +37,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self.take()  # the first sample at the start: a rate needs two
         self._thread.start()
         return self

@@ -20,7 +20,7 @@ class PlaceStats:
     moved_results: int = 0       # partial results sent away because this place was leaving
     idle_s: float = 0.0          # worker time without work: workers * elapsed - busy
 
-    def add(self, other: "PlaceStats") -> None:
+    def add(self, other: PlaceStats) -> None:
         for f in dataclasses.fields(self):
             if f.name != "place":
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
@@ -43,8 +43,8 @@ class GLBStats(list[PlaceStats]):
         total = self.total()
         rows.append(["all"] + [_cell(getattr(total, c)) for c in self.COLUMNS[1:]])
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(self.COLUMNS)]
-        line = "  ".join(c.rjust(w) for c, w in zip(self.COLUMNS, widths))
-        body = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+        line = "  ".join(c.rjust(w) for c, w in zip(self.COLUMNS, widths, strict=True))
+        body = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
         return "\n".join([line, *body])
 
 

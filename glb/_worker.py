@@ -15,7 +15,8 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import apgas
 from apgas.lowlevel import blocking, immediate_at
@@ -27,11 +28,11 @@ from ._stats import PlaceStats
 
 log = logging.getLogger("glb.worker")
 
-_states: dict[int, "PlaceState"] = {}
+_states: dict[int, PlaceState] = {}
 _states_lock = threading.Lock()
 
 
-def state(gid: int) -> "PlaceState":
+def state(gid: int) -> PlaceState:
     try:
         return _states[gid]
     except KeyError:

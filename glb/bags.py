@@ -16,7 +16,8 @@ the splitting, merging, pickling and submitting follow the bag contract
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = ["RangeBag"]
 
@@ -87,7 +88,7 @@ class RangeBag:
     def is_splittable(self) -> bool:
         return self.remaining() >= 2
 
-    def split(self, take_all: bool) -> "RangeBag | None":
+    def split(self, take_all: bool) -> RangeBag | None:
         if take_all:
             given, self.ranges, self._left = self.ranges, [], 0
             return self._piece(given) if given else None
@@ -106,7 +107,7 @@ class RangeBag:
         self._left -= piece._left
         return piece
 
-    def merge(self, other: "RangeBag") -> None:
+    def merge(self, other: RangeBag) -> None:
         self.ranges.extend(other.ranges)
         self._left += other._left
         if other.partial is not None:
@@ -125,7 +126,7 @@ class RangeBag:
         else:
             self.partial.fold(outcome)
 
-    def _piece(self, ranges: list[tuple[int, int]]) -> "RangeBag":
+    def _piece(self, ranges: list[tuple[int, int]]) -> RangeBag:
         piece = copy.copy(self)
         piece.ranges, piece.partial = list(ranges), None
         piece._left = sum(hi - lo for lo, hi in piece.ranges)

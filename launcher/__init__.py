@@ -10,11 +10,11 @@ entry point names a :class:`Launcher` subclass, built with the configuration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import Any, Mapping
+from typing import Any
 
-from ._base import (Launcher, LaunchedPlace, PlaceProcess, checked_host, child_environment,
-                    place_command)
+from ._base import LaunchedPlace, Launcher, PlaceProcess, checked_host, child_environment, place_command
 from ._forkserver import ForkedPlace
 from ._hostnames import check_host
 from ._hosts import HostSpecError, check_hosts, expand_hostlist, read_hostfile, slurm_hosts

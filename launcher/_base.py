@@ -10,7 +10,8 @@ import select
 import subprocess
 import sys
 import threading
-from typing import IO, Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO, Any, Protocol
 
 from ._hostnames import check_host
 

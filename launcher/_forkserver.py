@@ -41,7 +41,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
 
 from ._base import LaunchedPlace, child_environment, stderr_hub
 

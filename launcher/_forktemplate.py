@@ -22,7 +22,8 @@ import socket
 import struct
 import sys
 import traceback
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from ._forkserver import MAX_MESSAGE
 

@@ -18,7 +18,7 @@ class HostSpecError(ValueError):
     """A host file or node list that cannot be read; the message names the culprit."""
 
 
-def check_hosts(names: "list[str] | tuple[str, ...]", where: str) -> None:
+def check_hosts(names: list[str] | tuple[str, ...], where: str) -> None:
     """HostSpecError naming ``where`` and the first name that is no host name
     (:func:`check_host`: one that starts with ``-`` would reach ssh as an option)."""
     for name in names:
@@ -127,4 +127,4 @@ def slurm_hosts(nodelist: str, tasks_per_node: str = "") -> tuple[str, ...]:
     if sum(max(1, k) for k in counts) > MAX_HOSTS:
         raise HostSpecError(f"SLURM_TASKS_PER_NODE {_cut(tasks_per_node)} gives more than "
                             f"{MAX_HOSTS} tasks")
-    return tuple(node for node, k in zip(nodes, counts) for _ in range(max(1, k)))
+    return tuple(node for node, k in zip(nodes, counts, strict=True) for _ in range(max(1, k)))

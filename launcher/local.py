@@ -8,11 +8,11 @@ import logging
 import os
 import socket
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import _forkserver
-from ._base import Launcher, LaunchedPlace, PlaceProcess, checked_host, child_environment, \
-    place_command
+from ._base import LaunchedPlace, Launcher, PlaceProcess, checked_host, child_environment, place_command
 
 log = logging.getLogger("apgas.launcher")
 
@@ -72,7 +72,7 @@ class LocalLauncher(Launcher):
     def close(self) -> None:
         _forkserver.stop_shared_server()
 
-    def _fork_server(self, python: str) -> "_forkserver.ForkServer | None":
+    def _fork_server(self, python: str) -> _forkserver.ForkServer | None:
         method = getattr(self.config, "start_method", None) or default_start_method()
         if method != "fork" or python not in ("", sys.executable) or not _forkserver.fork_available():
             return None

@@ -10,7 +10,8 @@ one dies mpiexec ends them all. Growth goes through another launcher.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ._base import Launcher, PlaceProcess
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ._base import Launcher, checked_host
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ._base import Launcher, checked_host
 from .local import is_local_host

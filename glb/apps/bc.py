@@ -26,7 +26,8 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numba
 import numpy as np
@@ -179,7 +180,7 @@ class Scratch:
     delta: np.ndarray
 
     @classmethod
-    def allocate(cls, n: int) -> "Scratch":
+    def allocate(cls, n: int) -> Scratch:
         return cls(np.zeros(n, np.int32), np.full(n, -1, np.int32), np.zeros(n), np.zeros(n))
 
 
@@ -228,7 +229,7 @@ class BCResult:
         self.scores = _added(self.scores, scores)
         self.sources += sources
 
-    def fold(self, other: "BCResult") -> None:
+    def fold(self, other: BCResult) -> None:
         self.add(None if other.scores is None else other.scores.copy(), other.sources)
 
     def array(self) -> np.ndarray:
@@ -342,7 +343,7 @@ def networkx_graph(scale: int, seed: int) -> Any:
     g = nx.DiGraph()
     g.add_nodes_from(range(1 << scale))
     src, dst = simple_edges(scale, seed)
-    g.add_edges_from(zip(src.tolist(), dst.tolist()))
+    g.add_edges_from(zip(src.tolist(), dst.tolist(), strict=True))
     return g
 
 

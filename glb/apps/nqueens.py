@@ -146,7 +146,7 @@ class NQueensResult:
         self.solutions = solutions
         self.tasks = tasks
 
-    def fold(self, other: "NQueensResult") -> None:
+    def fold(self, other: NQueensResult) -> None:
         self.solutions += other.solutions
         self.tasks += other.tasks
 
@@ -178,7 +178,7 @@ class NQueensBag:
     def is_splittable(self) -> bool:
         return len(self.tasks) >= 2
 
-    def split(self, take_all: bool) -> "NQueensBag | None":
+    def split(self, take_all: bool) -> NQueensBag | None:
         """Give away all prefixes, or the back half (loot carries work, never solutions)."""
         size = len(self.tasks)
         give = size if take_all else size // 2
@@ -188,7 +188,7 @@ class NQueensBag:
         self.tasks = self.tasks[:size - give]
         return loot
 
-    def merge(self, other: "NQueensBag") -> None:
+    def merge(self, other: NQueensBag) -> None:
         if len(other.tasks):
             self.tasks = np.concatenate((self.tasks, other.tasks))
 

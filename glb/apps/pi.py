@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import numba
 import numpy as np
@@ -96,7 +96,7 @@ class PiResult:
         self.hits = hits
         self.samples = samples
 
-    def fold(self, other: "PiResult") -> None:
+    def fold(self, other: PiResult) -> None:
         self.hits += other.hits
         self.samples += other.samples
 

@@ -38,8 +38,9 @@ import numpy as np
 
 from ._app import Params
 from .uts import APP as UTS
-from .uts import NodeCount, UTSBag, frontier, make_bag as uts_bag
-from .uts import sequential as uts_count, tree_of
+from .uts import NodeCount, UTSBag, frontier, tree_of
+from .uts import make_bag as uts_bag
+from .uts import sequential as uts_count
 from .uts.kernel import _children, kernel_of
 
 __all__ = ["APP", "SyntheticBag", "DEFAULT_TREE", "CHUNK", "pace", "rest", "parents", "make_bag",
@@ -92,7 +93,7 @@ class SyntheticBag:
             rest()
         return done
 
-    def split(self, take_all: bool) -> "SyntheticBag | None":
+    def split(self, take_all: bool) -> SyntheticBag | None:
         """Give every other node that has children, keep the leaves.
 
         A leaf is one unit, less than the message that would carry it, and most
@@ -110,7 +111,7 @@ class SyntheticBag:
         self.inner = UTSBag(self.inner.tree, rows[kept], self.inner.count)
         return SyntheticBag(UTSBag(self.inner.tree, rows[given]), self.unit)
 
-    def merge(self, other: "SyntheticBag") -> None:
+    def merge(self, other: SyntheticBag) -> None:
         self.inner.merge(other.inner)
         self.owed += other.owed
         other.owed = 0

@@ -24,8 +24,18 @@ from __future__ import annotations
 from .app import APP, warm_up
 from .bag import INITIAL_ROWS, NodeCount, UTSBag, frontier, make_bag, make_static_bag, sequential, tree_size
 from .kernel import EXPDEC_TABLE, NEVER, kernel_of, log_q_at
-from .trees import (MAX_CHILDREN, PUBLISHED, REFERENCE, SHAPES, SMALL_TREES, TREES, TYPES, Tree,
-                    published, tree_of)
+from .trees import (
+                    MAX_CHILDREN,
+                    PUBLISHED,
+                    REFERENCE,
+                    SHAPES,
+                    SMALL_TREES,
+                    TREES,
+                    TYPES,
+                    Tree,
+                    published,
+                    tree_of,
+)
 
 __all__ = ["APP", "UTSBag", "NodeCount", "Tree", "TREES", "PUBLISHED", "REFERENCE", "SMALL_TREES",
            "TYPES", "SHAPES", "MAX_CHILDREN", "INITIAL_ROWS", "EXPDEC_TABLE", "NEVER", "tree_size",

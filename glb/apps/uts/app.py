@@ -10,9 +10,25 @@ from typing import Any
 
 from .._app import App, Params
 from .bag import NodeCount, make_bag, make_static_bag, sequential
-from .trees import (DEFAULT_B0, DEFAULT_DEPTH, DEFAULT_M, DEFAULT_Q, DEFAULT_SHAPE, DEFAULT_TYPE, KEYS,
-                    MAX_B0, MAX_DEPTH, PUBLISHED, REFERENCE, REFERENCE_SEED, SHAPES, TREES, TYPES,
-                    published, tree_of)
+from .trees import (
+    DEFAULT_B0,
+    DEFAULT_DEPTH,
+    DEFAULT_M,
+    DEFAULT_Q,
+    DEFAULT_SHAPE,
+    DEFAULT_TYPE,
+    KEYS,
+    MAX_B0,
+    MAX_DEPTH,
+    PUBLISHED,
+    REFERENCE,
+    REFERENCE_SEED,
+    SHAPES,
+    TREES,
+    TYPES,
+    published,
+    tree_of,
+)
 
 __all__ = ["APP", "warm_up"]
 

@@ -27,7 +27,7 @@ class NodeCount:
     def __init__(self, nodes: int = 0) -> None:
         self.nodes = nodes
 
-    def fold(self, other: "NodeCount") -> None:
+    def fold(self, other: NodeCount) -> None:
         self.nodes += other.nodes
 
     def __repr__(self) -> str:
@@ -83,7 +83,7 @@ class UTSBag:
     def is_splittable(self) -> bool:
         return self._top >= 2
 
-    def split(self, take_all: bool) -> "UTSBag | None":
+    def split(self, take_all: bool) -> UTSBag | None:
         """Give away every other node of the stack (so both sides keep shallow nodes
         with big subtrees and deep ones alike), or all of it; never the count."""
         if take_all:
@@ -100,7 +100,7 @@ class UTSBag:
         self._top = len(kept)
         return loot
 
-    def merge(self, other: "UTSBag") -> None:
+    def merge(self, other: UTSBag) -> None:
         """Take all of ``other``'s nodes and count, leaving it empty."""
         if other.tree != self.tree:
             raise ValueError(f"cannot merge nodes of {other.tree} into a bag of {self.tree}")

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numba
 import numpy as np
@@ -33,8 +34,20 @@ from numba.extending import intrinsic
 if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
-from .trees import (BIN, CYCLIC, EXPDEC, FIXED, GEO, HYBRID, LINEAR, MAX_CHILDREN, SHAPES,
-                    SHIFT_DEPTH, TYPES, Tree)
+from .trees import (
+    BIN,
+    CYCLIC,
+    EXPDEC,
+    FIXED,
+    GEO,
+    HYBRID,
+    LINEAR,
+    MAX_CHILDREN,
+    SHAPES,
+    SHIFT_DEPTH,
+    TYPES,
+    Tree,
+)
 
 __all__ = ["Kernel", "WORDS", "NEVER", "EXPDEC_TABLE", "kernel_of", "index_table", "log_q_at",
            "root", "expand", "next_level"]
