@@ -240,6 +240,8 @@ def _serve(ns: argparse.Namespace) -> int:
           flush=True)
     if sched.dashboard is not None:
         print(f"dashboard at {sched.dashboard.url}", flush=True)
+    if sched.resumed:  # never silently: the jobs and nodes of an earlier run are back
+        print(sched.resumed, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sched.shutdown())
     try:
         sched.serve_forever()

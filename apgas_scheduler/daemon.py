@@ -12,8 +12,10 @@ programs' asks are answered only under policies with ``grants_requests``
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -100,6 +102,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         out = self.output_dir
         state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
         super().__init__(nodes, policy, events, state_dir)
+        earlier = self._store.nodes()  # an earlier run's pool, before this run records its own
         self._ids = itertools.count(self._store.last_id() + 1)  # ids are never reused
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
@@ -113,7 +116,8 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                                        self._store.events(), f"apgas scheduler · {policy.name}")
             self._watchers.append(self.dashboard.add)
         self._event("pool", nodes=list(self._owner))
-        self._adopted = self._resume()
+        self.resumed: str | None = None  # what was taken up from an earlier run, for the operator
+        self._adopted = self._resume(earlier, nodes)
 
     # -- life cycle ----------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -179,15 +183,19 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         self._store.close()
         os.close(self._output_fd)
 
-    def _resume(self) -> list[Job]:
+    def _resume(self, earlier: list[str], asked: list[str]) -> list[Job]:
         """Take up the jobs of an earlier run of this state (after a crash, a
         ``kill -9``, a reboot). Queued jobs stay queued, in order. A running job
         whose processes are provably still the same ones is adopted again, on its
         nodes, with its key and order address; any other is killed (whatever may
         be left of it) and recorded as failed, before its nodes are free. Ended
-        jobs stay in the status. Returns the adopted jobs, to watch."""
+        jobs stay in the status. ``earlier`` is the pool the state held, ``asked``
+        the nodes given now; ``self.resumed`` says what was taken up (logged).
+        Returns the adopted jobs, to watch."""
         adopted: list[Job] = []
         stored = self._store.jobs()
+        taken = collections.Counter(s.state if s.state == "queued" else
+                                    "running" if s.state == "running" else "ended" for s in stored)
         with self._lock:
             for s in stored:
                 job = Job(s.id, s.spec, s.submit, s.owner)
@@ -214,9 +222,11 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 else:
                     job.state, job.start, job.end, job.nodes = s.state, s.start, s.end, []
                     self.engine.jobs[job.id] = job
-        if stored:
-            log.info("resumed %d job(s) from %s; %d adopted", len(stored), self._store.path,
-                     len(adopted))
+        if stored or earlier:
+            running = taken.pop("running", 0)
+            taken["adopted"], taken["failed at this start"] = len(adopted), running - len(adopted)
+            self.resumed = _resumed(self._store.directory, taken, earlier, asked)
+            log.info("%s", self.resumed)
         return adopted
 
     # -- requests -------------------------------------------------------------------
@@ -295,6 +305,35 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 else:
                     self.engine.begin_shrink(job, d.nodes, now)
                     self._send_shrink(job, d.nodes)
+
+
+def _resumed(directory: Path, jobs: collections.Counter[str], earlier: list[str],
+             asked: list[str]) -> str:
+    """The line saying what a scheduler took up from an earlier run's state: its jobs,
+    and the pool (the earlier one's nodes, those of them not asked now, the new ones)."""
+    counts = ", ".join(f"{n} {what}" for what, n in sorted(jobs.items()) if n)
+    new = [n for n in asked if n not in earlier]
+    gone = [n for n in earlier if n not in asked]
+    pool = f"{_hostlist(earlier)} from that state" if earlier else "none from that state"
+    pool += f" ({_hostlist(gone)} not asked now)" if gone else ""
+    pool += f" and {_hostlist(new)} new" if new else " and none new"
+    return (f"resumed the state in {directory}: {sum(jobs.values())} job(s)"
+            f"{f' ({counts})' if counts else ''}; {len(earlier) + len(new)} node(s): {pool} "
+            "(another --output-dir starts afresh)")
+
+
+def _hostlist(names: list[str]) -> str:
+    """``node0,node1,node2,gpu`` as ``node[0-2],gpu``: runs of numbered names shortened."""
+    runs: list[tuple[str, int, int] | str] = []
+    for name in names:
+        m = re.fullmatch(r"(.*?)(0|[1-9][0-9]*)", name)
+        last = runs[-1] if runs else None
+        if m and isinstance(last, tuple) and last[0] == m[1] and last[2] + 1 == int(m[2]):
+            runs[-1] = (last[0], last[1], int(m[2]))
+        else:
+            runs.append((m[1], int(m[2]), int(m[2])) if m else name)
+    return ",".join(r if isinstance(r, str) else f"{r[0]}{r[1]}" if r[1] == r[2]
+                    else f"{r[0]}[{r[1]}-{r[2]}]" for r in runs)
 
 
 def _check_nodes(names: list[str]) -> None:
