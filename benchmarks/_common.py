@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import math
@@ -135,13 +136,39 @@ def communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[Any, An
             proc.communicate()
 
 
+EXTRA_OF = {"distributed": "bench", "tqdm": "bench", "matplotlib": "bench", "numba": "apps",
+            "numpy": "apps", "mpi4py": "mpi", "selenium": "dev"}
+"""The extra of pyproject.toml that brings each module a harness may need."""
+
+
+def missing(*modules: str) -> list[str]:
+    """Those of ``modules`` that cannot be imported here (looked up, not imported)."""
+    def absent(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is None
+        except (ImportError, ValueError):
+            return True
+    return [m for m in modules if absent(m)]
+
+
+def install_hint(modules: list[str]) -> str:
+    """``numba (the apps extra), tqdm (the bench extra): .venv/bin/pip install -e ".[apps,bench]"``."""
+    extras = sorted({EXTRA_OF.get(m, "dev") for m in modules})
+    named = ", ".join(f"{m} (the {EXTRA_OF.get(m, 'dev')} extra)" for m in modules)
+    return f'{named}: .venv/bin/pip install -e ".[{",".join(extras)}]"'
+
+
+def require(harness: str, *modules: str) -> None:
+    """Exit with status 2, before measuring anything, when ``harness`` (``benchmarks.micro``)
+    cannot import one of ``modules``, saying which extra to install."""
+    if absent := missing(*modules):
+        print(f"{harness} needs {install_hint(absent)}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def have_dask() -> bool:
     """Whether Dask distributed (the ``bench`` extra) can be imported."""
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return not missing("distributed")
 
 
 def with_cli(app_name: str, args: list[str], env: dict[str, str] | None = None,

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, median, parse_args, setup_logging, write_json
+from benchmarks._common import machine_info, median, parse_args, require, setup_logging, write_json
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.policies import get_policy
@@ -199,6 +199,7 @@ def render(lat: dict[str, dict[str, float | None]], glb: dict[str, dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, "python -m benchmarks.evolving", __doc__,
                       Path("bench-results/evolving.json"), "1 repeat of each")
+    require("benchmarks.evolving", "numba")
     setup_logging("benchmarks.evolving")
     repeats = args.repeats or (1 if args.quick else 5)
     started = time.monotonic()

@@ -38,7 +38,7 @@ from typing import Any
 
 from apgas.order import send_order
 
-from ._common import communicate_or_kill, machine_info, write_json
+from ._common import communicate_or_kill, machine_info, require, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=Path("bench-results/glb_grow.json"))
     parser.add_argument("--quick", action="store_true", help="2 repeats")
     args = parser.parse_args(argv)
+    require("benchmarks.glb_grow", "numba")
     if args.quick:
         args.repeats = 2
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}

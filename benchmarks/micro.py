@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import apgas
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
 from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
-                                meets, parse_args, percentile, setup_logging, write_json)
+                                meets, parse_args, percentile, require, setup_logging, write_json)
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -428,6 +428,7 @@ def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: P
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, "python -m benchmarks.micro", __doc__ or "", Path("bench-results/micro.json"),
                       "small sizes: a smoke test of < 30 s")
+    require("benchmarks.micro", "distributed")
     setup_logging(log.name)
     params = make_params(args.repeats, args.quick)
     info = machine_info()

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, median, percentile, setup_logging, write_json
+from benchmarks._common import machine_info, median, percentile, require, setup_logging, write_json
 
 __all__ = ["RunOutcome", "run_once", "run_many", "main"]
 
@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1 or args.ranks < 1:
         parser.error(f"--runs and --ranks must be at least 1, got {args.runs} and {args.ranks}")
+    require("benchmarks.mpi_exits", "mpi4py")
     setup_logging("benchmarks")
     outcomes = run_many(args.runs, args.ranks, progress=sys.stderr.isatty())
     figures = summary(outcomes)

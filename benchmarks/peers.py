@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import have_dask, machine_info, setup_logging, with_cli, write_json
+from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.peers")
 
@@ -210,10 +210,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    require("benchmarks.peers", "numba")
     setup_logging(log.name)
     dask = have_dask()
     if not dask:
-        log.warning("distributed is not installed: no Dask rows (pip install -e '.[bench]')")
+        log.warning("no Dask rows: they need %s", install_hint(["distributed"]))
     rows: list[dict] = []
     for label, app_name, app_args in cases(args.trees, args.apps, args.quick):
         rows.extend(measure(label, app_name, app_args, dask))

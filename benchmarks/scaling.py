@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._common import machine_info, setup_logging, write_json
+from ._common import machine_info, require, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.scaling")
 
@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke test")
     parser.add_argument("--json", type=Path, default=Path("bench-results/scaling.json"))
     args = parser.parse_args(argv)
+    require("benchmarks.scaling", "numba", "tqdm", "matplotlib")
     apps = [a for a in args.apps.split(",") if a]
     unknown = [a for a in apps if a not in SIZES]
     if unknown:
