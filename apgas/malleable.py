@@ -196,9 +196,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         scheduler set, ``apgas.run`` starts the communicator right after the places of
         the start joined, so now is when Java's runtime prints it, and the time counts
         from the start of ``apgas.run`` (the Orders' clock, as ``readyTimeAPGAS``)."""
-        started = getattr(self.orders, "_started_ns", None)
-        if isinstance(started, int):
-            print(ejs.startup_line((time.monotonic_ns() - started) / 1e9), flush=True)
+        print(ejs.startup_line((time.monotonic_ns() - self.orders.started_ns) / 1e9), flush=True)
 
     @property
     def attached(self) -> bool:
