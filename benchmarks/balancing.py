@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ._common import have_dask, machine_info, setup_logging, with_cli, write_json
+from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.balancing")
 
@@ -61,7 +61,7 @@ PER_WORKER = (1, 8)                 # static pieces per worker
 CUTOFF, FANOUT = 256, 8             # Dask dynamic: nodes a task runs inline, tasks it spawns at most
 GLB_ARGS = ("--n", "8", "--w", "1", "--lifeline", "binary")
 QUICK_TREE = {"type": "bin", "b0": 200.0, "q": 0.245, "m": 4, "seed": 11}   # 15,849 nodes
-DEFAULT_JSON = Path("docs/results/balancing.json")
+DEFAULT_JSON = Path("bench-results/balancing.json")  # docs/results/ only when asked (--json)
 
 
 # -- the work, in any process -----------------------------------------------------------------
@@ -336,10 +336,11 @@ def tree_params(quick: bool, unit_ms: float) -> dict:
 
 def main(argv: list[str] | None = None, measure_fn: Callable[..., list[dict]] = measure) -> int:
     args = parse_args(argv)
+    require("benchmarks.balancing", "numba", *(["matplotlib"] if args.plot else []))
     setup_logging(log.name)
     dask = have_dask() and not args.no_dask
     if not dask and not args.no_dask:
-        log.warning("distributed is not installed: no Dask rows (pip install -e '.[bench]')")
+        log.warning("no Dask rows (or --no-dask): they need %s", install_hint(["distributed"]))
     params = tree_params(args.quick, args.unit_ms)
     before = machine_info()
     rows: list[dict] = []

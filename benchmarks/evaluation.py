@@ -1,7 +1,7 @@
 """The simulator against the published studies: three comparisons, one table each.
 
     python -m benchmarks.evaluation [--quick] [--json FILE] [--plot FILE]
-    python -m benchmarks.evaluation --real-traces [--trace-jobs 10000] [--traces DIR]
+    python -m benchmarks.evaluation --real-traces [--trace-jobs 10000] [--traces DIR] [--out DIR]
 
 1. MEBF against EASY backfilling (the MEBF study): a KIT-like workload
    (``apgas_scheduler.workload.kit_like``; the real KIT trace is not here) of 1,000
@@ -31,9 +31,10 @@
    the jobs malleable (``make_malleable``: min = pref/2, max = 5 pref, medium
    scalability, seed 1), reconfiguration cost alpha = 1 s, beta = 10 s, b =
    0.5 s, resize interval 300 s, on the first ``--trace-jobs`` jobs of each
-   (0: whole). Writes ``docs/results/evaluation_traces.{json,md}``.
+   (0: whole). Writes ``evaluation_traces.{json,md}`` into ``--out`` (``bench-results``).
 
-Prints the tables, writes JSON and a PNG; nothing is asserted.
+Prints the tables, writes JSON and a PNG (``--json``, ``--plot``: by default in
+``bench-results/``; the committed figures are in ``docs/results/``); nothing is asserted.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info
+from benchmarks._common import machine_info, require
 from apgas_scheduler import workload as wl
 from apgas_scheduler.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.mebf import MEBF
@@ -171,9 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real-traces", action="store_true", help="only comparison 4 (real traces)")
     p.add_argument("--trace-jobs", type=int, default=10000, help="jobs per trace (0: whole)")
     p.add_argument("--traces", type=Path, default=None, help="the real traces' directory")
-    p.add_argument("--out", type=Path, default=Path("docs/results"),
-                   help="where comparison 4 writes evaluation_traces.{json,md}")
+    p.add_argument("--out", type=Path, default=Path("bench-results"),
+                   help="where comparison 4 writes evaluation_traces.{json,md} (default: %(default)s)")
     ns = p.parse_args(argv)
+    if not ns.real_traces:
+        require("benchmarks.evaluation", "matplotlib")
     if ns.real_traces:
         from benchmarks.simspeed import TRACES_DIR
 

@@ -86,7 +86,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks._common import machine_info, require, setup_logging, write_json
 from benchmarks.jobbatch_report import PUBLISHED, SCHEDULER_METRICS, compare, plot, render, summarize
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
@@ -132,6 +132,8 @@ JOB_TABLE: tuple[JobConfig, ...] = (
     JobConfig("pi-5e9", "pi", ("--samples", "5000000000"), 2, 1, 4, 2, 60, 1.3),
     JobConfig("pi-2e10", "pi", ("--samples", "20000000000"), 4, 2, 8, 1, 150, 5.0),
 )
+QUICK_TABLE = tuple(c for c in JOB_TABLE if c.name in ("uts-12", "nq-15", "bc-12", "pi-5e9"))
+"""``--quick``: the smaller size of each application, so that a batch takes seconds."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +158,12 @@ class Batch:
         return frozenset(self.malleable_order[:count])
 
 
-def make_batch(seed: int, jobs: int, spread: float) -> Batch:
-    """``jobs`` jobs drawn by weight; the first fifth (rounded up) at t = 0,
-    the rest uniform in [0, spread); jobs in submission order."""
+def make_batch(seed: int, jobs: int, spread: float,
+               table: tuple[JobConfig, ...] = JOB_TABLE) -> Batch:
+    """``jobs`` jobs drawn from ``table`` by weight; the first fifth (rounded up) at
+    t = 0, the rest uniform in [0, spread); jobs in submission order."""
     rng = random.Random(seed)
-    configs = rng.choices(JOB_TABLE, weights=[c.weight for c in JOB_TABLE], k=jobs)
+    configs = rng.choices(table, weights=[c.weight for c in table], k=jobs)
     at_zero = math.ceil(jobs / 5)
     times = [0.0] * at_zero + sorted(rng.uniform(0, spread) for _ in range(jobs - at_zero))
     order = list(range(jobs))
@@ -367,7 +370,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resize-interval", type=float, default=2.0,
                         help="minAgree: least time between two resizes of a job (default 2 s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="a run's limit in s")
-    parser.add_argument("--quick", action="store_true", help="shares 0 and 100, 5 jobs over 6 s: a smoke test")
+    parser.add_argument("--quick", action="store_true",
+                        help="shares 0 and 100, 5 of the smaller jobs over 6 s: a smoke test of about a minute")
     parser.add_argument("--json", type=Path, default=Path("bench-results/jobbatch.json"))
     parser.add_argument("--plot", type=Path, default=Path("bench-results/jobbatch.png"),
                         help="the PNG; the Gantt chart goes beside it as *_gantt.png")
@@ -390,13 +394,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    require("benchmarks.jobbatch", "numba", "tqdm", "matplotlib")
     setup_logging(log.name)
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     os.environ["APGAS_LOCAL_HOSTS"] = "*"   # every node name is this machine
     info = machine_info()
-    batches = [make_batch(seed, args.jobs, args.spread) for seed in range(args.seeds)]
+    table = QUICK_TABLE if args.quick else JOB_TABLE
+    batches = [make_batch(seed, args.jobs, args.spread, table) for seed in range(args.seeds)]
     plan = [(b, s, p, r) for b in batches for s in args.shares for p in args.policies
             for r in range(args.repeats)]
     random.Random(RUN_ORDER_SEED).shuffle(plan)  # slow drifts of the machine: noise, not a trend
@@ -440,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     report = {
         "machine": info, "params": params, "elapsed_seconds": elapsed,
-        "job_table": [dataclasses.asdict(c) for c in JOB_TABLE],
+        "job_table": [dataclasses.asdict(c) for c in table],
         "batches": [{"seed": b.seed, "malleable_order": list(b.malleable_order),
                      "jobs": [{"index": j.index, "config": j.config.name, "submit": j.submit}
                               for j in b.jobs]} for b in batches],

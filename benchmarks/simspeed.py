@@ -1,8 +1,8 @@
 """Simulator speed: 5,000 jobs on 500 nodes under every policy (target: under 10 s each).
 
     python -m benchmarks.simspeed [--jobs 5000] [--nodes 500] [--share 0.5] [--json FILE]
-        [--traces DIR] [--trace-sizes 10000,100000,0] [--trace-policies fcfs,easy,...]
-        [--traces-json FILE] [--skip-synthetic]
+    python -m benchmarks.simspeed --real-traces [--traces DIR] [--trace-sizes 10000,100000,0]
+        [--trace-policies fcfs,easy,...] [--traces-json FILE] [--skip-synthetic]
 
 The workload is ``apgas_scheduler.workload.kit_like`` (seeded), half of its jobs
 malleable (min = pref/2, max = 5 pref, rho in 0.0-0.3) with a
@@ -11,14 +11,17 @@ family runs with each expand policy (Handoff, the default, then Spare and
 Intensive for basic MEBF); the evolving policies get ``uniform_evolving`` jobs
 of the same count, the list scheduler under each of the evolving study's
 variants (noX, 2X, 2X+c, infX, infX+c). Prints a table of wall seconds per
-policy with the main metrics, and writes JSON. Nothing is asserted.
+policy with the main metrics, and writes JSON. Nothing is asserted. Under a
+minute on 2 cores (26 s of simulation in the recorded run).
 
-Then the four real traces of the Parallel Workloads Archive (``REAL_TRACES``,
-read from ``--traces``, by default ``../shared/traces`` beside the checkout;
-skipped if absent) as they are, rigid, on the machine the archive suggests,
-under every live policy, on their first 10,000 and 100,000 jobs and whole
-(``--trace-sizes``, 0 = whole): jobs simulated per second, and the growth of
-the cost per job from the smallest size to the whole trace (1.0: linear).
+With ``--real-traces``, then the four real traces of the Parallel Workloads
+Archive (``REAL_TRACES``, read from ``--traces``, by default ``../shared/traces``
+beside the checkout; skipped if absent) as they are, rigid, on the machine the
+archive suggests, under every live policy, on their first 10,000 and 100,000
+jobs and whole (``--trace-sizes``, 0 = whole): jobs simulated per second, and
+the growth of the cost per job from the smallest size to the whole trace (1.0:
+linear). The whole traces take 2-30 s each per policy: about a quarter of an
+hour in all (732 s of simulation in the run of ``docs/results/simspeed_traces.json``).
 """
 
 from __future__ import annotations
@@ -116,14 +119,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=500)
     p.add_argument("--share", type=float, default=0.5)
     p.add_argument("--json", type=Path, default=Path("bench-results/simspeed.json"))
+    p.add_argument("--real-traces", action="store_true",
+                   help="also time the four real traces, whole (slow: about 15 minutes)")
     p.add_argument("--traces", type=Path, default=TRACES_DIR, help="the real traces' directory")
     p.add_argument("--trace-sizes", default="10000,100000,0", help="jobs per run (0: whole trace)")
     p.add_argument("--trace-policies", default=",".join(policy_names()))
     p.add_argument("--traces-json", type=Path, default=Path("bench-results/simspeed_traces.json"))
-    p.add_argument("--skip-synthetic", action="store_true", help="only the real traces")
+    p.add_argument("--skip-synthetic", action="store_true", help="with --real-traces: only those")
     ns = p.parse_args(argv)
+    if ns.skip_synthetic and not ns.real_traces:
+        p.error("--skip-synthetic leaves nothing to run without --real-traces")
     if not ns.skip_synthetic:
         synthetic(ns)
+    if not ns.real_traces:
+        return 0
     if not ns.traces.is_dir():
         print(f"\nno real traces: {ns.traces} is not a directory (skipped)")
         return 0
