@@ -22,6 +22,8 @@ import shlex
 import socket
 from collections.abc import Mapping
 
+from launcher import launcher_names, read_hostfile
+
 from .errors import ConfigError
 from .protocol import check_host
 
@@ -48,7 +50,6 @@ def launcher_for(value: str) -> str:
     launcher). ConfigError names the value and what is known."""
     if value in JAVA_LAUNCHERS:
         return JAVA_LAUNCHERS[value]
-    from launcher import launcher_names  # here: launcher imports apgas on its way in
 
     names = launcher_names()
     if value in names:
@@ -111,7 +112,6 @@ def _first_node(node_file: str) -> tuple[str, str]:
     """The first node of EJS's node file and its address, resolved as EJS does
     (``InetAddress.getByName``: the name's first IPv4 address), which must be one of
     this machine's: EJS runs the job script on the first node."""
-    from launcher import read_hostfile  # here: launcher imports apgas on its way in
 
     try:
         nodes = read_hostfile(node_file)
