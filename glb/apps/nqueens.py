@@ -19,7 +19,6 @@ import argparse
 import logging
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -306,6 +305,17 @@ def compare(n: int) -> dict[str, float]:
     return row
 
 
-if __name__ == "__main__":
-    for size in [int(a) for a in sys.argv[1:]] or [14, 16]:
+def _compare_main(argv: list[str] | None = None) -> None:
+    """``python -m glb.apps.nqueens [N ...]``: the numba kernel against the C reference."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m glb.apps.nqueens",
+                                     description="Time the numba N-Queens kernel against the C "
+                                                 "reference (needs a C compiler) on boards of N.")
+    parser.add_argument("sizes", nargs="*", type=int, default=[14, 16], metavar="N")
+    for size in parser.parse_args(argv).sizes:
         print(compare(size))
+
+
+if __name__ == "__main__":
+    _compare_main()
