@@ -24,13 +24,13 @@ from typing import Any
 
 import launcher as launchers
 from apgas import auth, protocol
-from apgas.lowlevel import parse_address
 from apgas.errors import ConfigError
+from apgas.lowlevel import parse_address
 
 from .client import SchedulerError, SchedulerUnreachable, request
 from .jobs import JobFileError, load_job_file
-from .state import StateError
 from .policies import get_policy, policy_names
+from .state import StateError
 
 log = logging.getLogger("scheduler")
 

@@ -28,7 +28,6 @@ from apgas import auth
 from apgas.lowlevel import Config, make_trusted_dir
 
 from . import access, containment
-
 from ._model import Grow, Start
 from .asks import READY_WAIT, AsksMixin
 from .core import log
@@ -138,7 +137,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 self.schedule()
         self._finish()
 
-    def start(self) -> "Scheduler":
+    def start(self) -> Scheduler:
         """Serve from a thread of its own (tests, benchmarks)."""
         self._spawn(self.serve_forever, "scheduler-main")
         return self

@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # -- metrics and samples ----------------------------------------------------------------
 
@@ -86,7 +87,7 @@ def fmt_target(m: Metric, verdict: bool | None) -> str:
 def machine_info() -> dict[str, Any]:
     """Where and when the benchmark ran."""
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
@@ -194,7 +195,7 @@ def tagged_results(proc: subprocess.Popen, tag: str, timeout: float) -> tuple[li
 
 
 def run_probe(command: list[str], env: dict[str, str], cwd: Path, timeout: float,
-              accept: "Callable[[Any], bool]") -> Any:
+              accept: Callable[[Any], bool]) -> Any:
     """Run a probe program; the first of its ``PROBE <json>`` values that ``accept``
     takes, else RuntimeError with the command and the end of its error output."""
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -154,7 +155,7 @@ class Echo:
         self._sock.close()
         self._ctx.term()
 
-    def __enter__(self) -> "Echo":
+    def __enter__(self) -> Echo:
         return self
 
     def __exit__(self, *exc: object) -> None:

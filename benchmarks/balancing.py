@@ -48,8 +48,9 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
 
@@ -160,6 +161,7 @@ def run_dask(params: dict, workers: int, piece_counts: tuple[int, ...]) -> tuple
     """Static splits, then the dynamic tree, on one cluster of ``workers`` threads;
     ([(seconds, nodes) per piece count], (seconds, nodes, tasks) of the dynamic run)."""
     from distributed import Client, LocalCluster
+
     from glb.apps import synthetic
     procs = 2 if workers % 2 == 0 else 1
     with LocalCluster(n_workers=procs, threads_per_worker=workers // procs, processes=True,
@@ -244,11 +246,11 @@ def measure(params: dict, places: int, dask: bool = True) -> list[dict]:
         seconds, nodes, _ = run_glb(params, places, static)
         row("GLB, static start" if static else "GLB", places if static else None, seconds, nodes, None)
     counts = tuple(per * places for per in PER_WORKER)
-    for (seconds, nodes), per in zip(run_pool(params, places, counts), PER_WORKER):
+    for (seconds, nodes), per in zip(run_pool(params, places, counts), PER_WORKER, strict=True):
         row("multiprocessing.Pool", per * places, seconds, nodes, b[f"bound_{per}"])
     if dask:
         static, (seconds, nodes, tasks) = run_dask(params, places, counts)
-        for (s, n), per in zip(static, PER_WORKER):
+        for (s, n), per in zip(static, PER_WORKER, strict=True):
             row("Dask", per * places, s, n, b[f"bound_{per}"])
         row("Dask, dynamic", None, seconds, nodes, None, {"tasks": tasks, "cutoff": CUTOFF, "fanout": FANOUT})
     for r in rows:

@@ -49,7 +49,7 @@ from apgas_scheduler.client import request
 
 from ._browser import headless_chromium
 from ._common import machine_info, require, write_json
-from .jobbatch import make_batch, job_spec
+from .jobbatch import job_spec, make_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -46,12 +46,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, require
 from apgas_scheduler import workload as wl
 from apgas_scheduler.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.mebf import MEBF
 from apgas_scheduler.policies import get_policy
 from apgas_scheduler.simulator import Reconfig, Simulator
+from benchmarks._common import machine_info, require
 
 
 def _pct(new: float, old: float) -> float:

@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, median, parse_args, require, setup_logging, write_json
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.policies import get_policy
+from benchmarks._common import machine_info, median, parse_args, require, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.evolving")
 

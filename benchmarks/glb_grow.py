@@ -73,7 +73,7 @@ def one_grow(args: argparse.Namespace, directory: Path, preload: str | None) -> 
     address = _free_address()
     timeline = directory / "timeline.jsonl"
     timeline.unlink(missing_ok=True)
-    env = {**os.environ, "APGAS_LOCAL_HOSTS": "*", "APGAS_MALLEABLE_LISTEN": "%s:%d" % address,
+    env = {**os.environ, "APGAS_LOCAL_HOSTS": "*", "APGAS_MALLEABLE_LISTEN": "{}:{}".format(*address),
            "APGAS_TIMELINE": str(timeline), "APGAS_THREADS": "2"}
     env.pop("APGAS_PRELOAD", None)
     if preload is not None:

@@ -23,8 +23,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import (machine_info, median, parse_args, percentile, run_probe,
-                                setup_logging, tagged_results, write_json)
+from benchmarks._common import (
+    machine_info,
+    median,
+    parse_args,
+    percentile,
+    run_probe,
+    setup_logging,
+    tagged_results,
+    write_json,
+)
 
 log = logging.getLogger("benchmarks.heartbeat")
 ROOT = Path(__file__).resolve().parent.parent

@@ -86,12 +86,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, require, setup_logging, write_json
-from benchmarks.jobbatch_report import PUBLISHED, SCHEDULER_METRICS, compare, plot, render, summarize
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.metrics import compute_metrics, gantt, read_events
 from apgas_scheduler.policies import get_policy
+from benchmarks._common import machine_info, require, setup_logging, write_json
+from benchmarks.jobbatch_report import PUBLISHED, SCHEDULER_METRICS, compare, plot, render, summarize
 
 log = logging.getLogger("benchmarks.jobbatch")
 
@@ -168,7 +168,7 @@ def make_batch(seed: int, jobs: int, spread: float,
     times = [0.0] * at_zero + sorted(rng.uniform(0, spread) for _ in range(jobs - at_zero))
     order = list(range(jobs))
     rng.shuffle(order)
-    return Batch(seed, tuple(BatchJob(i, c, t) for i, (c, t) in enumerate(zip(configs, times))),
+    return Batch(seed, tuple(BatchJob(i, c, t) for i, (c, t) in enumerate(zip(configs, times, strict=True))),
                  tuple(order))
 
 
@@ -272,7 +272,7 @@ def run_batch(batch: Batch, share: int, policy: str, args: argparse.Namespace,
         failures = [] if not error else [error]
         failures += [f"leftover processes: {leftovers}"] if leftovers else []
         rows = []
-        for job, status, record in zip(batch.jobs, jobs, records):
+        for job, status, record in zip(batch.jobs, jobs, records, strict=False):  # a failed batch has no status for jobs it never submitted
             verdict = _verdict(job.config, record, references)
             if status["state"] != "done":
                 failures.append(f"{status['name']}: {status['state']} ({status['reason']})")
@@ -362,7 +362,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shares", type=_ints, default=None,
                         help="malleable shares in %% (default 0,20,...,100; 0,100 with --quick)")
     parser.add_argument("--policies", default=",".join(POLICIES),
-                        help="comma-separated, of %s (default all)" % ",".join(POLICIES))
+                        help="comma-separated, of {} (default all)".format(",".join(POLICIES)))
     parser.add_argument("--spread", type=float, default=None,
                         help="submissions spread over [0, SPREAD) s (default 20, 6 with --quick)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each batch (default 1)")

@@ -4,8 +4,9 @@ runs, the comparison with the paper, the tables and the plot."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks._common import median
 
@@ -113,12 +114,12 @@ def plot(summary: list[dict[str, Any]], shares: list[int], policies: list[str], 
     panels = (("makespan", "makespan [s]", 1), ("utilization", "node utilisation [%]", 100),
               ("mean_turnaround", "mean turnaround [s]", 1))
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), layout="constrained")
-    for ax, (key, label, scale) in zip(axes, panels):
+    for ax, (key, label, scale) in zip(axes, panels, strict=True):
         for p in policies:
             points = [(s, c[key] * scale) for s in shares
                       if (c := _cell(summary, s, p)) and c[key] is not None]
             if points:
-                ax.plot(*zip(*points), marker="o", label=p)
+                ax.plot(*zip(*points, strict=True), marker="o", label=p)
         ax.set_xlabel("malleable / moldable jobs [%]")
         ax.set_ylabel(label)
         ax.set_xticks(shares)

@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import (machine_info, median, parse_args, setup_logging,
-                                run_probe, write_json)
+from benchmarks._common import machine_info, median, parse_args, run_probe, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.launchers")
 ROOT = Path(__file__).resolve().parent.parent

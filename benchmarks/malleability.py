@@ -195,7 +195,7 @@ class Job:
 
 def _job_env(scheduler: FakeScheduler, method: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(APGAS_SCHEDULER="%s:%d" % scheduler.address, APGAS_LOCAL_HOSTS="*",
+    env.update(APGAS_SCHEDULER="{}:{}".format(*scheduler.address), APGAS_LOCAL_HOSTS="*",
                APGAS_MALLEABLE_LISTEN="127.0.0.1:0", APGAS_START_METHOD=method,
                APGAS_THREADS=str(THREADS), APGAS_JOIN_TIMEOUT=str(JOIN_TIMEOUT_S))
     return env

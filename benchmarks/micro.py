@@ -34,13 +34,27 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import apgas
+from benchmarks._common import (
+    Metric,
+    Samples,
+    add_sample,
+    fmt,
+    fmt_target,
+    machine_info,
+    median,
+    meets,
+    parse_args,
+    percentile,
+    require,
+    setup_logging,
+    write_json,
+)
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
-from benchmarks._common import (Metric, Samples, add_sample, fmt, fmt_target, machine_info, median,
-                                meets, parse_args, percentile, require, setup_logging, write_json)
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -406,7 +420,7 @@ def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: P
     """The table printed at the end."""
     header = f"{'metric':<40} {'apgas':>14} {'dask':>14} {'speedup':>9}  target"
     lines = [header, "-" * len(header)]
-    for m, row in zip(METRICS, rows):
+    for m, row in zip(METRICS, rows, strict=True):
         speedup = f"{row['speedup']:.1f}x" if row["speedup"] else "-"
         lines.append(f"{m.label:<40} {fmt(row['apgas'], m.unit):>14} {fmt(row['dask'], m.unit):>14} "
                      f"{speedup:>9}  {fmt_target(m, row['meets_target'])}")

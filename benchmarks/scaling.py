@@ -113,7 +113,7 @@ def run_once(app: str, args: list[str], copies: int = 1) -> dict:
                     proc.kill()
                     proc.wait()
         wall = time.monotonic() - start
-        for proc, out, err in zip(procs, outs, errors):
+        for proc, out, err in zip(procs, outs, errors, strict=True):
             if proc.returncode != 0 or not out.exists():
                 raise RuntimeError(f"{app} {args} failed ({proc.returncode}): {err[-2000:]}")
         record = max((json.loads(out.read_text()) for out in outs), key=lambda r: r["seconds"])

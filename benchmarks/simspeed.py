@@ -33,13 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info
 from apgas_scheduler import swf
 from apgas_scheduler import workload as wl
 from apgas_scheduler.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.mebf import MEBF_POLICIES
 from apgas_scheduler.policies import get_policy, policy_names
 from apgas_scheduler.simulator import Reconfig, Simulator
+from benchmarks._common import machine_info
 
 
 def variants() -> list[tuple[str, Any]]:

@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from apgas.testing import FakeScheduler
-from benchmarks._common import (machine_info, median, parse_args, setup_logging,
-                                run_probe, write_json)
+from benchmarks._common import machine_info, median, parse_args, run_probe, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.slurm_resize")
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,8 +80,8 @@ def _local(probe: Path, rounds: int) -> dict[str, Any]:
         return None
 
     with FakeScheduler(grant, job=job) as fake:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "APGAS_SCHEDULER": "%s:%d" % fake.address,
-               "APGAS_MALLEABLE_LISTEN": "%s:%d" % job}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "APGAS_SCHEDULER": "{}:{}".format(*fake.address),
+               "APGAS_MALLEABLE_LISTEN": "{}:{}".format(*job)}
         return _run([sys.executable, str(probe), str(rounds)], env)
 
 

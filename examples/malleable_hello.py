@@ -33,7 +33,7 @@ class Handler(apgas.MalleableHandler):
 
 def main(seconds: float) -> None:
     communicator = apgas.define_malleable_handler(Handler())
-    print("orders to %s:%d" % communicator.address, flush=True)
+    print("orders to {}:{}".format(*communicator.address), flush=True)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         print("places:", [p.id for p in apgas.places()], flush=True)

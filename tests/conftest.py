@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
-
+from _browser import browser  # noqa: F401  (module fixture: headless Chromium, or a skip)
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
-from _browser import browser  # noqa: F401  (module fixture: headless Chromium, or a skip)
-from vcluster import vcluster  # noqa: F401  (session fixture: hosts in network namespaces)
-from apgas.testing import FakeScheduler, Script
+from hypothesis import settings
 from orders import free_address
+from vcluster import vcluster  # noqa: F401  (session fixture: hosts in network namespaces)
+
+from apgas.testing import FakeScheduler, Script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +140,7 @@ def malleable_address(monkeypatch):
     """Every host name is local and the next job listens for orders on a free loopback port."""
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
     address = free_address()
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "%s:%d" % address)
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "{}:{}".format(*address))
     return address
 
 
@@ -151,7 +151,7 @@ def fake_scheduler(monkeypatch, malleable_address):
 
     def make(script: Script) -> FakeScheduler:
         fake = FakeScheduler(script, malleable_address)
-        monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % fake.address)
+        monkeypatch.setenv("APGAS_SCHEDULER", "{}:{}".format(*fake.address))
         made.append(fake)
         return fake
 

@@ -19,14 +19,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from orders import wait_malleable  # noqa: E402
+
 import apgas  # noqa: E402
 from apgas.order import send_order  # noqa: E402
-from orders import wait_malleable  # noqa: E402
 
 
 def glb() -> dict:
-    from glb import GLB, GLBConfig
     from glb_bags import Count, TreeBag, tree_nodes
+
+    from glb import GLB, GLBConfig
 
     gate = os.path.join(tempfile.mkdtemp(), "orders-done")
     roots = [(s, 20) for s in (4, 5, 6, 10)] + [(13, 20, gate)]

@@ -58,7 +58,7 @@ def main() -> None:
         while time.monotonic() < deadline:
             try:
                 conn, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with conn:
                 line = conn.makefile().readline().strip()

@@ -61,7 +61,7 @@ with open(os.environ["FOREIGN_LOG"], "a") as log:
     while time.monotonic() < deadline:
         try:
             conn, _ = server.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         with conn:
             line = order_words(conn.makefile().readline())

@@ -29,7 +29,7 @@ class Count:
     def __init__(self, value: int = 0) -> None:
         self.value = value
 
-    def fold(self, other: "Count") -> None:
+    def fold(self, other: Count) -> None:
         self.value += other.value
 
 
@@ -72,7 +72,7 @@ class TreeBag:
     def is_splittable(self) -> bool:
         return len(self.nodes) >= 2
 
-    def split(self, take_all: bool) -> "TreeBag | None":
+    def split(self, take_all: bool) -> TreeBag | None:
         if take_all:
             loot, self.nodes = TreeBag(self.nodes, self.spin), []
             return loot
@@ -83,7 +83,7 @@ class TreeBag:
         del self.nodes[:half]
         return loot
 
-    def merge(self, other: "TreeBag") -> None:
+    def merge(self, other: TreeBag) -> None:
         self.nodes.extend(other.nodes)
 
     def submit(self, result: Count) -> None:
@@ -121,14 +121,14 @@ class ChainBag:
     def is_splittable(self) -> bool:
         return False
 
-    def split(self, take_all: bool) -> "ChainBag | None":
+    def split(self, take_all: bool) -> ChainBag | None:
         if not take_all:
             return None
         loot = ChainBag(self.left, self.spin)
         self.left = 0
         return loot
 
-    def merge(self, other: "ChainBag") -> None:
+    def merge(self, other: ChainBag) -> None:
         self.left += other.left
 
     def submit(self, result: Count) -> None:
@@ -153,7 +153,7 @@ class Total:
     def __init__(self, value: int = 0, count: int = 0) -> None:
         self.value, self.count = value, count
 
-    def fold(self, other: "Total") -> None:
+    def fold(self, other: Total) -> None:
         self.value += other.value
         self.count += other.count
 
@@ -199,7 +199,7 @@ class X10IntervalBag:
     def is_splittable(self) -> bool:
         return sum(hi - lo for lo, hi in self.intervals) >= 2
 
-    def split(self, take_all: bool) -> "X10IntervalBag | None":
+    def split(self, take_all: bool) -> X10IntervalBag | None:
         if take_all:
             loot, self.intervals = X10IntervalBag(self.intervals, self.spin), []
             return loot
@@ -211,7 +211,7 @@ class X10IntervalBag:
         biggest[1] = mid
         return loot
 
-    def merge(self, other: "X10IntervalBag") -> None:
+    def merge(self, other: X10IntervalBag) -> None:
         self.intervals.extend(other.intervals)
 
     def submit(self, result: Total) -> None:
@@ -223,7 +223,7 @@ class CarryingIntervalBag(X10IntervalBag):
     """Like :class:`X10IntervalBag`, but a piece carries half of the partial sum, moved
     out of the bag (the contract allows it), and ``merge`` takes it over."""
 
-    def split(self, take_all: bool) -> "CarryingIntervalBag | None":
+    def split(self, take_all: bool) -> CarryingIntervalBag | None:
         loot = super().split(take_all)
         if loot is None:
             return None
@@ -233,7 +233,7 @@ class CarryingIntervalBag(X10IntervalBag):
         self.count -= piece.count
         return piece
 
-    def merge(self, other: "X10IntervalBag") -> None:
+    def merge(self, other: X10IntervalBag) -> None:
         super().merge(other)
         self.sum += other.sum
         self.count += other.count
@@ -273,7 +273,7 @@ class GatedBag:
     def is_splittable(self) -> bool:
         return self._work_left() and self.inner.is_splittable()
 
-    def split(self, take_all: bool) -> "GatedBag | None":
+    def split(self, take_all: bool) -> GatedBag | None:
         if take_all:
             piece = GatedBag(self.inner.split(True) if self._work_left() else None, self.gate)
             self.gate = None
@@ -281,7 +281,7 @@ class GatedBag:
         inner = self.inner.split(False) if self._work_left() else None
         return None if inner is None else GatedBag(inner)
 
-    def merge(self, other: "GatedBag") -> None:
+    def merge(self, other: GatedBag) -> None:
         if other.inner is not None:
             if self.inner is None:
                 self.inner = other.inner

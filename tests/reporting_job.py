@@ -37,7 +37,7 @@ class Newest(apgas.MalleableHandler):
 
 
 def main():
-    print("LISTEN %s:%d" % apgas.define_malleable_handler(Newest()).address, flush=True)
+    print("LISTEN {}:{}".format(*apgas.define_malleable_handler(Newest()).address), flush=True)
     ended.wait(90)
     apgas.disable_malleable_handler()
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import apgas  # noqa: E402
 from glb_bags import mix  # noqa: E402
+
+import apgas  # noqa: E402
 
 SIGNALS = Path(os.environ.get("SIGNALS", "."))
 
@@ -79,7 +80,7 @@ class PhasedBag:
     def is_splittable(self) -> bool:
         return len(self.units) >= 2
 
-    def split(self, take_all: bool) -> "PhasedBag | None":
+    def split(self, take_all: bool) -> PhasedBag | None:
         if take_all:
             loot = PhasedBag(self.units, self.chain, self.gate, self.spin)
             self.units, self.chain = [], 0
@@ -91,7 +92,7 @@ class PhasedBag:
         del self.units[:half]
         return loot
 
-    def merge(self, other: "PhasedBag") -> None:
+    def merge(self, other: PhasedBag) -> None:
         self.units += other.units
         self.chain += other.chain
 
@@ -101,8 +102,9 @@ class PhasedBag:
 
 
 def glb() -> dict:
-    from glb import GLB, GLBConfig
     from glb_bags import Count
+
+    from glb import GLB, GLBConfig
 
     units, chain = 600, 2500
     glb = GLB(GLBConfig(n=20, evolving=True, evolving_interval=0.1, evolving_window=3,

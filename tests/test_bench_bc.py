@@ -10,13 +10,13 @@ import threading
 
 import numpy as np
 import pytest
+from glb_bags import GatedBag
+from orders import orders_then_gate
 
 import apgas
 from glb import GLB, GLBConfig
 from glb.apps import bc
 from glb.testing import check_bag
-from glb_bags import GatedBag
-from orders import orders_then_gate
 
 pytestmark = pytest.mark.timeout(120)
 

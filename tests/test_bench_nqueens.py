@@ -8,14 +8,15 @@ import socket
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from glb_bags import GatedBag
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from orders import orders_then_gate
 
 import apgas
 from glb import GLB, GLBConfig
 from glb.apps import nqueens
 from glb.apps.nqueens import APP, REFERENCE, NQueensBag, NQueensResult, prefixes
-from glb_bags import GatedBag
-from orders import orders_then_gate
 
 pytestmark = pytest.mark.timeout(60)
 

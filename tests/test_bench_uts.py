@@ -19,13 +19,14 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from glb_bags import GatedBag
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from orders import orders_then_gate, random_orders
 
 import apgas
 from glb import GLB, GLBConfig
 from glb.apps import uts
-from glb_bags import GatedBag
-from orders import orders_then_gate, random_orders
 
 pytestmark = pytest.mark.timeout(60)
 

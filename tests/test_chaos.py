@@ -6,11 +6,10 @@ import threading
 import time
 
 import pytest
+from test_core import spawn_tree, total_count, tree_size
 
 import apgas
 from apgas._transport import Transport
-
-from test_core import spawn_tree, total_count, tree_size
 
 
 def test_chaos_hook_reorders_across_pairs_but_not_within_a_pair():

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from benchmarks._common import tagged_results
 from conftest import eventually
 from orders import free_port
+
+from benchmarks._common import tagged_results
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -13,14 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-
 from conftest import eventually
+from test_scheduler_live import bench, job, wait_ended, wait_for
+
 from apgas import auth
 from apgas._webview import render_page
 from apgas_scheduler import access
 from apgas_scheduler.dashboard import MAX_STREAMS
 from apgas_scheduler.views import dashboard_model
-from test_scheduler_live import bench, job, wait_ended, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

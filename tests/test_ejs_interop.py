@@ -7,12 +7,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-import apgas
 from ejs_like import EjsLike
-from glb import GLB, GLBConfig
 from glb_bags import Count, TreeBag, tree_nodes
 from orders import free_port
+
+import apgas
+from glb import GLB, GLBConfig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +27,7 @@ def ejs_job(monkeypatch):
     port = free_port()
     scheduler = EjsLike(NODES, "n1", port, cooldown=1.0, shrink_timeout=20.0)
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % scheduler.address)
+    monkeypatch.setenv("APGAS_SCHEDULER", "{}:{}".format(*scheduler.address))
     monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", f"0.0.0.0:{port}")
     monkeypatch.setenv("APGAS_PLAIN_PROTOCOL", "1")
     monkeypatch.delenv("APGAS_JOB_ID", raising=False)

@@ -314,7 +314,7 @@ def test_a_scheduler_that_closes_without_answering(fake_scheduler, monkeypatch):
     both name the scheduler, and the program goes on."""
     monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
     fake = fake_scheduler(lambda m, f: None)
-    where = "%s:%d" % fake.address
+    where = "{}:{}".format(*fake.address)
 
     def main():
         apgas.define_malleable_handler(Handler())
@@ -340,7 +340,7 @@ def test_a_scheduler_that_does_not_answer_in_time(fake_scheduler, monkeypatch):
     monkeypatch.setattr("apgas.malleable.SocketMalleableCommunicator.ANSWER_TIMEOUT", 0.3)
     fake = fake_scheduler(lambda m, f: f.SILENT if m.startswith("Evolving") else None)
     fake.silence = 0.6
-    where = "%s:%d" % fake.address
+    where = "{}:{}".format(*fake.address)
 
     def main():
         apgas.define_malleable_handler(Handler())

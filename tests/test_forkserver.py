@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import signal
+import sys
 import time
 
 import pytest
+from conftest import alive, eventually, wait_gone
+from orders import order
 
 import apgas
 from apgas import DeadPlaceError
 from apgas._config import load_config
 from apgas.errors import ConfigError
-from conftest import alive, eventually, wait_gone
 from launcher import _forkserver
-from orders import order
 
 pytestmark = pytest.mark.timeout(60)
 

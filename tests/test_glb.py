@@ -16,9 +16,16 @@ from glb._lifelines import lifelines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from custom_bag import IntegerSum, Sum  # noqa: E402  (the example users read)
-
-from glb_bags import (Count, CarryingIntervalBag, GatedBag, Total, TreeBag,  # noqa: E402
-                      X10IntervalBag, interval_total, tree_nodes)
+from glb_bags import (  # noqa: E402
+    CarryingIntervalBag,
+    Count,
+    GatedBag,
+    Total,
+    TreeBag,
+    X10IntervalBag,
+    interval_total,
+    tree_nodes,
+)
 from orders import orders_then_gate, random_orders, send_orders  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)

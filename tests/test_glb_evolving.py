@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from glb_bags import ChainBag, Count, TreeBag, tree_nodes
 
 import apgas
 from glb import GLB, GLBConfig
-from glb_bags import ChainBag, Count, TreeBag, tree_nodes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,11 +11,11 @@ import sys
 import time
 
 import pytest
+from conftest import alive, eventually, wait_gone
 
 import apgas
 from apgas import DeadPlaceError, MultipleException
 from apgas._heartbeat import parse_heartbeat
-from conftest import alive, eventually, wait_gone
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,13 +9,13 @@ import socket
 import time
 
 import pytest
+from conftest import install_distribution
 
 import apgas
 import launcher
 from apgas._config import load_config
 from apgas.errors import ApgasError, ConfigError
 from launcher import HostSpecError, expand_hostlist, read_hostfile, slurm_hosts
-from conftest import install_distribution
 
 ALLOCATION = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]",
               "SLURM_TASKS_PER_NODE": "1(x3)"}

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import alive, wait_gone
 
 from benchmarks import mpi_exits
 from benchmarks._common import tagged_results
-from conftest import alive, wait_gone
 
 pytest.importorskip("mpi4py")
 MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent),

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import alive, wait_gone
 
 import apgas
-from benchmarks._common import tagged_results
 from apgas.errors import ApgasError
-from conftest import alive, wait_gone
+from benchmarks._common import tagged_results
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = str(Path(__file__).with_name("launch_prog.py"))

@@ -9,12 +9,12 @@ import signal
 import time
 
 import pytest
-
-import apgas
-from apgas.errors import ApgasError
 from conftest import wait_gone
 from launch_prog import Newest, survey
 from orders import order
+
+import apgas
+from apgas.errors import ApgasError
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import threading
 import time
 
 import pytest
+from orders import free_port, order
 
 import apgas
 from apgas import DeadPlaceError
-from orders import free_port, order
 from apgas.testing import FakeScheduler
 
 pytestmark = pytest.mark.timeout(90)
@@ -313,7 +313,7 @@ def test_malleability_is_steered_from_place_zero():
 
 def test_ready_and_timing_messages_reach_the_scheduler(monkeypatch):
     scheduler = FakeScheduler()  # records, answers nothing
-    monkeypatch.setenv("APGAS_SCHEDULER", "%s:%d" % scheduler.address)
+    monkeypatch.setenv("APGAS_SCHEDULER", "{}:{}".format(*scheduler.address))
 
     def main():
         address = apgas.define_malleable_handler(Recorder()).address

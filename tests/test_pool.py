@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import eventually
 
 from apgas._pool import WorkerPool, blocking
-from conftest import eventually
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from apgas_scheduler import containment
 from conftest import alive, wait_gone
 from test_scheduler_live import job, wait_for
+
+from apgas_scheduler import containment
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

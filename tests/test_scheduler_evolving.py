@@ -14,7 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apgas_scheduler.listsched import (
-    PAPER_VARIANTS, EvolvingJob, Schedule, evolving_policies, schedule_evolving,
+    PAPER_VARIANTS,
+    EvolvingJob,
+    Schedule,
+    evolving_policies,
+    schedule_evolving,
     schedule_rigid_baseline,
 )
 
@@ -226,19 +230,19 @@ def test_schedule_invariants(workload, scheduler):
         assert s.starts[job.id] >= job.submit
         # The job computes each step of its profile once, in order.
         assert [(round(b - a, 9), n) for a, b, n in used] == [(d, n) for d, n in job.profile]
-        assert all(b1 <= a2 + EPS for (_, b1, _), (a2, _, _) in zip(used, used[1:]))
+        assert all(b1 <= a2 + EPS for (_, b1, _), (a2, _, _) in zip(used, used[1:], strict=False))
         assert used[0][0] == held[0][0] == s.starts[job.id]
         assert used[-1][1] == pytest.approx(s.ends[job.id])
         # It holds nodes without a gap from start to end, and at least the
         # nodes each step computes with.
-        assert all(b1 == a2 for (_, b1, _), (a2, _, _) in zip(held, held[1:]))
+        assert all(b1 == a2 for (_, b1, _), (a2, _, _) in zip(held, held[1:], strict=False))
         assert held[-1][1] == pytest.approx(s.ends[job.id])
         for a, b, n in used:
             assert any(ha <= a + EPS and b <= hb + EPS and n <= hn for ha, hb, hn in held)
         if kind == "evolving":
             # One held piece per step; waits only after a step, within the limit.
             assert [n for _, _, n in held] == [n for _, n in job.profile]
-            for (ha, hb, _), (ua, _ub, _), (d, _) in zip(held, used, job.profile):
+            for (ha, hb, _), (ua, _ub, _), (d, _) in zip(held, used, job.profile, strict=True):
                 assert ha == ua and hb - ha >= d - EPS
                 if limit is not None:
                     assert hb - ha <= limit * d + EPS

@@ -11,8 +11,9 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ class FakeJob:
         self.id = sched.submit(JobSpec(name, (PY, FAKE), cls, nodes, max_nodes, 60.0,
                                        tuple(sorted(env.items())), str(ROOT)))
 
-    def wait_listening(self) -> "FakeJob":
+    def wait_listening(self) -> FakeJob:
         wait_for(lambda: self.log.exists() and self.orders(), f"job {self.id} to listen")
         return self
 
@@ -58,7 +59,7 @@ class FakeJob:
         return ask(self.sched, auth.sign(self.sched._jobs[self.id].secret,
                                          f"{message}:127.0.0.1:{self.id}"))
 
-    def ready(self) -> "FakeJob":
+    def ready(self) -> FakeJob:
         self.ask("APGAS-Ready")
         wait_for(lambda: self.state()["ready"], f"job {self.id} to be ready")
         return self

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from orders import free_port
+
 from apgas import auth
 from apgas_scheduler import access
 from apgas_scheduler.client import SchedulerError, request
@@ -133,7 +133,7 @@ def test_failing_jobs_are_marked_with_the_reason_and_give_nodes_back(make_schedu
 
 def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
     sched = make_scheduler(nodes=2, policy="fcfs")
-    to = "%s:%d" % sched.address
+    to = "{}:{}".format(*sched.address)
     good = tmp_path / "sleep.toml"
     good.write_text(f'name = "sleeper"\ncommand = ["{PY}", "-c", "import time; time.sleep(30)"]\n'
                     'class = "rigid"\nnodes = 2\nwalltime = 60\n')
@@ -283,7 +283,7 @@ def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_sc
     submit = {e["job"]: e["t"] for e in events if e["event"] == "submit"}
     # a sleep does not speed up with more nodes: rho = 1 makes the model say so
     jobs = [SimJob(i, submit[i], "rigid" if lo == hi else "moldable", lo, hi, hi, ran[i], 3 * d + 1,
-                   rho=1.0) for i, (_, lo, hi, d) in zip(ids, batch)]
+                   rho=1.0) for i, (_, lo, hi, d) in zip(ids, batch, strict=True)]
     simulated = Simulator(3, get_policy("easy")).run(jobs)
     assert [(d.job, d.nodes) for _, d in simulated.decisions] == live
 

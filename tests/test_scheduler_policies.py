@@ -10,8 +10,16 @@ from hypothesis import strategies as st
 from apgas_scheduler._model import CLASSES, Grow, JobView, Shrink, Start
 from apgas_scheduler.dmr import DMR, dmr_answer
 from apgas_scheduler.policies import (
-    GATE, POLICIES, Backfilling, EasyBackfilling, EvolvingEasy, FCFS, MinAgree, Policy,
-    get_policy, grant_requests,
+    FCFS,
+    GATE,
+    POLICIES,
+    Backfilling,
+    EasyBackfilling,
+    EvolvingEasy,
+    MinAgree,
+    Policy,
+    get_policy,
+    grant_requests,
 )
 
 NOW = 100.0

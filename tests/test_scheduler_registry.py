@@ -8,10 +8,10 @@ import dataclasses
 import sys
 
 import pytest
+from conftest import install_distribution
 
 from apgas_scheduler import policies, registry
 from apgas_scheduler.simulator import Simulator
-from conftest import install_distribution
 
 PLUGIN = '''
 from apgas_scheduler.classic import FCFS

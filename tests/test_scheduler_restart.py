@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import alive, eventually
+from orders import free_port
 
 from apgas_scheduler.client import request
 from apgas_scheduler.metrics import compute_metrics, read_events
-from conftest import alive, eventually
-from orders import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,7 +29,7 @@ class Daemon:
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Daemon":
+    def start(self) -> Daemon:
         env = {**os.environ, "APGAS_LOCAL_HOSTS": "*"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "apgas_scheduler", "serve", "--nodes", self.nodes, "--port",

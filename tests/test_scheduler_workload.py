@@ -18,9 +18,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apgas_scheduler.workload import (
-    APGAS_TABLE, APGAS_WORK_UNIT, MEBF_INTENSIVE, RHO_CLASSES, SimJob, WorkloadError,
-    apgas_job_batch, kit_like, make_malleable, read_swf, scale_arrivals, swf_header,
-    uniform_evolving, write_swf,
+    APGAS_TABLE,
+    APGAS_WORK_UNIT,
+    MEBF_INTENSIVE,
+    RHO_CLASSES,
+    SimJob,
+    WorkloadError,
+    apgas_job_batch,
+    kit_like,
+    make_malleable,
+    read_swf,
+    scale_arrivals,
+    swf_header,
+    uniform_evolving,
+    write_swf,
 )
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -181,7 +192,7 @@ def test_make_malleable_nested_counted_and_bounded(nodes, a, b, seed, total):
     chosen = {j.id for j in lo if j.cls == "malleable"}
     assert chosen <= {j.id for j in hi if j.cls == "malleable"}
     assert len(chosen) == math.floor(small * len(jobs) + 0.5)
-    for old, new in zip(jobs, hi):
+    for old, new in zip(jobs, hi, strict=True):
         if new.cls == "rigid":
             assert new == old
             continue
@@ -232,7 +243,7 @@ def test_scale_arrivals():
     scaled = scale_arrivals(TINY, MEBF_INTENSIVE)
     assert [j.submit for j in scaled] == [0.0, 45.0, 150.0, 375.0, 600.0]
     assert [j.submit for j in TINY] == [0.0, 60.0, 200.0, 500.0, 800.0]   # not changed
-    assert all(a.runtime == b.runtime and a.id == b.id for a, b in zip(scaled, TINY))
+    assert all(a.runtime == b.runtime and a.id == b.id for a, b in zip(scaled, TINY, strict=True))
     assert scale_arrivals(TINY, 1.0) == TINY
     with pytest.raises(ValueError):
         scale_arrivals(TINY, 0.0)
@@ -274,7 +285,7 @@ def test_apgas_job_batch_malleable_shares_are_nested_with_table_ranges():
         assert len(chosen) == round(share * 25) and previous <= chosen
         previous = chosen
         rows = {(c.name, c.nodes): c for c in APGAS_TABLE}
-        for j, r in zip(batch, rigid_batch):
+        for j, r in zip(batch, rigid_batch, strict=True):
             assert (j.submit, j.preferred, j.runtime) == (r.submit, r.preferred, r.runtime)
             if j.cls == "malleable":
                 c = rows[(j.name, j.preferred)]

@@ -10,11 +10,10 @@ import threading
 import time
 
 import pytest
+from conftest import alive, wait_gone
 
 import apgas
 from apgas import DeadPlaceError, MultipleException
-
-from conftest import alive, wait_gone
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import eventually
-from launcher import expand_hostlist
 from test_launcher_srun import result_of
+
+from launcher import expand_hostlist
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = str(Path(__file__).with_name("slurm_job.py"))

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from glb_bags import Count, TreeBag, tree_nodes
+from orders import orders_then_gate
 
 import apgas
 from apgas import ConfigError
@@ -19,8 +21,6 @@ from apgas._config import load_config
 from apgas._timeline_view import read_timeline, timeline_model
 from glb import GLB, GLBConfig
 from glb._sampling import Sampler
-from glb_bags import Count, TreeBag, tree_nodes
-from orders import orders_then_gate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ class SpyCount(Count):
         super().__init__(value)
         self.sampled = False
 
-    def fold(self, other: "SpyCount") -> None:
+    def fold(self, other: SpyCount) -> None:
         super().fold(other)
         self.sampled = self.sampled or other.sampled
 
@@ -48,7 +48,7 @@ class SpyBag(TreeBag):
         self.sampled = self.sampled or sampling_here()
         return super().process(n)
 
-    def split(self, take_all: bool) -> "SpyBag | None":
+    def split(self, take_all: bool) -> SpyBag | None:
         piece = super().split(take_all)
         return None if piece is None else SpyBag(piece.nodes, piece.spin)
 
@@ -144,7 +144,7 @@ class FailingBag(TreeBag):
             raise RuntimeError("the bag failed")
         return super().process(n)
 
-    def split(self, take_all: bool) -> "FailingBag | None":
+    def split(self, take_all: bool) -> FailingBag | None:
         piece = super().split(take_all)
         return None if piece is None else FailingBag(piece.nodes, piece.spin)
 

@@ -123,7 +123,7 @@ def test_real_trace_parses_whole_with_the_readme_counts(name):
     jobs = read_swf(TRACES / file, procs_per_node=ppn, stats=stats)
     assert stats["jobs"] == len(jobs) == kept
     assert stats["skipped"] == lines - kept
-    assert jobs[0].submit == 0.0 and all(a.submit <= b.submit for a, b in zip(jobs, jobs[1:]))
+    assert jobs[0].submit == 0.0 and all(a.submit <= b.submit for a, b in zip(jobs, jobs[1:], strict=False))
     assert swf.trace_cluster(swf_header(TRACES / file), ppn) == (nodes, ppn)
 
 

@@ -15,8 +15,16 @@ import time
 
 import pytest
 
-from apgas.lowlevel import (LineTooLong, PeerLog, connection_peer, discard_rest, loggable,
-                            read_head, read_line, serve_connections)
+from apgas.lowlevel import (
+    LineTooLong,
+    PeerLog,
+    connection_peer,
+    discard_rest,
+    loggable,
+    read_head,
+    read_line,
+    serve_connections,
+)
 
 pytestmark = pytest.mark.timeout(60)
 MAX_LINE = 4096

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import eventually
+from launch_prog import Newest
 
 import apgas
 from apgas import auth
@@ -21,8 +23,6 @@ from apgas.order import send_order
 from apgas_scheduler import access
 from apgas_scheduler.client import request
 from apgas_scheduler.jobs import JobSpec
-from conftest import eventually
-from launch_prog import Newest
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,13 +118,13 @@ def test_another_user_submits_jobs_that_run_as_that_user_and_cannot_touch_others
 def test_the_cli_finds_its_credentials_without_flags(sched, tmp_path):
     s = sched()
     run = [sys.executable, "-m", "apgas_scheduler"]
-    out = subprocess.run([*run, "status", "--to", "%s:%d" % s.address, "--json"],
+    out = subprocess.run([*run, "status", "--to", "{}:{}".format(*s.address), "--json"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["policy"] == "fcfs"
     # without the key file, the Unix socket of that port is the way in
     env = {**os.environ, "APGAS_RUNTIME_DIR": str(tmp_path / "elsewhere")}
-    out = subprocess.run([*run, "status", "--to", "%s:%d" % s.address], env=env,
+    out = subprocess.run([*run, "status", "--to", "{}:{}".format(*s.address)], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 
@@ -189,7 +189,7 @@ def test_the_order_cli_signs_with_the_jobs_key_file(monkeypatch):
 
     def main():
         address = apgas.define_malleable_handler(Newest()).address
-        to = "%s:%d" % address
+        to = "{}:{}".format(*address)
         cli = [sys.executable, "-m", "apgas.order", "--to", to]
         signed = subprocess.run([*cli, "status"], capture_output=True, text=True, timeout=60)
         plain = subprocess.run([*cli, "--plain", "status"], capture_output=True, text=True,

@@ -7,13 +7,13 @@ import json
 import time
 
 import pytest
+from orders import order
 
 import apgas
 from apgas._config import load_config
 from apgas.errors import ConfigError
 from apgas_scheduler.jobs import MAX_NODES, MAX_WALLTIME, JobFileError, parse_job
 from apgas_scheduler.requests import MAX_DEPTH, RequestError, nesting, parse_request
-from orders import order
 
 pytestmark = pytest.mark.timeout(90)
 

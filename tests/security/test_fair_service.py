@@ -23,12 +23,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 
 from apgas import _peers, _serving, auth
 from apgas.lowlevel import peer_is_local, peer_key, peer_uid
 from apgas_scheduler.client import request
 from apgas_scheduler.dashboard import HEAD_DEADLINE, PER_CLIENT
-from conftest import eventually
 
 pytestmark = pytest.mark.timeout(120)
 SYSTEM_PY = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
@@ -375,7 +375,7 @@ def test_a_flood_of_refused_megabyte_lines_writes_almost_nothing_to_the_log(make
         took = time.monotonic() - start
         assert request(s.address, "status", timeout=10)["ok"]
     finally:
-        for logger, level in zip(loggers, levels):
+        for logger, level in zip(loggers, levels, strict=True):
             logger.removeHandler(kept)
             logger.setLevel(level)
     logged = [m for m in kept.messages if not m.startswith("event ")]

@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from orders import order
 
 import apgas
+from apgas._config import load_config
 from apgas.errors import ConfigError
 from apgas.protocol import check_host, parse_order
-from apgas._config import load_config
-from launcher import (HostSpecError, SrunLauncher, SshLauncher, expand_hostlist, read_hostfile,
-                      slurm_hosts)
-from orders import order
+from launcher import HostSpecError, SrunLauncher, SshLauncher, expand_hostlist, read_hostfile, slurm_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = "-oProxyCommand=touch${IFS}%s"

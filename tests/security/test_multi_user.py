@@ -22,6 +22,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import eventually
+from orders import free_address
+from test_authentication import SYSTEM_PY, as_nobody
 
 from apgas import auth
 from apgas.lowlevel import UntrustedPath
@@ -30,9 +33,6 @@ from apgas_scheduler.client import SchedulerError, request
 from apgas_scheduler.jobs import parse_job
 from apgas_scheduler.records import Job
 from apgas_scheduler.state import StateStore
-from conftest import eventually
-from orders import free_address
-from test_authentication import SYSTEM_PY, as_nobody
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks come from "
