@@ -75,11 +75,20 @@ import pytest
 if __name__ == "__main__":  # run as a script: the test helpers and apgas must be importable
     sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _slurm import SlurmCluster, SlurmUnavailable, _alive, _spawn, start_slurm
+from _slurm import (
+    SlurmCluster,
+    SlurmUnavailable,
+    _alive,
+    _check_available,
+    _find_accounting,
+    _spawn,
+    start_slurm,
+)
 from _sshd import SshServer, SshUnavailable, client_config, make_keys, start_sshd
+from _sshd import _tools as _ssh_tools
 
-__all__ = ["LOGIN", "VirtualCluster", "VirtualClusterUnavailable", "cleanup", "leftovers",
-           "start_vcluster", "vcluster"]
+__all__ = ["LOGIN", "VirtualCluster", "VirtualClusterUnavailable", "check_available", "cleanup",
+           "leftovers", "start_vcluster", "vcluster"]
 
 PREFIX = "apgas-vc"
 LOGIN = "vlogin"
@@ -117,6 +126,22 @@ def _tools() -> tuple[str, str, str]:
         raise VirtualClusterUnavailable(f"virtual cluster needs {', '.join(missing)} (packages"
                                         " iproute2, util-linux): not found")
     return found["ip"], found["nsenter"], found["unshare"]  # type: ignore[return-value]
+
+
+def check_available(ssh: bool = True, slurm: bool = True, accounting: bool | None = None) -> None:
+    """Raise what ``start_vcluster`` with these options would raise for a missing program
+    or privilege (VirtualClusterUnavailable: not root, no ``ip``/``nsenter``/``unshare``;
+    SshUnavailable: no sshd/ssh/ssh-keygen; SlurmUnavailable: no Slurm or munge, or no
+    slurmdbd/MariaDB with ``accounting=True``), naming it, before anything is made."""
+    _tools()
+    if ssh:
+        _ssh_tools()
+    if slurm:
+        _check_available()
+        if accounting:
+            paths, why_not = _find_accounting()
+            if not paths:
+                raise SlurmUnavailable(why_not)
 
 
 def _ip(*args: str, ns: str | None = None, batch: list[str] | None = None,
@@ -601,14 +626,14 @@ def start_vcluster(workdir: Path, hosts: int = 4, slurm: bool = True, ssh: bool 
     ``accounting`` as in ``start_slurm``).  Files go under ``workdir``.
 
     Raises VirtualClusterUnavailable (no root, no ``ip``, no permission), SshUnavailable or
-    SlurmUnavailable (programs missing) and RuntimeError (something did not come up); in
-    every case what was made is removed again.  The caller must call ``stop()``.
+    SlurmUnavailable (programs missing: ``check_available``, before anything is made) and
+    RuntimeError (something did not come up); in every case what was made is removed again.  The caller must call ``stop()``.
     Start it from a thread that lives as long as the cluster: the daemons get SIGTERM when
     the starting thread ends (PR_SET_PDEATHSIG).
     """
     if not 1 <= hosts <= 253:
         raise ValueError("hosts must be 1..253")
-    _tools()
+    check_available(ssh, slurm, accounting)  # a missing program: nothing is made
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     for directory in (NETNS_RUN, NETNS_ETC):
