@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -41,7 +42,12 @@ READY_TIMEOUT = 10.0
 
 
 class SshUnavailable(RuntimeError):
-    """sshd, ssh or ssh-keygen is not installed: the ssh tests cannot run here."""
+    """sshd, ssh or ssh-keygen is not installed, or sshd lets no one of this account log
+    in (e.g. a locked account): the ssh tests cannot run here."""
+
+
+# sshd refusing the account itself, whatever the key: locked, its shell not executable, ...
+_REFUSED = re.compile(r"User \S+ not allowed because .*")
 
 
 @dataclass
@@ -281,7 +287,8 @@ def start_sshd(workdir: Path, hosts: list[str] | None = None, *, address: str = 
 
     Returns once ``ssh -F config <first host> true`` succeeds; RuntimeError (with the sshd
     log) if that does not happen within READY_TIMEOUT seconds, SshUnavailable if the ssh
-    programs are not installed. The caller must call ``stop()``.
+    programs are not installed or sshd refuses the account (``User x not allowed because
+    account is locked``). The caller must call ``stop()``.
 
     Options (all keyword-only; the defaults are the behaviour above):
     ``address``: listen there instead (the client config's HostName);
@@ -339,7 +346,8 @@ def start_sshd(workdir: Path, hosts: list[str] | None = None, *, address: str = 
 
 
 def _wait_ready(server: SshServer, timeout: float = READY_TIMEOUT) -> str:
-    """Wait until a real login works; "" then, else what went wrong.
+    """Wait until a real login works; "" then, else what went wrong (SshUnavailable when
+    sshd refuses the account itself: no login can work).
 
     First wait for sshd to say it listens (or to die, e.g. on a taken port): an ssh to a
     port someone else holds could hang until ConnectTimeout.
@@ -362,6 +370,9 @@ def _wait_ready(server: SshServer, timeout: float = READY_TIMEOUT) -> str:
                                   text=True, timeout=5)
             if done.returncode == 0:
                 return ""
+            if refused := _REFUSED.search(server.log.read_text(errors="replace")):
+                raise SshUnavailable("ssh tests need an account that sshd lets log in; sshd says: "
+                                     + refused.group(0).strip())
             last = f"{' '.join(probe)} exited with {done.returncode}: {done.stderr.strip()}"
         except subprocess.TimeoutExpired:
             last = f"{' '.join(probe)} took more than 5 s"
