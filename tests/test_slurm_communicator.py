@@ -25,8 +25,8 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.fixture
 def slurm(slurm_cluster):
     """The session's Slurm, idle, and able to resize jobs (else the test skips)."""
-    if not getattr(slurm_cluster, "resizable", False):
-        pytest.skip(f"the test Slurm cannot resize jobs: {slurm_cluster.accounting}")
+    if not slurm_cluster.resizable:  # the reason names what is missing (slurmdbd, MariaDB)
+        pytest.skip(f"the test Slurm cannot resize jobs: {slurm_cluster.not_resizable}")
     eventually(lambda: set(slurm_cluster.node_states().values()) == {"idle"},
                "every node of the test Slurm idle")
     yield slurm_cluster
