@@ -69,7 +69,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from orders import free_ports
 
 __all__ = ["SlurmCluster", "SlurmUnavailable", "slurm_cluster", "start_slurm"]
@@ -348,7 +347,7 @@ def _write_conf(run: Path, nodes: list[str], cpus: int, ports: list[int],
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
     ]
-    for name, port, address in zip(nodes, ports[1:], addresses):
+    for name, port, address in zip(nodes, ports[1:], addresses, strict=True):  # ports[0]: slurmctld
         lines.append(f"NodeName={name} NodeHostname={name} NodeAddr={address} Port={port}"
                      f" CPUs={cpus} State=UNKNOWN")
     lines.append(f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES"

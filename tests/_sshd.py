@@ -25,14 +25,12 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable, Iterator
 
 import pytest
-
 from _slurm import _alive
-
 from orders import free_port
 
 __all__ = ["SshServer", "SshUnavailable", "client_config", "make_keys", "start_sshd", "sshd"]

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import vcluster as vc_module
 from _slurm import SlurmUnavailable
 from _sshd import SshUnavailable
