@@ -88,14 +88,16 @@ class ProcessesMixin(SchedulerCore):
             command[0] = sys.executable
         try:
             stdin = self.launcher.secret_input(nodes[0], private)
-            if stdin is None:
-                argv = self.launcher.command(nodes[0], command, env)
-            else:  # ssh: the key goes over ssh's stdin, never into a command line
-                argv = self.launcher.command(nodes[0], command, env, secret_names=list(private))
+            argv = self.launcher.command(nodes[0], command, env, cwd=cwd,
+                                         secret_names=list(private) if stdin is not None else ())
+            # ssh and srun enter the job's directory on its node (the launcher wrapped the
+            # command); a job that runs here enters it here, as its user
+            here = argv == command
             base = os.environ if user is None else {"PATH": os.environ.get("PATH", os.defpath)}
             with self._output_files(job, user) as (out, err):
                 handle = containment.start(
-                    job.id, argv, env={**base, **env, **private, **login}, cwd=cwd, user=user,
+                    job.id, argv, env={**base, **env, **private, **login},
+                    cwd=cwd if here else None, user=user,
                     stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                     stdout=out, stderr=err, tag=tag, slurm_job=slurm_job)
             job.proc, job.identity = handle.proc, handle.identity

@@ -63,9 +63,10 @@ class Launcher(abc.ABC):
     def close(self) -> None:
         """``apgas.run`` ends: stop whatever :meth:`prepare` or :meth:`launch` left running."""
 
-    def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
-        """The command line that runs ``argv`` on ``host`` in this directory.
+    def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                secret_names: Sequence[str] = (), cwd: str | None = None) -> list[str]:
+        """The command line that runs ``argv`` on ``host`` in ``cwd`` (default: this
+        directory; a command that runs here leaves it to the caller).
 
         ``env`` are variables the program needs there: the caller also sets them
         in the local process, and launchers that do not carry the local

@@ -78,8 +78,8 @@ class LocalLauncher(Launcher):
             return None
         return _forkserver.shared_server(preload=getattr(self.config, "preload", ""))
 
-    def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
+    def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                secret_names: Sequence[str] = (), cwd: str | None = None) -> list[str]:
         """``argv`` itself: the host must be this machine. ``secret_names`` are never
         read from stdin here, the local environment carries them."""
         checked_host(host)

@@ -28,8 +28,8 @@ class SrunLauncher(Launcher):
 
     name = "srun"
 
-    def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
+    def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                secret_names: Sequence[str] = (), cwd: str | None = None) -> list[str]:
         """An ``srun`` step on ``host``; ``secret_names`` are never read from stdin here,
         srun carries the local environment (and the secrets in it) along."""
         if not os.environ.get("SLURM_JOB_ID"):
@@ -40,7 +40,7 @@ class SrunLauncher(Launcher):
         flags = ["--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
                  "--input=0", "--kill-on-bad-exit=1", "--quiet", "--mpi=none",
                  f"--job-name={_step_name(env) or 'apgas-' + Path(argv[0]).name}",
-                 f"--chdir={os.getcwd()}"]
+                 f"--chdir={cwd or os.getcwd()}"]
         return [*srun, *flags, *argv]  # srun carries the local environment along
 
 

@@ -26,8 +26,8 @@ class SshLauncher(Launcher):
 
     name = "ssh"
 
-    def command(self, host: str, argv: Sequence[str],
-                env: Mapping[str, str] | None = None, secret_names: Sequence[str] = ()) -> list[str]:
+    def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                secret_names: Sequence[str] = (), cwd: str | None = None) -> list[str]:
         """``secret_names``: variables read from stdin on the remote side, one line
         each, in this order (see :meth:`secret_input`); never in the command."""
         checked_host(host)
@@ -38,7 +38,8 @@ class SshLauncher(Launcher):
         run = shlex.join(["env", *variables, *argv] if variables else list(argv))
         secrets = "".join(f"IFS= read -r {shlex.quote(name)} && export {shlex.quote(name)} && "
                           for name in secret_names)
-        remote = f"cd {shlex.quote(os.getcwd())} && {secrets}exec {run}"  # a missing directory says so
+        where = shlex.quote(cwd or os.getcwd())
+        remote = f"cd {where} && {secrets}exec {run}"  # a missing directory says so
         return [*ssh, "-T", "-o", "BatchMode=yes", "--", host, remote]
 
     def secret_input(self, host: str, secret_env: Mapping[str, str]) -> bytes | None:

@@ -195,8 +195,8 @@ def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
             return {j["id"]: j for j in sched.status()["jobs"]}
 
         eventually(lambda: len(jobs()[m]["nodes"]) == 3, "the malleable job grown to 3 nodes", 60)
-        r = sched.submit(JobSpec("r", (PY, "-c", "import socket; print(socket.gethostname())"),
-                                 "rigid", 2, 2, 60, (), str(ROOT)))
+        r = sched.submit(JobSpec("r", (PY, "-c", "import os, socket; print(socket.gethostname(), "
+                                 "os.getcwd())"), "rigid", 2, 2, 60, (), str(ROOT / "tests")))
         eventually(lambda: all(j["state"] in ("done", "failed", "cancelled")
                                for j in jobs().values()), "both jobs ended", 90)
         final = jobs()
@@ -212,5 +212,6 @@ def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
     assert [(host, name) for _, host, name in lines["GROWN"]] == \
         [("vh1", "vh1"), ("vh2", "vh2"), ("vh3", "vh3")]
     assert len(lines["SHRUNK"]) == 2 and final[m]["shrinks"] == 1
-    assert (tmp_path / f"job-{r}.out").read_text().split()[0] in ("vh3", "vh4")
+    host, cwd = (tmp_path / f"job-{r}.out").read_text().split()
+    assert host in ("vh3", "vh4") and cwd == str(ROOT / "tests")  # the job's directory, there
     assert strays(vc) == {}

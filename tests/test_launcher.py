@@ -226,3 +226,17 @@ def test_bound_to_every_interface_places_advertise_their_host_name():
 
     found = apgas.run(endpoints, places=2, interface="*")
     assert all(e.startswith(f"tcp://{socket.getfqdn()}:") for e in found), found
+
+
+def test_a_command_on_another_host_enters_the_directory_it_is_given(monkeypatch):
+    """The scheduler gives a job's directory; ssh and srun enter it on the job's node
+    (not the scheduler's own directory), and default to this directory."""
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "")
+    ssh = launcher.get_launcher("ssh")
+    remote = ssh.command("far", ["python", "job.py"], {}, cwd="/data/my run")[-1]
+    assert remote.startswith("cd '/data/my run' && ") and remote.endswith("exec python job.py")
+    assert ssh.command("far", ["true"], {})[-1].startswith(f"cd {os.getcwd()} && ")
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    srun = launcher.get_launcher("srun").command("node1", ["true"], {}, cwd="/data/run")
+    assert "--chdir=/data/run" in srun
+    assert launcher.get_launcher("local").command("localhost", ["true"], {}, cwd="/x") == ["true"]
