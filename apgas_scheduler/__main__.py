@@ -27,7 +27,7 @@ from apgas import auth, protocol
 from apgas.errors import ConfigError
 from apgas.lowlevel import parse_address
 
-from .client import SchedulerError, SchedulerUnreachable, request
+from .client import SchedulerError, SchedulerUnreachable, request, submit
 from .jobs import JobFileError, load_job_file
 from .policies import get_policy, policy_names
 from .state import StateError
@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "socket or local port held by anyone else is refused")
         if name == "submit":
             p.add_argument("files", nargs="+", metavar="JOB.toml")
+            p.add_argument("--retry", type=float, default=0.0, metavar="SECONDS",
+                           help="send a submit again for up to this long when the scheduler "
+                                "does not answer (a restart): each runs once however often "
+                                "it arrives (default: 0, no retry)")
         elif name == "status":
             p.add_argument("--json", action="store_true", help="print the status as JSON")
         elif name == "cancel":
@@ -273,7 +277,7 @@ def _client(ns: argparse.Namespace) -> int:
         print(f"error: cannot read the key file {ns.key_file}: {e}", file=sys.stderr)
         return 2
     if ns.command == "submit":
-        return _submit(ns.to, ns.files, door)
+        return _submit(ns.to, ns.files, door, ns.retry)
     if ns.command == "status":
         reply = request(ns.to, "status", **door)
         reply.pop("ok", None)
@@ -287,10 +291,11 @@ def _client(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any]) -> int:
+def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any], retry: float = 0.0) -> int:
     """Submit every file, printing each id, or the error naming the file, and go
     on; exit 2 if a file could not be read, else 1 if the scheduler refused one.
-    An unreachable scheduler ends it: the files not sent yet are named."""
+    An unreachable scheduler (after ``retry`` seconds of sending again) ends it:
+    the files not sent yet are named."""
     unreadable = refused = 0
     for k, path in enumerate(files):
         try:
@@ -300,10 +305,11 @@ def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any]) -> int:
             unreadable += 1
             continue
         try:
-            reply = request(to, "submit", job=spec.to_dict(), file=path, **door)
+            job_id = submit(to, spec.to_dict(), file=path, retry_for=retry, **door)
         except SchedulerUnreachable as e:
-            left = files[k:]
-            print(f"error: {e}; not submitted: {', '.join(left)}", file=sys.stderr)
+            left = files[k + 1:] if e.sent else files[k:]
+            print(f"error: {e}" + (f"; {path} may have been submitted" if e.sent else "")
+                  + (f"; not submitted: {', '.join(left)}" if left else ""), file=sys.stderr)
             return 1
         except SchedulerError as e:
             message = str(e)
@@ -311,7 +317,7 @@ def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any]) -> int:
                   file=sys.stderr)
             refused += 1
             continue
-        print(reply["id"], flush=True)
+        print(job_id, flush=True)
     return 2 if unreadable else 1 if refused else 0
 
 

@@ -15,7 +15,9 @@ that another user took while no scheduler ran is refused, saying whose it is.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import socket
 import stat
 import time
@@ -27,7 +29,9 @@ from apgas.lowlevel import owner_name, peer_is_local, peer_uid
 
 from . import access
 
-__all__ = ["request", "SchedulerError", "SchedulerUnreachable"]
+__all__ = ["request", "submit", "new_request_key", "SchedulerError", "SchedulerUnreachable"]
+
+log = logging.getLogger("apgas_scheduler.client")
 
 
 class SchedulerError(RuntimeError):
@@ -35,7 +39,12 @@ class SchedulerError(RuntimeError):
 
 
 class SchedulerUnreachable(SchedulerError):
-    """The scheduler cannot be reached, or sent no valid reply."""
+    """The scheduler cannot be reached, or sent no valid reply; ``sent``: whether
+    the request went out (then it may have been carried out)."""
+
+    def __init__(self, message: str, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 def _door(address: tuple[str, int], key: str | None, socket_path: str | Path | None
@@ -130,6 +139,7 @@ def request(address: tuple[str, int], op: str, timeout: float = 30.0, *, key: st
     trusted = _trusted_uids(scheduler_uid)
     line = json.dumps({"op": op, **fields})
     where = str(unix) if unix else f"{address[0]}:{address[1]}"
+    sent = False
     try:
         if unix is not None:
             conn = _connect_unix(unix, trusted, timeout)
@@ -138,16 +148,45 @@ def request(address: tuple[str, int], op: str, timeout: float = 30.0, *, key: st
             line = auth.sign(key or "", line)
         with conn:
             conn.sendall(line.encode() + b"\n")
+            sent = True
             data = b""
             while chunk := conn.recv(65536):
                 data += chunk
     except OSError as e:
-        raise SchedulerUnreachable(f"cannot reach the scheduler at {where}: {e}") from None
+        raise SchedulerUnreachable(f"cannot reach the scheduler at {where}: {e}", sent) from None
     try:
         reply = json.loads(data)
     except ValueError:
         raise SchedulerUnreachable(f"the scheduler at {where} sent no valid reply "
-                                   f"({data[:200]!r})") from None
+                                   f"({data[:200]!r})", True) from None
     if not reply.get("ok"):
         raise SchedulerError(reply.get("error", "refused"))
     return reply
+
+
+def new_request_key() -> str:
+    """A fresh key for one submit: the scheduler makes one job of every submit with
+    the same key from the same user, so a submit may be sent again safely."""
+    return secrets.token_hex(16)
+
+
+def submit(address: tuple[str, int], job: dict[str, Any], *, retry_for: float = 0.0,
+           request_key: str | None = None, **door: Any) -> int:
+    """Submit ``job`` (a job file's table) and return its id. When the scheduler
+    cannot be reached, or its reply is lost (a crash, a restart), send the same
+    submit again for up to ``retry_for`` seconds: it carries one request key, so
+    the scheduler runs it once however often it arrives. ``door``: ``key``,
+    ``socket_path``, ``scheduler_uid``, ``file`` as for :func:`request`."""
+    key = request_key or new_request_key()
+    deadline = time.monotonic() + retry_for
+    pause = 0.05
+    while True:
+        try:
+            return int(request(address, "submit", job=job, request=key, **door)["id"])
+        except SchedulerUnreachable:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.info("the scheduler at %s:%d did not answer; sending the submit again",
+                     *address)
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)

@@ -92,7 +92,7 @@ class SchedulerCore:
 
     # -- provided by the daemon and its mixins (last in the order, so theirs win) -----
     def submit(self, spec: JobSpec, where: str = "job", key: str = "",
-               client: access.Client | None = None) -> int:
+               client: access.Client | None = None, request: str | None = None) -> int:
         raise NotImplementedError
 
     def status(self) -> dict[str, Any]:

@@ -103,6 +103,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         super().__init__(nodes, policy, events, state_dir)
         earlier = self._store.nodes()  # an earlier run's pool, before this run records its own
         self._ids = itertools.count(self._store.last_id() + 1)  # ids are never reused
+        self._requests: dict[tuple[int, str], int] = {}  # (owner, the client's key) -> job id
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
         self._unix = access.listen_unix(self.socket_path, socket_mode)
@@ -200,7 +201,9 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 job = Job(s.id, s.spec, s.submit, s.owner)
                 job.secret, job.reason, job.listen, job.reports = s.secret, s.reason, s.listen, s.reports
                 job.ready, job.disabled, job.grows, job.shrinks = s.ready, s.disabled, s.grows, s.shrinks
-                job.identity = s.identity
+                job.identity, job.request = s.identity, s.request
+                if s.request is not None:
+                    self._requests[s.owner, s.request] = s.id
                 if s.state == "queued":
                     self.engine.submit(job)
                 elif s.state == "running" and s.identity and containment.leader_alive(s.identity):
@@ -230,21 +233,36 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
 
     # -- requests -------------------------------------------------------------------
     def submit(self, spec: JobSpec, where: str = "job", key: str = "",
-               client: access.Client | None = None) -> int:
+               client: access.Client | None = None, request: str | None = None) -> int:
         """Queue ``spec`` for ``client`` (default: the operator), to run as that
         client's user; ``where`` (the job file) and ``key`` (the size key it
-        gave: ``nodes`` or ``min_nodes``) name it in a refusal."""
+        gave: ``nodes`` or ``min_nodes``) name it in a refusal. ``request``: the
+        client's key for this submit (:func:`.client.new_request_key`); a submit
+        with a key this client used before is that job again (its id), not a
+        second one, also after a restart, so that a client whose reply was lost
+        may send it again."""
         owner = access.run_as(client or access.operator())
-        if spec.protocol == "plain" and not self.allow_plain_jobs:
-            raise ValueError(f"{where}: key 'protocol': job {spec.name!r} speaks the plain "
-                             "protocol, which this scheduler does not accept (serve "
-                             "--allow-plain-jobs)")
-        if spec.min_nodes > self.engine.total:
-            key = key or ("nodes" if spec.min_nodes == spec.max_nodes else "min_nodes")
-            raise ValueError(f"{where}: key {key!r}: job {spec.name!r} needs at least "
-                             f"{spec.min_nodes} node(s) and the pool has {self.engine.total}")
+        if request is not None and not _REQUEST_KEY.fullmatch(request):
+            raise ValueError(f"a submit's request key is 8 to 64 letters, digits, '-' or '_', "
+                             f"got {request[:80]!r}")
         with self._lock:
+            known = self._requests.get((owner, request)) if request is not None else None
+            if known is not None:
+                log.info("job %d: its submit came again (request %s); not a second job", known,
+                         request)
+                return known
+            if spec.protocol == "plain" and not self.allow_plain_jobs:
+                raise ValueError(f"{where}: key 'protocol': job {spec.name!r} speaks the plain "
+                                 "protocol, which this scheduler does not accept (serve "
+                                 "--allow-plain-jobs)")
+            if spec.min_nodes > self.engine.total:
+                key = key or ("nodes" if spec.min_nodes == spec.max_nodes else "min_nodes")
+                raise ValueError(f"{where}: key {key!r}: job {spec.name!r} needs at least "
+                                 f"{spec.min_nodes} node(s) and the pool has {self.engine.total}")
             job = Job(next(self._ids), spec, self.now(), owner)
+            job.request = request
+            if request is not None:
+                self._requests[owner, request] = job.id
             self.engine.submit(job)
             self._event("submit", job=job.id, name=spec.name, **{"class": spec.cls},
                         min_nodes=spec.min_nodes, max_nodes=spec.max_nodes)
@@ -334,6 +352,8 @@ def _hostlist(names: list[str]) -> str:
     return ",".join(r if isinstance(r, str) else f"{r[0]}{r[1]}" if r[1] == r[2]
                     else f"{r[0]}[{r[1]}-{r[2]}]" for r in runs)
 
+
+_REQUEST_KEY = re.compile(r"[A-Za-z0-9_-]{8,64}")
 
 def _check_nodes(names: list[str]) -> None:
     """ValueError naming the first of ``names`` that is no host name

@@ -31,6 +31,7 @@ class Job(Tracked):
         self.owner = os.geteuid() if owner is None else owner  # the uid it runs as: its submitter's
         self.secret = auth.new_secret()  # signs its messages and our orders (APGAS_JOB_SECRET)
         self.plain = spec.protocol == "plain"  # unsigned, as the ElasticJobScheduler speaks
+        self.request: str | None = None  # the client's key of its submit: a repeat is this job
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Any change shows in the next view (the daemon's threads set fields)."""

@@ -138,7 +138,11 @@ class ServerMixin(SchedulerCore):
             if op == "submit":
                 data, where = request.get("job"), str(request.get("file", "job"))
                 key = "min_nodes" if isinstance(data, dict) and "min_nodes" in data else "nodes"
-                return {"ok": True, "id": self.submit(parse_job(data, where), where, key, client)}
+                again = request.get("request")  # the client's key: a repeat is the same job
+                if again is not None and not isinstance(again, str):
+                    raise ValueError(f"a submit's request key is a string, got {again!r:.80}")
+                return {"ok": True, "id": self.submit(parse_job(data, where), where, key, client,
+                                                      again)}
             if op == "status":
                 return {"ok": True, **self.status()}
             if op == "cancel":

@@ -31,7 +31,7 @@ from .jobs import JobSpec, parse_job
 __all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
 
 DB_NAME = "scheduler.db"
-SCHEMA = 1
+SCHEMA = 2  # 2: jobs.request, the client's key that makes a repeated submit one job
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (position INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     state TEXT NOT NULL, submit REAL NOT NULL, start REAL, end_time REAL, reason TEXT NOT NULL,
     nodes TEXT NOT NULL, listen TEXT, reports TEXT NOT NULL, ready INTEGER NOT NULL,
     disabled INTEGER NOT NULL, grows INTEGER NOT NULL, shrinks INTEGER NOT NULL,
-    identity TEXT);
+    identity TEXT, request TEXT);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, record TEXT NOT NULL);
 """
 
@@ -70,6 +70,7 @@ class StoredJob:
     grows: int
     shrinks: int
     identity: dict[str, Any] | None
+    request: str | None  # the client's key of the submit that made it (None: none given)
 
 
 class StateStore:
@@ -111,6 +112,9 @@ class StateStore:
             self._set_meta("started", repr(time.time()))
         elif int(version) > SCHEMA:
             raise StateError(f"{self.path} was written by a newer scheduler (schema {version})")
+        elif int(version) < 2:  # an older scheduler's state: its jobs had no request key
+            self._db.execute("ALTER TABLE jobs ADD COLUMN request TEXT")
+            self._set_meta("schema", str(SCHEMA))
 
     # -- reading -----------------------------------------------------------------------
     def _meta(self, key: str) -> str | None:
@@ -151,7 +155,7 @@ class StateStore:
                 self._db.execute("INSERT INTO events (record) VALUES (?)", (json.dumps(event),))
                 if job is not None:
                     self._db.execute("INSERT OR REPLACE INTO jobs VALUES "
-                                     "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _row(job))
+                                     "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _row(job))
                 if nodes is not None:
                     self._db.execute("DELETE FROM nodes")
                     self._db.executemany("INSERT INTO nodes VALUES (?, ?)", enumerate(nodes))
@@ -176,16 +180,16 @@ def _row(job: Any) -> tuple:
             job.start, job.end, job.reason, json.dumps([*job.nodes, *job.reserved]),
             json.dumps(list(job.listen)) if job.listen else None, job.reports, int(job.ready),
             int(job.disabled), job.grows, job.shrinks,
-            json.dumps(identity) if identity is not None else None)
+            json.dumps(identity) if identity is not None else None, job.request)
 
 
 def _stored(row: tuple) -> StoredJob:
     (jid, spec, owner, secret, state, submit, start, end, reason, nodes, listen, reports, ready,
-     disabled, grows, shrinks, identity) = row
+     disabled, grows, shrinks, identity, request) = row
     return StoredJob(
         jid, parse_job(json.loads(spec), f"stored job {jid}"), owner, secret, state, submit, start, end, reason, json.loads(nodes),
         tuple(json.loads(listen)) if listen else None, reports, bool(ready),
-        bool(disabled), grows, shrinks, json.loads(identity) if identity else None)
+        bool(disabled), grows, shrinks, json.loads(identity) if identity else None, request)
 
 
 def read_db_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -1,0 +1,152 @@
+"""A submit sent again is one job: the client's request key makes a submit whose reply
+was lost (a crash, a restart) safe to send again, also across a restart."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import threading
+
+import pytest
+from orders import free_address
+
+from apgas_scheduler import client
+from apgas_scheduler.client import SchedulerError, SchedulerUnreachable, request
+from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.policies import get_policy
+from apgas_scheduler.state import DB_NAME, StateStore
+
+pytestmark = pytest.mark.timeout(60)
+JOB = {"name": "once", "command": ["/bin/true"], "class": "rigid", "nodes": 1, "walltime": 30}
+
+
+def test_the_same_key_twice_is_one_job(make_scheduler):
+    s = make_scheduler(nodes=1, policy="fcfs")
+    key = client.new_request_key()
+    first = request(s.address, "submit", job=JOB, request=key)["id"]
+    assert request(s.address, "submit", job=JOB, request=key)["id"] == first
+    other = request(s.address, "submit", job=JOB, request=client.new_request_key())["id"]
+    assert other != first and len(s.status()["jobs"]) == 2
+    assert request(s.address, "submit", job=JOB)["id"] not in (first, other)  # no key: always new
+
+
+@pytest.mark.parametrize("key", ["short", "x" * 65, "has space!", 7])
+def test_a_bad_key_is_refused_saying_why(make_scheduler, key):
+    s = make_scheduler(nodes=1, policy="fcfs")
+    with pytest.raises(SchedulerError, match="request key"):
+        request(s.address, "submit", job=JOB, request=key)
+    assert s.status()["jobs"] == []
+
+
+def test_a_key_holds_across_a_restart(tmp_path):
+    def start() -> Scheduler:
+        return Scheduler(["n0"], get_policy("fcfs"), port=0, interval=0.2,
+                         output_dir=tmp_path / "out", state_dir=tmp_path / "state").start()
+
+    key = client.new_request_key()
+    s = start()
+    try:
+        first = client.submit(s.address, JOB, request_key=key)
+    finally:
+        s.shutdown()
+        for t in list(s._threads):
+            t.join(10)
+    s = start()
+    try:
+        assert client.submit(s.address, JOB, request_key=key) == first
+        assert [j["id"] for j in s.status()["jobs"]] == [first]
+    finally:
+        s.shutdown()
+        for t in list(s._threads):
+            t.join(10)
+
+
+class LosesFirstReply:
+    """A port in front of the scheduler that passes each request on but drops the
+    first reply, as a scheduler killed between its commit and its answer would."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = self.server.getsockname()
+        self.passed = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                line = conn.makefile("rb").readline()
+                with socket.create_connection(self.target, timeout=10) as upstream:
+                    upstream.sendall(line)
+                    reply = upstream.makefile("rb").readline()
+                self.passed += 1
+                if self.passed > 1:
+                    conn.sendall(reply)
+
+    def close(self) -> None:
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        except OSError:
+            pass
+        self.server.close()
+
+
+def test_a_submit_whose_reply_was_lost_is_sent_again_and_runs_once(make_scheduler):
+    s = make_scheduler(nodes=1, policy="fcfs")
+    proxy = LosesFirstReply(s.address)
+    try:
+        job_id = client.submit(proxy.address, JOB, retry_for=10)  # lost, sent again, answered
+    finally:
+        proxy.close()
+    assert proxy.passed == 2
+    assert [j["id"] for j in s.status()["jobs"]] == [job_id]  # the scheduler saw it twice: one job
+
+
+def test_without_a_retry_the_caller_hears_that_the_submit_went_out(make_scheduler):
+    s = make_scheduler(nodes=1, policy="fcfs")
+    proxy = LosesFirstReply(s.address)
+    try:
+        with pytest.raises(SchedulerUnreachable) as lost:
+            client.submit(proxy.address, JOB)
+    finally:
+        proxy.close()
+    assert lost.value.sent and len(s.status()["jobs"]) == 1
+    with pytest.raises(SchedulerUnreachable) as refused:
+        client.submit(free_address(), JOB)  # nobody listens there
+
+    assert not refused.value.sent
+
+
+def test_a_state_of_the_previous_schema_is_taken_up(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = sqlite3.connect(state / DB_NAME)
+    db.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE nodes (position INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+        CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY, spec TEXT NOT NULL, owner INTEGER NOT NULL, secret TEXT NOT NULL,
+            state TEXT NOT NULL, submit REAL NOT NULL, start REAL, end_time REAL, reason TEXT NOT NULL,
+            nodes TEXT NOT NULL, listen TEXT, reports TEXT NOT NULL, ready INTEGER NOT NULL,
+            disabled INTEGER NOT NULL, grows INTEGER NOT NULL, shrinks INTEGER NOT NULL,
+            identity TEXT);
+        CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, record TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1'), ('started', '0.0');
+    """)
+    spec = {**JOB, "walltime": 30.0, "env": {}, "cwd": ""}
+    db.execute("INSERT INTO jobs VALUES (1, ?, 0, 's', 'done', 0, 1, 2, '', '[]', NULL, '', 0, 0, "
+               "0, 0, NULL)", (json.dumps(spec),))
+    db.commit()
+    db.close()
+    (state / DB_NAME).chmod(0o600)
+    store = StateStore(state)
+    try:
+        (job,) = store.jobs()
+        assert (job.id, job.state, job.request) == (1, "done", None)
+    finally:
+        store.close()
