@@ -22,19 +22,17 @@ import hmac
 import os
 import pwd
 import socket
-import struct
 import tempfile
 from pathlib import Path
 
 from apgas import auth
-from apgas.lowlevel import make_trusted_dir, trusted_location
+from apgas.lowlevel import make_trusted_dir, peer_uid, trusted_location
 
-__all__ = ["Client", "authorize", "peer_uid", "default_key_file", "default_socket_path",
+__all__ = ["Client", "authorize", "default_key_file", "default_socket_path",
            "socket_candidates", "socket_dir", "state_home", "default_output_dir", "listen_unix",
            "dashboard_token", "OPERATOR_ONLY"]
 
 OPERATOR_ONLY = ("add-nodes", "shutdown")
-_UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,14 +59,12 @@ def operator_uids() -> set[int]:
     return {os.geteuid(), 0}
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket."""
-    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return _UCRED.unpack(data)[1]
-
-
 def unix_client(conn: socket.socket) -> Client:
+    """The client at the other end of a Unix socket, as the kernel names it
+    (``SO_PEERCRED``); OSError if it cannot."""
     uid = peer_uid(conn)
+    if uid is None:
+        raise OSError("the kernel gave no credentials for the connection")
     return Client(uid, uid in operator_uids(), "unix")
 
 

@@ -56,13 +56,14 @@ def _door(address: tuple[str, int], key: str | None, socket_path: str | Path | N
     try:
         return auth.read_secret(key_file), None
     except (OSError, auth.AuthError) as e:
-        for unix in access.socket_candidates(address[1]):
+        candidates = access.socket_candidates(address[1])
+        for unix in candidates:
             if os.path.lexists(unix):
                 return None, unix
         raise SchedulerError(f"no way in to the scheduler at {address[0]}:{address[1]}: cannot read "
                              f"the operator's key {key_file} ({e}) and there is no Unix socket "
-                             f"{' or '.join(map(str, access.socket_candidates(address[1])))}; "
-                             "give --key-file or --socket") from None
+                             f"{' or '.join(map(str, candidates))}; give --key-file or --socket"
+                             ) from None
 
 
 def _trusted_uids(scheduler_uid: int | None) -> set[int]:
@@ -92,7 +93,10 @@ def _connect_unix(path: Path, trusted: set[int], timeout: float) -> socket.socke
     try:
         conn.settimeout(timeout)
         conn.connect(str(path))
-        uid = access.peer_uid(conn)
+        uid = peer_uid(conn)  # SO_PEERCRED
+        if uid is None:
+            raise SchedulerError(f"refusing to talk to {path}: the kernel did not say which "
+                                 "user listens there")
         if uid not in trusted:
             raise _refuse(str(path), "the process listening there runs as", uid, trusted)
     except BaseException:
