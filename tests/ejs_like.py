@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 
-__all__ = ["EjsLike"]
+__all__ = ["EjsLike", "point_job_at"]
 
 
 class EjsLike:
@@ -188,3 +188,14 @@ class EjsLike:
             conn.close()
         for thread in self._threads:
             thread.join(5)
+
+
+def point_job_at(scheduler: EjsLike, monkeypatch, listen: str) -> None:
+    """Set this process's environment as ``python -m apgas ejs-env`` sets a job's
+    under ``scheduler``: plain lines, no job id, the socket communicator, orders
+    taken on ``listen`` at the port the scheduler sends them to."""
+    monkeypatch.setenv("APGAS_SCHEDULER", "{}:{}".format(*scheduler.address))
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", f"{listen}:{scheduler.job[1]}")
+    monkeypatch.setenv("APGAS_PLAIN_PROTOCOL", "1")
+    monkeypatch.delenv("APGAS_JOB_ID", raising=False)
+    monkeypatch.delenv("APGAS_COMMUNICATOR", raising=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from ejs_like import EjsLike
+from ejs_like import EjsLike, point_job_at
 from glb_bags import Count, TreeBag, tree_nodes
 from orders import free_port
 
@@ -27,11 +27,7 @@ def ejs_job(monkeypatch):
     port = free_port()
     scheduler = EjsLike(NODES, "n1", port, cooldown=1.0, shrink_timeout=20.0)
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
-    monkeypatch.setenv("APGAS_SCHEDULER", "{}:{}".format(*scheduler.address))
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", f"0.0.0.0:{port}")
-    monkeypatch.setenv("APGAS_PLAIN_PROTOCOL", "1")
-    monkeypatch.delenv("APGAS_JOB_ID", raising=False)
-    monkeypatch.delenv("APGAS_COMMUNICATOR", raising=False)
+    point_job_at(scheduler, monkeypatch, "0.0.0.0")
     yield scheduler
     scheduler.close()
 

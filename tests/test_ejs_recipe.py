@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ejs_like import EjsLike
+from ejs_like import EjsLike, point_job_at
 from orders import free_port
 
 import apgas
@@ -337,11 +337,7 @@ def ejs_job(monkeypatch):
     (local places)."""
     port = free_port()
     scheduler = EjsLike({"n1": "127.0.0.1"}, "n1", port, cooldown=0.0)
-    monkeypatch.setenv("APGAS_SCHEDULER", "{}:{}".format(*scheduler.address))
-    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", f"127.0.0.1:{port}")
-    monkeypatch.setenv("APGAS_PLAIN_PROTOCOL", "1")
-    monkeypatch.delenv("APGAS_JOB_ID", raising=False)
-    monkeypatch.delenv("APGAS_COMMUNICATOR", raising=False)
+    point_job_at(scheduler, monkeypatch, "127.0.0.1")
     yield scheduler
     scheduler.close()
 
