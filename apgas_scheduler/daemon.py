@@ -331,26 +331,13 @@ def _resumed(directory: Path, jobs: collections.Counter[str], earlier: list[str]
     counts = ", ".join(f"{n} {what}" for what, n in sorted(jobs.items()) if n)
     new = [n for n in asked if n not in earlier]
     gone = [n for n in earlier if n not in asked]
-    pool = f"{_hostlist(earlier)} from that state" if earlier else "none from that state"
-    pool += f" ({_hostlist(gone)} not asked now)" if gone else ""
-    pool += f" and {_hostlist(new)} new" if new else " and none new"
+    short = launchers.compress_hostlist
+    pool = f"{short(earlier)} from that state" if earlier else "none from that state"
+    pool += f" ({short(gone)} not asked now)" if gone else ""
+    pool += f" and {short(new)} new" if new else " and none new"
     return (f"resumed the state in {directory}: {sum(jobs.values())} job(s)"
             f"{f' ({counts})' if counts else ''}; {len(earlier) + len(new)} node(s): {pool} "
             "(another --output-dir starts afresh)")
-
-
-def _hostlist(names: list[str]) -> str:
-    """``node0,node1,node2,gpu`` as ``node[0-2],gpu``: runs of numbered names shortened."""
-    runs: list[tuple[str, int, int] | str] = []
-    for name in names:
-        m = re.fullmatch(r"(.*?)(0|[1-9][0-9]*)", name)
-        last = runs[-1] if runs else None
-        if m and isinstance(last, tuple) and last[0] == m[1] and last[2] + 1 == int(m[2]):
-            runs[-1] = (last[0], last[1], int(m[2]))
-        else:
-            runs.append((m[1], int(m[2]), int(m[2])) if m else name)
-    return ",".join(r if isinstance(r, str) else f"{r[0]}{r[1]}" if r[1] == r[2]
-                    else f"{r[0]}[{r[1]}-{r[2]}]" for r in runs)
 
 
 _REQUEST_KEY = re.compile(r"[A-Za-z0-9_-]{8,64}")

@@ -17,7 +17,7 @@ from typing import Any
 from ._base import LaunchedPlace, Launcher, PlaceProcess, checked_host, child_environment, place_command
 from ._forkserver import ForkedPlace
 from ._hostnames import check_host
-from ._hosts import HostSpecError, check_hosts, expand_hostlist, read_hostfile, slurm_hosts
+from ._hosts import HostSpecError, check_hosts, compress_hostlist, expand_hostlist, read_hostfile, slurm_hosts
 from .local import LocalLauncher, default_start_method, is_local_host
 from .mpi import MpiLauncher, mpi_rank_from_env
 from .srun import SrunLauncher
@@ -27,7 +27,7 @@ __all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "ForkedPlace", "LocalLau
            "SshLauncher", "SrunLauncher", "MpiLauncher", "HostSpecError", "is_local_host", "place_command",
            "child_environment", "check_host", "check_hosts", "checked_host",
            "get_launcher", "launcher_names", "detect_launcher", "read_hostfile",
-           "expand_hostlist", "slurm_hosts", "mpi_rank_from_env", "default_start_method"]
+           "expand_hostlist", "compress_hostlist", "slurm_hosts", "mpi_rank_from_env", "default_start_method"]
 
 _BUILTIN: dict[str, type[Launcher]] = {
     "local": LocalLauncher, "ssh": SshLauncher, "srun": SrunLauncher, "mpi": MpiLauncher}

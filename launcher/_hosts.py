@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ._hostnames import check_host
 
-__all__ = ["read_hostfile", "expand_hostlist", "expand_tasks_per_node", "slurm_hosts",
+__all__ = ["read_hostfile", "expand_hostlist", "compress_hostlist", "expand_tasks_per_node", "slurm_hosts",
            "check_hosts", "MAX_HOSTS"]
 
 MAX_HOSTS = 100_000
@@ -71,6 +71,21 @@ def expand_hostlist(spec: str) -> list[str]:
         raise HostSpecError(f"empty Slurm host list {_cut(spec)}")
     check_hosts(hosts, f"Slurm host list {_cut(spec)}")
     return hosts
+
+
+def compress_hostlist(names: list[str]) -> str:
+    """``node0,node1,node2,gpu`` as ``node[0-2],gpu``: runs of numbered names shortened,
+    in their order; :func:`expand_hostlist` gives the names back."""
+    runs: list[tuple[str, int, int] | str] = []
+    for name in names:
+        m = re.fullmatch(r"(.*?)(0|[1-9][0-9]*)", name)
+        last = runs[-1] if runs else None
+        if m and isinstance(last, tuple) and last[0] == m[1] and last[2] + 1 == int(m[2]):
+            runs[-1] = (last[0], last[1], int(m[2]))
+        else:
+            runs.append((m[1], int(m[2]), int(m[2])) if m else name)
+    return ",".join(r if isinstance(r, str) else f"{r[0]}{r[1]}" if r[1] == r[2]
+                    else f"{r[0]}[{r[1]}-{r[2]}]" for r in runs)
 
 
 def _cut(spec: str, limit: int = 60) -> str:

@@ -15,7 +15,7 @@ import apgas
 import launcher
 from apgas._config import load_config
 from apgas.errors import ApgasError, ConfigError
-from launcher import HostSpecError, expand_hostlist, read_hostfile, slurm_hosts
+from launcher import HostSpecError, compress_hostlist, expand_hostlist, read_hostfile, slurm_hosts
 
 ALLOCATION = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]",
               "SLURM_TASKS_PER_NODE": "1(x3)"}
@@ -240,3 +240,14 @@ def test_a_command_on_another_host_enters_the_directory_it_is_given(monkeypatch)
     srun = launcher.get_launcher("srun").command("node1", ["true"], {}, cwd="/data/run")
     assert "--chdir=/data/run" in srun
     assert launcher.get_launcher("local").command("localhost", ["true"], {}, cwd="/x") == ["true"]
+
+
+@pytest.mark.parametrize("names, spec", [
+    (["node0", "node1", "node2", "gpu"], "node[0-2],gpu"),
+    (["node8", "node9", "node10", "node3"], "node[8-10],node3"),
+    (["a01", "a02"], "a0[1-2]"),
+    (["login"], "login"),
+])
+def test_compress_hostlist_is_expand_hostlists_inverse(names, spec):
+    assert compress_hostlist(names) == spec
+    assert expand_hostlist(compress_hostlist(names)) == names
