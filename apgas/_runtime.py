@@ -109,6 +109,8 @@ class Runtime:
         self.dead: set[int] = set()   # died (failure)
         self.left: set[int] = set()   # removed by a shrink (orderly)
         self.global_refs: dict[int, Any] = {}
+        # called as fn(place_id, host, reason) when a place dies (see watch_deaths)
+        self._death_watchers: list[Callable[[int, str, str], None]] = []
         self.place_locals: dict[tuple[int, int], Any] = {}
         self.stopped = threading.Event()
         self.stop_reason = ""
@@ -501,13 +503,34 @@ class Runtime:
                 del self._remote[fref]
             waiting = [p for p in self._pending.values() if p.dst == place_id]
         log.warning("place %d died: %s", place_id, reason)
+        host = gone.host if gone is not None else self._table.get(place_id, ("?",))[0]
         if self.timeline is not None:
-            host = gone.host if gone is not None else self._table.get(place_id, ("?",))[0]
             self.timeline.write("leave", place=place_id, host=host, why="failed", reason=reason)
         for p in waiting:
             p.error = DeadPlaceError(place_id, f"it died during at(): {reason}")
             p.settle()
         self.transport.disconnect(place_id)
+        for watcher in list(self._death_watchers):
+            try:
+                watcher(place_id, host, reason)
+            except Exception:
+                log.exception("a watcher of place deaths failed on the death of place %d", place_id)
+
+    def watch_deaths(self, watcher: Callable[[int, str, str], None]) -> Callable[[], None]:
+        """Call ``watcher(place_id, host, reason)`` once for each place that dies from now
+        on (not for places that leave in a shrink); returns a function that stops it.
+
+        It runs on the thread that learnt of the death (the link watcher, the child
+        watcher or the network thread), after every waiting ``at`` has failed: it must
+        not block or call other places; start a thread for longer work."""
+        self._death_watchers.append(watcher)
+
+        def stop() -> None:
+            try:
+                self._death_watchers.remove(watcher)
+            except ValueError:
+                pass
+        return stop
 
     # -- start and stop -------------------------------------------------------------
     def start_places(self, hosts: list[str], launcher: Launcher, timeout: float) -> list[Place]:

@@ -39,7 +39,8 @@ from ._trusted_paths import (
 )
 from ._webview import CONTENT_SECURITY_POLICY, render_page
 
-__all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "serve_connections",
+__all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "watch_deaths",
+           "serve_connections",
            "read_line", "discard_rest", "LineTooLong",
            # fair service: who a peer is, its share of a server, logs it cannot flood
            "peer_uid", "peer_key", "peer_is_local", "read_head", "connection_peer", "PeerLog",
@@ -62,6 +63,13 @@ def immediate_at(place: int, fn: Callable[..., T], *args: Any) -> T:
     Meant for short calls that must not queue behind busy worker tasks (steal
     requests, registrations); ``fn`` must not block."""
     return current().at(place, fn, args, {}, immediate=True)
+
+
+def watch_deaths(watcher: Callable[[int, str, str], None]) -> Callable[[], None]:
+    """Call ``watcher(place_id, host, reason)`` for every place that dies from now on
+    (a failure, not a shrink); returns a function that stops it. The watcher runs on a
+    runtime thread: it must return quickly and must not call other places."""
+    return current().watch_deaths(watcher)
 
 
 def removable(place: int) -> bool:
