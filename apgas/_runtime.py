@@ -183,10 +183,36 @@ class Runtime:
         fref = current_finish() if kind == TASK else None
         if kind == TASK and fref is None:
             kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
-        # pickled exactly when the task goes to another place
-        payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
         if fref is not None:
             self._count_spawn(fref, dst, 1)
+        self._start(fref, dst, fn, args, kwargs, kind)
+
+    def spawn_under(self, fref: tuple[int, int], place: Place | int, fn: Callable[..., Any],
+                    args: tuple[Any, ...]) -> bool:
+        """Spawn a counted task of the finish ``fref``, whose home is this place, from any
+        thread; False (nothing spawned) if that finish has ended already.
+
+        For a library that must add work to a running computation from a thread of its
+        own (GLB restoring a dead place's work): checking that the finish still runs and
+        counting the task happen under one lock, so the finish cannot end in between."""
+        home, fid = fref
+        if home != self.id:
+            raise ApgasError(f"spawn_under needs a finish whose home is this place ({self.id}), "
+                             f"not {fref}")
+        dst = self.resolve(place)
+        with self._lock:
+            f = self._home.get(fid)
+            if f is None or f.done.is_set():
+                return False
+            f.bump(self.id, dst, 1)
+        self._start(fref, dst, fn, args, {}, TASK)
+        return True
+
+    def _start(self, fref: tuple[int, int] | None, dst: int, fn: Callable[..., Any],
+               args: tuple[Any, ...], kwargs: dict[str, Any], kind: int) -> None:
+        """Send or queue a task whose spawn is counted already (if ``fref``)."""
+        # pickled exactly when the task goes to another place
+        payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
         if payload is not None:
             # The table is checked under the link's lock, which also orders the FENCE
             # that a shrink sends: no task reaches a place after its fence.

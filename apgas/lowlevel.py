@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from ._config import Config, parse_address
 from ._peers import peer_is_local, peer_key, peer_uid
 from ._pool import blocking
-from ._runtime import current
+from ._runtime import current, current_finish
 from ._serving import (
     LOG_TEXT,
     LineTooLong,
@@ -40,6 +40,7 @@ from ._trusted_paths import (
 from ._webview import CONTENT_SECURITY_POLICY, render_page
 
 __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "watch_deaths",
+           "current_finish", "spawn_under",
            "serve_connections",
            "read_line", "discard_rest", "LineTooLong",
            # fair service: who a peer is, its share of a server, logs it cannot flood
@@ -70,6 +71,13 @@ def watch_deaths(watcher: Callable[[int, str, str], None]) -> Callable[[], None]
     (a failure, not a shrink); returns a function that stops it. The watcher runs on a
     runtime thread: it must return quickly and must not call other places."""
     return current().watch_deaths(watcher)
+
+
+def spawn_under(fref: tuple[int, int], place: int, fn: Callable[..., Any], *args: Any) -> bool:
+    """Spawn ``fn(*args)`` at ``place`` as a task of the finish ``fref`` (from
+    :func:`current_finish`, opened at this place), from any thread; False if that
+    finish has ended, so nothing was spawned. ``DeadPlaceError`` if ``place`` is gone."""
+    return current().spawn_under(fref, place, fn, args)
 
 
 def removable(place: int) -> bool:

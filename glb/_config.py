@@ -27,6 +27,11 @@ class GLBConfig:
     row it asks for one more place, when it stays at or below ``evolving_low`` it
     releases the least loaded place. After a refused request it waits
     ``evolving_backoff`` seconds before it asks again.
+
+    ``resilient``: survive the loss of any places but place 0 with the exact
+    result: place 0 keeps a backup of every other worker's bag, written at least
+    every ``backup_interval`` seconds of work and whenever work leaves the bag,
+    and restores a lost place's work at the live places (docs/glb.md, "Resilience").
     """
 
     n: int = 511
@@ -41,6 +46,8 @@ class GLBConfig:
     evolving_interval: float = 0.25
     evolving_window: int = 4
     evolving_backoff: float = 10.0
+    resilient: bool = False
+    backup_interval: float = 0.5
 
     def __post_init__(self) -> None:
         for name, low in (("n", 1), ("w", 0), ("workers", 1)):
@@ -53,7 +60,7 @@ class GLBConfig:
         if not 0 <= self.evolving_low < self.evolving_high <= 1:
             raise ValueError(f"GLBConfig needs 0 <= evolving_low < evolving_high <= 1, got "
                              f"{self.evolving_low!r} and {self.evolving_high!r}")
-        for name in ("evolving_interval", "evolving_backoff"):
+        for name in ("evolving_interval", "evolving_backoff", "backup_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"GLBConfig.{name} must be a positive number of seconds, "
                                  f"got {getattr(self, name)!r}")

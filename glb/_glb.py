@@ -19,6 +19,8 @@ from apgas.malleable import MalleableCommunicator
 from . import _worker as w
 from ._config import GLBConfig
 from ._evolving import Evolver
+from ._recovery import Recovery
+from ._resilience import ResilienceStats
 from ._sampling import Sample
 from ._stats import GLBStats
 
@@ -104,8 +106,11 @@ class GLB:
         self.config = config or GLBConfig()
         self._stats = GLBStats()
         self._moved = GLBStats()
+        self._recovery: Recovery | None = None
         self.seconds = 0.0
         self.evolver: Evolver | None = None  # the last computation's, in evolving mode
+        #: the last computation's backups and restores (GLBConfig(resilient=True) only)
+        self.resilience: ResilienceStats | None = None
 
     def compute_dynamic(self, bag: Bag, result: R) -> R:
         """All work starts at place 0 in ``bag``; ``result`` is the neutral result."""
@@ -114,8 +119,13 @@ class GLB:
         return self._compute(result, starts)
 
     def compute_static(self, make_bag: Callable[[int, int], Bag], result: R) -> R:
-        """Each worker starts with ``make_bag(worker_index, worker_count)``."""
+        """Each worker starts with ``make_bag(worker_index, worker_count)``.
+
+        Resilient, ``make_bag`` must give the same bag for the same arguments at any
+        place: a lost place's bags are made again elsewhere until they are backed up."""
         def starts(gid: int, members: list[int]) -> list[_Start]:
+            if self._recovery is not None:
+                self._recovery.store.static_records(members, make_bag, self.config.workers)
             return [(p, w.start_static, (gid, make_bag, i, len(members))) for i, p in enumerate(members)]
         return self._compute(result, starts)
 
@@ -133,9 +143,42 @@ class GLB:
         members = [p.id for p in apgas.places()]
         start = time.monotonic()
         sample = sample_interval()  # None: no timeline, no load samples
-        with apgas.finish():
-            for pid in members:
-                apgas.async_at(pid, w.init_place, gid, self.config, prototype, members, False, sample)
+        recovery = self._recovery = Recovery(gid, prototype) if self.config.resilient else None
+        try:
+            if recovery is not None:
+                recovery.start()
+            self._init_places(gid, prototype, members, sample)
+            return self._run(gid, prototype, members, starts, sample, start)
+        finally:
+            if recovery is not None:
+                recovery.close()
+                self.resilience = recovery.stats
+            self._recovery = None
+
+    def _init_places(self, gid: int, prototype: Any, members: list[int], sample: float | None) -> None:
+        try:
+            with apgas.finish():
+                for pid in members:
+                    apgas.async_at(pid, w.init_place, gid, self.config, prototype, members, False,
+                                   sample)
+        except apgas.MultipleException as e:  # resilient: a place lost now is just not used
+            if self._recovery is None or not all(isinstance(x, apgas.DeadPlaceError)
+                                                 for x in e.exceptions):
+                raise
+        if self._recovery is not None:
+            live = {p.id for p in apgas.places()}
+            if not set(members) <= live:
+                members[:] = [m for m in members if m in live]
+                for pid in members:
+                    try:
+                        apgas.at(pid, w.set_members, gid, members)
+                    except apgas.DeadPlaceError:
+                        pass  # its restore rewires the others
+
+    def _run(self, gid: int, prototype: R, members: list[int],
+             starts: Callable[[int, list[int]], list[_Start]], sample: float | None,
+             start: float) -> R:
+        recovery = self._recovery
         self._moved = GLBStats()
         resizable = self.config.malleable or self.config.evolving
         handler = _GLBHandler(self, gid, prototype, sample) if resizable else None
@@ -151,18 +194,29 @@ class GLB:
                 raise apgas.ApgasError("GLBConfig(evolving=True) needs a scheduler to ask for "
                                        "places: APGAS_SCHEDULER is not set")
         failed = False
+
+        def begin() -> None:
+            try:
+                for place, fn, args in starts(gid, members):
+                    try:
+                        apgas.async_at(place, fn, *args)
+                    except apgas.DeadPlaceError:
+                        if recovery is None:
+                            raise
+                        continue  # resilient: its share is restored from place 0's records
+                    if handler is not None:
+                        handler.start_sent.add(place)
+            finally:
+                if handler is not None:
+                    handler.started.set()  # orders may change the places from now on
         try:
             if evolver is not None:
                 evolver.start()
-            with apgas.finish():
-                try:
-                    for place, fn, args in starts(gid, members):
-                        apgas.async_at(place, fn, *args)
-                        if handler is not None:
-                            handler.start_sent.add(place)
-                finally:
-                    if handler is not None:
-                        handler.started.set()  # orders may change the places from now on
+            if recovery is not None:
+                recovery.run(begin)
+            else:
+                with apgas.finish():
+                    begin()
         except BaseException:
             failed = True
             raise
@@ -178,10 +232,16 @@ class GLB:
         stats = GLBStats()
         total = copy.deepcopy(prototype)
         for p in apgas.places():
-            part, place_stats, samples = apgas.at(p, w.collect, gid)
+            collected = (apgas.at(p, w.collect, gid) if recovery is None
+                         else recovery.collect(p.id))
+            if collected is None:
+                continue  # lost after the work ended: its result is in the recovery's
+            part, place_stats, samples = collected
             total.fold(part)
             stats.append(place_stats)
             _write_loads(p.id, gid, samples)
+        if recovery is not None:
+            total.fold(recovery.result())
         stats.extend(self._moved)
         stats.sort(key=lambda s: s.place)
         self._stats = stats
@@ -255,6 +315,8 @@ class _GLBHandler(apgas.MalleableHandler):
                                                            p.id in self.start_sent)
             _write_loads(p.id, self.gid, samples)
             w.absorb(self.gid, result)  # place 0 stays: partial results live on here
+            if self.glb._recovery is not None:  # its result is here now, not in the store
+                self.glb._recovery.store.retire(p.id)
             immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
         return leaving

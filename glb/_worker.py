@@ -16,13 +16,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import apgas
 from apgas.lowlevel import blocking, immediate_at
 
 from ._config import GLBConfig
 from ._lifelines import lifelines
+from ._resilience import BAG, LOOT, STATIC, Ledger, give, open_blob
 from ._sampling import Sample, Sampler
 from ._stats import PlaceStats
 
@@ -30,6 +31,20 @@ log = logging.getLogger("glb.worker")
 
 _states: dict[int, PlaceState] = {}
 _states_lock = threading.Lock()
+
+#: a resilient steal's answer: the loot comes from place 0, in a task of its own
+COMING = "glb:loot-coming"
+
+
+def _coming(loot: Any) -> bool:
+    return isinstance(loot, str) and loot == COMING
+
+
+class Held(NamedTuple):
+    """Resilient mode: a piece of work and its id in place 0's store."""
+
+    pid: int
+    bag: Any
 
 
 def state(gid: int) -> PlaceState:
@@ -99,7 +114,7 @@ class PlaceState:
                 pass  # gone meanwhile; the next membership change rewires
 
     # -- handing out work ------------------------------------------------------------
-    def share(self, bag: Any) -> None:
+    def share(self, bag: Any, ledger: Ledger | None = None) -> None:
         """After a chunk: split off work if a thief, an idle worker or a hungry peer waits."""
         with self.lock:
             remote = bool(self.thieves)
@@ -109,6 +124,9 @@ class PlaceState:
             return
         piece = bag.split(False)
         if piece is None:
+            return
+        if ledger is not None:
+            self._share_resilient(bag, piece, ledger, remote)
             return
         if remote:
             with self.lock:
@@ -121,6 +139,10 @@ class PlaceState:
                     return
                 except apgas.DeadPlaceError:
                     pass
+        self._keep(piece)
+
+    def _keep(self, piece: Any) -> None:
+        """Put a piece in ``shared`` and start a worker for it if one is missing."""
         with self.lock:
             self.shared.append(piece)
             self.hungry = False
@@ -130,19 +152,52 @@ class PlaceState:
         if spawn:
             apgas.async_(_worker, self.gid, None)
 
-    def forward(self, bag: Any) -> None:
-        """A leaving place sends work to a staying one (inside a counted task)."""
+    def _share_resilient(self, bag: Any, piece: Any, ledger: Ledger, remote: bool) -> None:
+        """The piece is registered at place 0 with the bag's backup, and a lifeline
+        thief gets it from there."""
         with self.lock:
-            target = self.targets[self.forwarded % len(self.targets)]
+            thief = self.thieves.popleft() if remote and self.thieves else None
+        if thief is not None and thief not in self.members:
+            thief = None
+        pid, given = ledger.split(bag, piece, thief)
+        if given:
+            with self.lock:
+                self.stats.loot_given += 1
+            return
+        self._keep(Held(pid, piece))
+
+    def forward(self, bag: Any, ledger: Ledger | None = None, source: Any = None) -> None:
+        """A leaving place sends work to a staying one (inside a counted task). Resilient:
+        through place 0, ``bag`` registered first if it is a fresh piece of ``source``."""
+        with self.lock:
+            first = self.forwarded
             self.forwarded += 1
             self.stats.moved_bags += 1
-        apgas.async_at(target, _deliver, self.gid, bag)
+        if not self.config.resilient:
+            apgas.async_at(self.targets[first % len(self.targets)], _deliver, self.gid, bag)
+            return
+        for k in range(len(self.targets)):
+            target = self.targets[(first + k) % len(self.targets)]
+            if isinstance(bag, Held):
+                if give(self.gid, self.me, bag.pid, target):
+                    return
+            else:
+                assert ledger is not None, "a fresh piece comes from a worker's own bag"
+                pid, given = ledger.split(source, bag, target)
+                if given:
+                    return
+                bag = Held(pid, bag)
+        raise apgas.ApgasError(f"GLB {self.gid}: place {self.me} is leaving, and none of the "
+                               f"staying places {self.targets} could take its work")
 
-    def end_worker(self, bag: Any, result: Any, units: int, busy: float) -> None:
+    def end_worker(self, bag: Any, result: Any, units: int, busy: float,
+                   ledger: Ledger | None = None) -> Any:
         """A worker ends (caller holds the lock): submit its bag, the only time it is
-        submitted, and keep its result and counts."""
+        submitted, and keep its result and counts. Resilient: returns what the worker
+        must send with ``ledger.end`` once the lock is released."""
         if bag is not None:
             bag.submit(result)
+        sealed = ledger.ended(result) if ledger is not None else None
         self.result.fold(result)
         self.stats.units += units
         self.stats.busy_s += busy
@@ -150,6 +205,7 @@ class PlaceState:
             self.live.pop(id(result), None)
         self.active -= 1
         self.lock.notify_all()
+        return sealed
 
     # -- stealing -------------------------------------------------------------------------
     def steal(self) -> Any:
@@ -161,7 +217,7 @@ class PlaceState:
             victim = self.rng.choice(victims)
             self.stats.random_tried += 1
             try:
-                loot = immediate_at(victim, _steal_request, self.gid)
+                loot = immediate_at(victim, _steal_request, self.gid, self.me)
             except apgas.DeadPlaceError:
                 continue
             if loot is not None:
@@ -170,23 +226,29 @@ class PlaceState:
         return None
 
 
-def _worker(gid: int, bag: Any) -> None:
+def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> None:
     """A worker task: process its bag, share, refill, steal, then end.
 
     A worker holds one bag for its whole life: loot is merged into it, work
     leaves it only as pieces from ``split``, and it is submitted exactly once,
-    when the worker ends (the bag contract in ``glb.Bag``)."""
+    when the worker ends (the bag contract in ``glb.Bag``). Resilient, it also
+    keeps a :class:`Ledger` with place 0 (``took``: the id of the piece it starts
+    with; ``key``: its record's key if place 0 made one for it)."""
     st = state(gid)
     result = copy.deepcopy(st.prototype)
     n = st.config.n
     units, busy = 0, 0.0
+    ledger = Ledger(gid, st.me, st.config.backup_interval, key) if st.config.resilient else None
+    if ledger is not None and took is not None:
+        ledger.took(took)
     live = st.live if st.sampler is not None else None  # the timeline's sampler reads it
     if live is not None:
         with st.lock:  # the key is added under the lock, so the sampler's sum sees no resize
             live[id(result)] = 0
+    sealed = None
     while True:
         if bag is not None and not bag.is_empty():
-            if st.leaving and _send_away(st, bag):
+            if st.leaving and _send_away(st, bag, ledger):
                 continue
             start = time.perf_counter()
             done = bag.process(n)
@@ -194,44 +256,55 @@ def _worker(gid: int, bag: Any) -> None:
             units += n if done is None else done
             if live is not None:
                 live[id(result)] = units
+            if ledger is not None:
+                ledger.maybe_backup(bag)
             if not st.leaving:
-                st.share(bag)
+                st.share(bag, ledger)
             continue
         with st.lock:
             loot = st.shared.popleft() if st.shared else None
             if loot is None:
                 if st.active > 1 or st.stealing:  # another worker carries on
-                    st.end_worker(bag, result, units, busy)
-                    return
+                    sealed = st.end_worker(bag, result, units, busy, ledger)
+                    break
                 st.stealing = True  # the last worker goes stealing
         if loot is None:
             loot = None if st.leaving else st.steal()
             with st.lock:
                 st.stealing = False
-                if loot is None and st.shared:
+                if (loot is None or _coming(loot)) and st.shared:  # a COMING one may be here
                     loot = st.shared.popleft()
-                if loot is None:
-                    st.end_worker(bag, result, units, busy)
+                if loot is None or _coming(loot):
+                    sealed = st.end_worker(bag, result, units, busy, ledger)
                     leaving = st.leaving
             if loot is None:
                 if not leaving:
                     st.set_lifelines()
-                return
+                break
+            if _coming(loot):  # place 0 sends it in a task that starts a worker
+                break
         if st.leaving:
             st.forward(loot)
-        elif bag is None:
+            continue
+        if isinstance(loot, Held):
+            assert ledger is not None, "pieces are held in resilient mode only"
+            ledger.took(loot.pid)
+            loot = loot.bag
+        if bag is None:
             bag = loot
         else:
             bag.merge(loot)
+    if ledger is not None:
+        ledger.end(sealed)
 
 
-def _send_away(st: PlaceState, bag: Any) -> bool:
+def _send_away(st: PlaceState, bag: Any, ledger: Ledger | None) -> bool:
     """A leaving place forwards all of ``bag``'s work as ``split(True)``; True if the bag is
     empty now. A bag that breaks the contract (no piece, or work left behind) is processed
     here instead, so nothing is lost: the place just leaves later."""
     piece = bag.split(True)
     if piece is not None:
-        st.forward(piece)
+        st.forward(piece, ledger, bag)
     if bag.is_empty():
         return True
     if not st.warned:
@@ -243,19 +316,31 @@ def _send_away(st: PlaceState, bag: Any) -> bool:
 
 
 # -- called by other places -------------------------------------------------------------
-def _steal_request(gid: int) -> Any:
-    """Immediate: hand over a piece of shared work, or note that someone is hungry."""
+def _steal_request(gid: int, thief: int) -> Any:
+    """Immediate: hand over a piece of shared work, or note that someone is hungry.
+    Resilient: place 0 sends the piece to the thief, and the answer is ``COMING``."""
     st = _states.get(gid)
     if st is None:
         return None
     with st.lock:
         if st.leaving:
             return None
-        if st.shared:
-            st.stats.loot_given += 1
-            return st.shared.popleft()
-        if st.active:
-            st.hungry = True
+        if not st.shared:
+            if st.active:
+                st.hungry = True
+            return None
+        loot = st.shared.popleft()
+        st.stats.loot_given += 1
+    if not isinstance(loot, Held):
+        return loot
+    if give(gid, st.me, loot.pid, thief):
+        return COMING
+    # The thief is gone. This call counts for no finish, so it cannot start a worker
+    # here: place 0 sends the piece back in a counted task (or, if the computation's
+    # finish has ended meanwhile, keeps it for the next round).
+    with st.lock:
+        st.stats.loot_given -= 1
+    give(gid, st.me, loot.pid, st.me)
     return None
 
 
@@ -288,6 +373,22 @@ def _deliver(gid: int, loot: Any, buddy: int | None = None) -> None:
         _worker(gid, None)
 
 
+def arrive(gid: int, pid: int, kind: str, bag: Any) -> None:
+    """Counted, resilient: a piece sent by place 0 arrives. Loot joins ``shared``; a
+    dead place's restored bag (it may hold a partial result) gets a worker of its own."""
+    bag = open_blob(bag)
+    if kind == LOOT:
+        _deliver(gid, Held(pid, bag))
+        return
+    assert kind in (BAG, STATIC), kind
+    if kind == STATIC:
+        bag = bag.make_bag(bag.index, bag.count)
+    st = state(gid)
+    with st.lock:
+        st.active += 1
+    _worker(gid, bag, took=pid)
+
+
 def init_place(gid: int, config: GLBConfig, prototype: Any, members: list[int],
                join: bool = False, sample: float | None = None) -> None:
     """Create this place's state; a place joining a running computation sets lifelines.
@@ -315,9 +416,13 @@ def start_static(gid: int, make_bag: Callable[[int, int], Any], position: int, p
     with st.lock:
         st.active += workers
         st.start_ran = True
+    def key(index: int) -> Any:  # resilient: the record place 0 made for this worker
+        return (st.me, ("static", index)) if st.config.resilient else None
     for k in range(1, workers):
-        apgas.async_(_worker, gid, make_bag(position * workers + k, places * workers))
-    _worker(gid, make_bag(position * workers, places * workers))
+        index = position * workers + k
+        apgas.async_(_worker, gid, make_bag(index, places * workers), None, key(index))
+    index = position * workers
+    _worker(gid, make_bag(index, places * workers), None, key(index))
 
 
 def set_members(gid: int, members: list[int]) -> None:
