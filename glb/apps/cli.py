@@ -12,6 +12,7 @@ which EJS's analysis script reads.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -58,6 +59,9 @@ def build_parser(apps: dict[str, App], prog: str = "python -m glb.apps") -> argp
         mode.add_argument("--evolving", action="store_true",
                           help="also ask the scheduler for places when busy and release idle "
                                "ones (needs APGAS_SCHEDULER: run it as an evolving job)")
+        p.add_argument("--resilient", action="store_true",
+                       help="survive the loss of places other than 0 with the exact result "
+                            "(place 0 keeps backups of the others' work)")
         p.add_argument("--n", type=int, default=None, help="GLB units per process() call")
         p.add_argument("--w", type=int, default=3, help="GLB random steal attempts")
         p.add_argument("--lifeline", default="hypercube", choices=("hypercube", "binary"))
@@ -82,7 +86,7 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
                 apgas.async_at(p, lambda r=ref: _report_warm_up(r, app.name))
         warm = dict([first, *loads])
         config = GLBConfig(n=ns.n or app.default_n, w=ns.w, workers=ns.workers, lifeline=ns.lifeline,
-                           malleable=ns.malleable, evolving=ns.evolving)
+                           malleable=ns.malleable, evolving=ns.evolving, resilient=ns.resilient)
         glb = GLB(config)
         if ns.malleable:
             log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
@@ -95,8 +99,9 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
         seconds = time.perf_counter() - start
         stats = glb.stats()
         print(stats, file=sys.stderr)
+        resilience = dataclasses.asdict(glb.resilience) if glb.resilience is not None else None
         return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
-                "init_seconds": start - begin,
+                "init_seconds": start - begin, "resilience": resilience,
                 "places": first_places, "final_places": len(apgas.places())}
 
     # forked places (those a grow adds too) come with the app imported and its kernels loaded
@@ -146,7 +151,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         "benchmark": app.name, "params": params, "places": places, "final_places": final,
         "workers": workers,
         "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
-        "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "result": value, "correct": correct,
+        "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "resilient": bool(ns.resilient),
+        "resilience": record.get("resilience") if not ns.sequential else None,
+        "result": value, "correct": correct,
         "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
         "units": units, "unit_name": app.unit_name,
         "throughput": units / seconds if seconds > 0 else None,
