@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import apgas
 from apgas import protocol
-from apgas.lowlevel import current_timeline, immediate_at, sample_interval
+from apgas.lowlevel import current_timeline, immediate_at, sample_interval, watch_deaths
 from apgas.malleable import MalleableCommunicator
 
 from . import _worker as w
@@ -144,16 +144,25 @@ class GLB:
         start = time.monotonic()
         sample = sample_interval()  # None: no timeline, no load samples
         recovery = self._recovery = Recovery(gid, prototype) if self.config.resilient else None
+        lost: list[tuple[int, str]] = []  # plain GLB: places that died (their results with them)
+        stop_watching = watch_deaths(lambda pid, host, reason: lost.append((pid, reason)))
         try:
             if recovery is not None:
                 recovery.start()
             self._init_places(gid, prototype, members, sample)
-            return self._run(gid, prototype, members, starts, sample, start)
+            total = self._run(gid, prototype, members, starts, sample, start)
         finally:
+            stop_watching()
             if recovery is not None:
                 recovery.close()
                 self.resilience = recovery.stats
             self._recovery = None
+        if lost and recovery is None:  # even one that died idle took its partial result along
+            pid, reason = lost[0]
+            raise apgas.DeadPlaceError(pid, f"it died during GLB computation {gid} ({reason}), and "
+                                       "its share of the result with it; GLBConfig(resilient=True) "
+                                       "survives this")
+        return total
 
     def _init_places(self, gid: int, prototype: Any, members: list[int], sample: float | None) -> None:
         try:
