@@ -1,11 +1,15 @@
-"""Place 0's side of malleability: the handler's lifecycle, the orders, and
-the evolving program's own requests.
+"""Place 0's side of malleability: the handler's lifecycle, the orders, the
+evolving program's own requests, and the places lost without an order.
 
-Orders run one at a time under ``_order_lock``; disabling the handler and
-releasing places take the same lock, so they wait for an order in progress.
+Orders run one at a time under ``_order_lock``; disabling the handler,
+releasing places and telling the handler of lost places take the same lock,
+so they wait for an order in progress.
 Every phase is timed, logged and reported to the scheduler
 (``growTimeAPGAS;<n>;<ns>`` and the like). Outstanding grow requests and the
 outcome of each order live under ``_changed``, which ``check_status`` waits on.
+
+Why one module: orders, evolving calls and lost places share the order lock,
+the state and the handler; apart, each part would reach into the others'.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +57,9 @@ class Orders:
         self._failures = 0  # orders that failed, for check_status to notice
         self._last_check: float | None = None  # under _check_lock
         self._check_lock = threading.Lock()
+        # (place id, host, reason) of each lost place, for the apgas-place-lost thread
+        self._lost: queue.SimpleQueue[tuple[int, str, str] | None] = queue.SimpleQueue()
+        self._unwatch: Callable[[], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------
     def listen(self) -> MalleableCommunicator:
@@ -60,6 +68,8 @@ class Orders:
             cls = communicator_class(self._rt.config.communicator)
             self.communicator = cls(self, self._rt.config)
             self.communicator.start()
+            threading.Thread(target=self._tell_losses, name="apgas-place-lost", daemon=True).start()
+            self._unwatch = self._rt.watch_deaths(self._place_lost)
         return self.communicator
 
     def define(self, handler: MalleableHandler) -> MalleableCommunicator:
@@ -90,6 +100,9 @@ class Orders:
         """End of the program: wait for an order in progress, then stop listening."""
         with self._order_lock:
             was, self._state = self._state, CLOSED
+        if self._unwatch is not None:
+            self._unwatch()
+            self._lost.put(None)  # ends the apgas-place-lost thread
         self._refuse_all("the program ended")
         if self.communicator is not None:
             if was == MALLEABLE:
@@ -164,7 +177,7 @@ class Orders:
             chosen = self._call("pre_shrink", handler.pre_shrink, n)
             self._check_choice(n, chosen)
             t1 = time.monotonic_ns()
-            hosts = self._rt.remove_places([p.id for p in chosen])
+            hosts = self._remove(chosen)
             t2 = time.monotonic_ns()
             released(hosts)
             try:
@@ -174,6 +187,85 @@ class Orders:
             end = time.monotonic_ns()
         self._report_phases("Shrink", "Stop", n, start, t1, t2, end, [p.id for p in chosen])
         return hosts
+
+    def _remove(self, chosen: list[Place]) -> list[str]:
+        """Stop the chosen places (as a shrink does) and return their hosts.
+
+        OrderError if one of them was lost before it had left (it died): its host
+        is reported lost (:meth:`_place_lost`), never released; the others left, and
+        their hosts go back at once (``Evolving;Release``); ``post_shrink`` is not
+        called, as after any failed order."""
+        ids = [p.id for p in chosen]
+        try:
+            hosts = self._rt.remove_places(ids)
+        except ApgasError as e:  # a chosen place died before it took the new table?
+            buried = self._bury(chosen)
+            raise OrderError(f"places {buried} died before they had left: they are lost, not "
+                             f"released ({e})" if buried else
+                             f"places {ids} could not be removed: {e}") from e
+        lost = [p for p in chosen if p.id in self._rt.dead]
+        if not lost:
+            return hosts
+        left = [host for p, host in zip(chosen, hosts, strict=True) if p not in lost]
+        assert self.communicator is not None, "orders come through the communicator"
+        for host in left:
+            self.communicator.report(protocol.release(host))
+        raise OrderError(f"places {lost} died before they had left: they are lost, not released"
+                         + (f"; the others left and went back: {left}" if left else ""))
+
+    def _bury(self, chosen: list[Place]) -> list[Place]:
+        """After a failed removal, the chosen places whose process has ended with an
+        error are dead: the runtime leaves the places it removes to that removal, so
+        nobody else notices, and they would stay in the place table. Returns them."""
+        buried = []
+        for p in chosen:
+            proc = self._rt._children.get(p.id)
+            code = proc.poll() if proc is not None else None
+            if code not in (None, 0):
+                self._rt.place_died(p.id, f"its process exited with code {code} while it was "
+                                          "being removed")
+                buried.append(p)
+        return buried
+
+    # -- places lost without an order (see MalleableHandler.on_place_lost) --------------
+    def _place_lost(self, place_id: int, host: str, reason: str) -> None:
+        """The runtime's death watcher: it runs on a runtime thread and must not block,
+        so the loss goes to the apgas-place-lost thread."""
+        self._lost.put((place_id, host, reason))
+
+    def _tell_losses(self) -> None:
+        """The apgas-place-lost thread: each loss goes to the scheduler at once, and to
+        the handler under the order lock, with the losses that came meanwhile."""
+        while (loss := self._lost.get()) is not None:
+            losses = [loss]
+            more: tuple[int, str, str] | None = loss
+            self._tell_scheduler(loss)
+            with self._order_lock:
+                while not self._lost.empty() and (more := self._lost.get()) is not None:
+                    losses.append(more)
+                    self._tell_scheduler(more)
+                self._tell_handler([Place(pid, host) for pid, host, _ in losses])
+            if more is None:
+                return
+
+    def _tell_scheduler(self, loss: tuple[int, str, str]) -> None:
+        place_id, host, reason = loss
+        log.info("telling the scheduler that place %d on %s was lost: %s", place_id, host, reason)
+        try:
+            assert self.communicator is not None, "losses are watched from listen() on"
+            self.communicator.report(protocol.place_lost(host))
+        except Exception:
+            log.exception("could not tell the scheduler that place %d on %s was lost", place_id, host)
+
+    def _tell_handler(self, places: list[Place]) -> None:
+        handler = self._handler if self._state == MALLEABLE else None
+        if handler is None:
+            log.info("lost %s while the program is %s: no handler to tell", places, self._state)
+            return
+        try:
+            handler.on_place_lost(places)
+        except Exception:
+            log.exception("the handler's on_place_lost(%s) failed; the program goes on", places)
 
     def order_failed(self, reason: str) -> None:
         """An order the scheduler announced (a check's ``expand``/``shrink``) could not
@@ -239,7 +331,7 @@ class Orders:
                 raise ApgasError(f"pre_shrink({n}, chosen) must move the work off the chosen places "
                                  f"{ids} and return them, returned {returned!r}; nothing was removed")
             t1 = time.monotonic_ns()
-            hosts = self._rt.remove_places(ids)
+            hosts = self._remove(chosen)
             t2 = time.monotonic_ns()
             for host in hosts:
                 communicator.report(protocol.release(host))
@@ -400,6 +492,11 @@ class Orders:
 
     def _check_choice(self, n: int, chosen: object) -> None:
         live = self._rt.places
+        dead = [p for p in chosen if isinstance(p, Place) and p.id in self._rt.dead] \
+            if isinstance(chosen, (list, tuple)) else []
+        if dead:
+            raise OrderError(f"pre_shrink({n}) chose places {dead}, which died meanwhile: they "
+                             "are lost, not released; nothing was removed")
         if (not isinstance(chosen, (list, tuple)) or len(chosen) != n
                 or not all(isinstance(p, Place) for p in chosen)
                 or len({p.id for p in chosen}) != n

@@ -57,6 +57,36 @@ class MalleableHandler(abc.ABC):
     def post_grow(self, n: int, continued: list[Place], added: list[Place]) -> None:
         """Called once every place knows the ``added`` places."""
 
+    def on_place_lost(self, places: list[Place]) -> None:
+        """Called when ``places`` were lost without an order (an unplanned shrink):
+        their process died, or they fell silent (``APGAS_HEARTBEAT``). Does nothing
+        unless overridden.
+
+        - It runs at place 0, on a thread of its own (``apgas-place-lost``, not a
+          worker), after the runtime has removed ``places`` from ``apgas.places()``
+          and failed whatever waited on them (``DeadPlaceError``); it may use every
+          APGAS construct.
+        - It is called only while this handler is registered, and never for places
+          that left by a shrink order or ``release_places``. A place that a shrink
+          chose and that dies before it has left is lost: that order ends with an
+          error, and this call follows it.
+        - Each lost place comes in exactly one call. The places whose loss the
+          runtime learnt before the call began (while it waited for an order in
+          progress, say) come together; one lost while it runs comes in the next
+          call. So several places lost at once may come in one call or several.
+        - It is serialized with orders: it holds the lock that grow and shrink
+          orders, ``release_places`` and ``disable_malleable_handler`` take, so it
+          never runs in the middle of an order (an order that comes meanwhile waits
+          for it). So it must not call ``release_places`` or
+          ``disable_malleable_handler`` itself (they would wait for it forever);
+          start a thread for that.
+        - An exception it raises is logged, and the program goes on.
+
+        The scheduler hears of each loss (``APGAS-PlaceLost;<host>``; not the
+        ElasticJobScheduler, which does not know that line) before this call, also
+        while no handler is registered.
+        """
+
 
 class OrderError(ApgasError):
     """An order that was refused; nothing was changed. Goes back as ``error <reason>``."""

@@ -3,9 +3,9 @@
 ``docs/protocol.md`` describes it; the ElasticJobScheduler of malleable APGAS
 for Java speaks the same lines. A job sends its scheduler one line per
 connection, ``<message>:<ip>[:<job id>]`` (its communicator adds the address):
-:data:`READY`, :data:`NOT_MALLEABLE`, :func:`timing` lines, and the evolving
-asks :func:`request`, :func:`release` and :func:`check`. A scheduler sends a
-job one order per connection (:func:`grow`, :func:`shrink`, :data:`STATUS`,
+:data:`READY`, :data:`NOT_MALLEABLE`, :func:`timing` lines, :func:`place_lost`,
+and the evolving asks :func:`request`, :func:`release` and :func:`check`. A
+scheduler sends a job one order per connection (:func:`grow`, :func:`shrink`, :data:`STATUS`,
 :func:`refuse`) and reads the reply lines (``apgas.order.send_order``).
 """
 
@@ -17,14 +17,17 @@ import re
 from launcher._hostnames import MAX_HOST as MAX_HOST  # the grammar lives in the lower layer
 from launcher._hostnames import check_host
 
-__all__ = ["READY", "NOT_MALLEABLE", "STATUS", "JobMessage", "parse_message", "ejs_knows", "timing",
-           "parse_timing", "request", "release", "check", "parse_check", "grow", "shrink", "refuse",
-           "Order", "parse_order", "check_host", "status_reply", "grow_reply", "refuse_reply", "error_reply"]
+__all__ = ["READY", "NOT_MALLEABLE", "PLACE_LOST", "STATUS", "JobMessage", "parse_message",
+           "ejs_knows", "timing", "place_lost", "parse_timing", "request", "release", "check",
+           "parse_check", "grow", "shrink", "refuse", "Order", "parse_order", "check_host",
+           "status_reply", "grow_reply", "refuse_reply", "error_reply"]
 
 READY = "APGAS-Ready"
 """The job registered a handler: orders are welcome from now on."""
 NOT_MALLEABLE = "APGAS-NotMalleable"
 """The job disabled its handler: it takes no more orders."""
+PLACE_LOST = "APGAS-PlaceLost"
+"""The start of :func:`place_lost`."""
 STATUS = "status"
 """The order that asks a job for its state and places."""
 
@@ -37,6 +40,13 @@ def timing(event: str, n: int, ns: int, source: str = "APGAS") -> str:
     """A timing line, e.g. ``growTimeAPGAS;2;165802561``; GLB's own phases say
     ``GLB`` (``preGrowTimeGLB``), as the Java GLB's do."""
     return f"{event}Time{source};{n};{ns}"
+
+
+def place_lost(host: str) -> str:
+    """Place 0 lost its place on ``host`` without an order: its process died or it
+    fell silent (heartbeats). No answer; the scheduler takes the node from the job
+    (ours marks it down, since it may be broken)."""
+    return f"{PLACE_LOST};{host}"
 
 
 def request(n: int) -> str:
@@ -72,12 +82,15 @@ class JobMessage:
 
     @property
     def kind(self) -> str:
-        """``ready``, ``not_malleable``, ``request``, ``check``, ``release``, ``timing`` or ``other``."""
+        """``ready``, ``not_malleable``, ``place_lost``, ``request``, ``check``, ``release``,
+        ``timing`` or ``other``."""
         if self.text == READY:
             return "ready"
         if self.text == NOT_MALLEABLE:
             return "not_malleable"
         name, *rest = self.text.split(";")
+        if name == PLACE_LOST:
+            return "place_lost"
         if name == _EVOLVING and rest and rest[0] in ("Request", "Check", "Release"):
             return rest[0].lower()
         if name.endswith(("TimeAPGAS", "TimeGLB")):

@@ -1,5 +1,5 @@
-"""``python -m apgas_scheduler``: serve, submit, status, cancel, add-nodes, shutdown,
-dashboard-url, report, simulate, compare.
+"""``python -m apgas_scheduler``: serve, submit, status, cancel, add-nodes, node-up,
+shutdown, dashboard-url, report, simulate, compare.
 
     python -m apgas_scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
     python -m apgas_scheduler serve --nodes 'node[0-7]' --dashboard 8082    # then: dashboard-url
@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "unsigned lines): anyone who can reach the ports can speak for them")
     for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
                            ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
+                           ("node-up", "put nodes that are down (a job lost its place there) "
+                                       "back into service"),
                            ("shutdown", "stop the scheduler (running jobs are killed)")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
@@ -148,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="print the status as JSON")
         elif name == "cancel":
             p.add_argument("id", type=int)
-        elif name == "add-nodes":
+        elif name in ("add-nodes", "node-up"):
             p.add_argument("names", type=_nodes)
     url = sub.add_parser("dashboard-url", help="print the URL (with its token) of a "
                                                "scheduler's live page")
@@ -286,6 +288,9 @@ def _client(ns: argparse.Namespace) -> int:
         print(request(ns.to, "cancel", id=ns.id, **door)["state"])
     elif ns.command == "add-nodes":
         print(",".join(request(ns.to, "add-nodes", nodes=ns.names, **door)["nodes"]))
+    elif ns.command == "node-up":
+        down = request(ns.to, "node-up", nodes=ns.names, **door)["down"]
+        print(f"still down: {','.join(down) or 'none'}")
     elif ns.command == "shutdown":
         request(ns.to, "shutdown", **door)
     return 0
@@ -322,8 +327,11 @@ def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any], retry: 
 
 
 def _status_table(status: dict[str, Any]) -> str:
+    down = [n["name"] for n in status["nodes"] if n.get("down")]
+    idle = sum(n["job"] is None and not n.get("down") for n in status["nodes"])
     lines = [f"policy {status['policy']}, t = {status['time']:.1f} s, "
-             f"{sum(n['job'] is None for n in status['nodes'])}/{len(status['nodes'])} node(s) idle",
+             f"{idle}/{len(status['nodes'])} node(s) idle"
+             + (f", {len(down)} down: {','.join(down)}" if down else ""),
              f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} reason"]
     for j in status["jobs"]:
         lines.append(f"{j['id']:>4} {j['name'][:20]:<20} {j['class']:<10} {j['state']:<10} "

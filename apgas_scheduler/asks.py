@@ -1,7 +1,9 @@
 """Evolving programs' asks on the scheduler's port: a request for more nodes,
 a DMR check (answered through the policy's ``answer`` by the engine) and a
-release of a place the program stopped itself. The answer is one line on the
-same connection; the order that carries out a resize follows from a thread."""
+release of a place the program stopped itself; and, from any job, the loss
+of a place it did not stop (``APGAS-PlaceLost``). The answer to an ask is one
+line on the same connection; the order that carries out a resize follows
+from a thread."""
 
 from __future__ import annotations
 
@@ -41,6 +43,22 @@ class AsksMixin(SchedulerCore):
         else:
             self._event("release_ignored", job=job.id, host=host)
             log.warning("job %d released %s, which it does not hold; ignored", job.id, loggable(host))
+
+    def _place_lost(self, job: Job, host: str) -> None:
+        """The job lost its place on ``host`` without an order (the process died, or
+        fell silent): the node leaves the job and is marked down, not given to
+        another job, since it may be broken, until the operator's ``node-up``. A
+        host the job does not hold is refused (logged), and nothing changes."""
+        if not self.engine.place_lost(job, host):
+            self._event("place_lost_refused", job=job.id, host=host)
+            log.warning("job %d says it lost its place on %s, which it does not hold; refused, "
+                        "nothing changed", job.id, loggable(host))
+            return
+        reason = f"job {job.id} lost its place there"
+        self._event("node_down", nodes=[host], job=job.id, reason=reason)  # with the job, at once
+        self._event("shrink", job=job.id, nodes=[host], lost=True)  # an unplanned one
+        log.warning("job %d lost its place on %s: the node is down until an operator brings it "
+                    "back (python -m apgas_scheduler node-up)", job.id, host)
 
     def _evolving_ask(self, job: Job, parsed: protocol.JobMessage) -> str:
         """The one-line answer to an evolving request or check."""

@@ -23,6 +23,7 @@ from .jobs import JobSpec
 from .planning import Policy
 from .records import Job
 from .state import StateStore
+from .views import down_nodes
 
 __all__ = ["SchedulerCore", "log"]
 
@@ -39,6 +40,9 @@ class SchedulerCore:
         known = self._store.nodes()  # after a restart: the pool as it was, then new names
         pool = known + [n for n in nodes if n not in known]
         self.engine: Engine[str] = Engine(pool, policy, log)
+        for node in down_nodes(self._store.events()):  # down stays down across a restart
+            if node in self.engine.owner:
+                self.engine.set_down(node)
         self._lock = threading.RLock()
         self._ready_cv = threading.Condition(self._lock)  # a job's ready message came
         self._wake = threading.Event()
@@ -90,6 +94,24 @@ class SchedulerCore:
             log.info("job %d: %d requested node(s) dropped: %s", job.id, job.requested, reason)
             job.take_requested(job.requested)
 
+    def nodes_up(self, names: list[str]) -> list[str]:
+        """Put nodes that are down back into service (the operator's ``node-up``): they
+        are free again. ValueError, changing nothing, if one of them is not down.
+        Returns the nodes still down."""
+        with self._lock:
+            down = self.engine.down
+            wrong = [n for n in names if n not in down]
+            if wrong or not names:
+                raise ValueError(f"only nodes that are down can be brought up; not down: "
+                                 f"{wrong or names}; down: {sorted(down) or 'none'}")
+            for node in dict.fromkeys(names):
+                self.engine.node_up(node)
+            self._event("node_up", nodes=list(dict.fromkeys(names)))
+            log.info("node(s) %s back in service", ",".join(names))
+            still = sorted(down)
+        self._wake.set()
+        return still
+
     # -- provided by the daemon and its mixins (last in the order, so theirs win) -----
     def submit(self, spec: JobSpec, where: str = "job", key: str = "",
                client: access.Client | None = None, request: str | None = None) -> int:
@@ -111,6 +133,9 @@ class SchedulerCore:
         raise NotImplementedError
 
     def _evolving_release(self, job: Job, host: str) -> None:
+        raise NotImplementedError
+
+    def _place_lost(self, job: Job, host: str) -> None:
         raise NotImplementedError
 
     def _end(self, job: Job, state: str, reason: str) -> None:

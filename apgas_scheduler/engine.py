@@ -14,6 +14,10 @@ A resize is two steps, since it takes time: ``begin_grow`` reserves the
 nodes at once (nobody else gets them), ``finish_grow`` confirms or frees
 them; ``begin_shrink`` counts the nodes as on their way back (the views no
 longer show them as the job's), ``finish_shrink`` frees those released.
+
+A node whose place a job lost without an order (``place_lost``) is *down*:
+it leaves the job and goes to nobody, since it may be broken, until
+``node_up``; policies see a cluster without it.
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ class Engine(Generic[Node]):
         self._order = JobQueue()  # the queue sorted, as policies see it (see decide)
         self.running: dict[int, Tracked] = {}
         self.priority: int | None = None
+        self.down: set[Node] = set()  # out of service: neither free nor anybody's
         self.add_nodes(nodes)
 
     # -- nodes -------------------------------------------------------------------------
@@ -137,6 +142,11 @@ class Engine(Generic[Node]):
     @property
     def free(self) -> int:
         return len(self._free)
+
+    @property
+    def usable(self) -> int:
+        """The pool without the nodes that are down: the cluster policies plan for."""
+        return len(self._pool) - len(self.down)
 
     def add_nodes(self, names: Iterable[Node]) -> None:
         names = list(names)
@@ -250,7 +260,7 @@ class Engine(Generic[Node]):
             self._order = JobQueue(self.queue.values())
             self._order.flagged_id = self.priority
         running = [j.cached or j.view() for j in self.running.values() if not j.stopping]
-        return self.policy.decide(now, self._order, running, len(self._free), len(self._pool))
+        return self.policy.decide(now, self._order, running, len(self._free), self.usable)
 
     def refusal(self, d: Decision) -> str | None:
         """Why the state does not allow ``d`` now, or None."""
@@ -358,6 +368,35 @@ class Engine(Generic[Node]):
         job.cached = None
         return kind
 
+    # -- nodes that are down ------------------------------------------------------------
+    def place_lost(self, job: Tracked, host: Node) -> bool:
+        """The job lost its place on ``host`` without an order (it died or fell
+        silent): the node leaves the job, held or reserved for a grow in flight, and
+        goes down, not back to the pool, since it may be broken. False, and nothing
+        changes, if the job does not hold it."""
+        if self.owner.get(host) != job.id:
+            return False
+        job.nodes = [h for h in job.nodes if h != host]
+        job.reserved = [h for h in job.reserved if h != host]
+        self.owner[host] = None
+        self.down.add(host)
+        job.cached = None
+        return True
+
+    def set_down(self, node: Node) -> None:
+        """Take a free node out of service (a restarted scheduler takes up its earlier
+        state so); ValueError if it is not free."""
+        if self.owner.get(node, -1) is not None or node in self.down:
+            raise ValueError(f"node {node} is not a free node of the pool")
+        self._free = [i for i in self._free if self._pool[i] != node]
+        heapq.heapify(self._free)
+        self.down.add(node)
+
+    def node_up(self, node: Node) -> None:
+        """A node that was down is back in service: free again."""
+        self.down.remove(node)
+        self._give([node])
+
     # -- evolving asks -----------------------------------------------------------------
     def ask_refusal(self, job: Tracked) -> str | None:
         """Why ``job`` may not ask for nodes now, or None."""
@@ -399,7 +438,7 @@ class Engine(Generic[Node]):
         queue, running = self.views()
         preferred = min(max(preferred, lo), hi) if preferred else 0
         view = dataclasses.replace(job.view(), min_nodes=lo, max_nodes=hi, preferred=preferred)
-        d = self.policy.answer(now, view, queue, running, len(self._free), len(self._pool), factor)
+        d = self.policy.answer(now, view, queue, running, len(self._free), self.usable, factor)
         job.last_resize = now
         job.cached = None
         if isinstance(d, Grow) and 0 < d.nodes <= len(self._free):
@@ -407,7 +446,7 @@ class Engine(Generic[Node]):
             return d, hosts, counted
         if isinstance(d, Shrink) and 0 < d.nodes < job.size:
             self.begin_shrink(job, d.nodes, now)
-            first = min((j for j in self.queue.values() if j.min_nodes <= len(self._pool)),
+            first = min((j for j in self.queue.values() if j.min_nodes <= self.usable),
                         key=lambda j: (j.submit, j.id), default=None)
             if first is not None:  # DMR: the job the shrink makes room for comes first
                 self.set_priority(first.id)

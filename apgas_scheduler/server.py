@@ -1,8 +1,8 @@
 """The scheduler's doors: a TCP port whose lines are either a client request
-(a JSON object: submit, status, cancel, add-nodes, shutdown, answered by one
-JSON line) or a job's message in the APGAS socket protocol (ready, not
-malleable, timing reports, and evolving asks, see :mod:`.asks`); and a Unix
-socket for clients on this machine.
+(a JSON object: submit, status, cancel, add-nodes, node-up, shutdown, answered
+by one JSON line) or a job's message in the APGAS socket protocol (ready, not
+malleable, a lost place, timing reports, and evolving asks, see :mod:`.asks`);
+and a Unix socket for clients on this machine.
 
 Every line must show who sent it (:mod:`.access`): over TCP, a request is
 signed with the operator's key and a job's message with that job's own key
@@ -144,7 +144,7 @@ class ServerMixin(SchedulerCore):
                 return {"ok": True, "id": self.submit(parse_job(data, where), where, key, client,
                                                       again)}
             if op == "status":
-                return {"ok": True, **self.status()}
+                return {"ok": True, **self._with_down(self.status())}
             if op == "cancel":
                 job_id = request.get("id")
                 if not isinstance(job_id, int) or isinstance(job_id, bool):
@@ -155,11 +155,18 @@ class ServerMixin(SchedulerCore):
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                     raise ValueError(f"add-nodes needs a list of names, got {names!r}")
                 return {"ok": True, "nodes": self.add_nodes(names)}
+            if op == "node-up":
+                if not client.operator:  # like add-nodes (access.OPERATOR_ONLY)
+                    raise PermissionError(f"node-up is for the scheduler's operator, not {client.user}")
+                names = request.get("nodes")
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise ValueError(f"node-up needs a list of names, got {names!r:.200}")
+                return {"ok": True, "down": self.nodes_up(names)}
             if op == "shutdown":
                 self.shutdown()
                 return {"ok": True}
             raise ValueError(f"unknown request {op!r}; expected submit, status, cancel, "
-                             "add-nodes or shutdown")
+                             "add-nodes, node-up or shutdown")
         except PermissionError as e:
             self._refused(peer, "request from %s refused: %s", peer, loggable(str(e)))
             return {"ok": False, "error": f"not allowed: {e}"}
@@ -200,6 +207,8 @@ class ServerMixin(SchedulerCore):
                 self._ready_cv.notify_all()
             elif parsed.kind == "release":
                 self._evolving_release(job, ";".join(parsed.fields))
+            elif parsed.kind == "place_lost":
+                self._place_lost(job, ";".join(parsed.fields))
             elif (timing := protocol.parse_timing(parsed)) is not None:
                 name, n, ns = timing
                 self._event("timing", job=job.id, name=name[:40], n=n, seconds=ns / 1e9)
@@ -207,6 +216,13 @@ class ServerMixin(SchedulerCore):
                 log.debug("job %d: %s", job.id, loggable(message))
         self._wake.set()
         return None
+
+    def _with_down(self, status: dict[str, Any]) -> dict[str, Any]:
+        """The status with each node's ``down``: out of service since a job lost its
+        place there (until ``node-up``)."""
+        with self._lock:
+            down = set(self.engine.down)
+        return {**status, "nodes": [{**n, "down": n["name"] in down} for n in status["nodes"]]}
 
     def _find_job(self, rest: str) -> Job | None:
         ip, _, job_id = rest.rpartition(":")

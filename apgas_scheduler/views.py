@@ -10,7 +10,9 @@ A grow or shrink is marked with its duration as the job reported it (its
 ``growTimeAPGAS`` or ``shrinkTimeAPGAS`` timing line), else as the scheduler
 measured its order (the event's ``duration``); the mark's label gives both,
 and every other timing line of the job that came while the order was in
-flight (``preGrowTimeGLB``, ...: ``timing`` events).
+flight (``preGrowTimeGLB``, ...: ``timing`` events). A place a job lost
+without an order is marked as a failure on its node's row, and the nodes
+that are down (``node_down`` until ``node_up``) are named above the chart.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from .metrics import Interval, _ordered, compute_metrics, node_intervals
 
-__all__ = ["dashboard_model", "TIMING_WINDOW"]
+__all__ = ["dashboard_model", "down_nodes", "TIMING_WINDOW"]
 
 TIMING_WINDOW = 2.0  # s: a timing line this long after an order's reply still belongs to it
 MAX_BARS = 20_000  # beyond, the chart shows the latest ones (the page says so)
@@ -50,6 +52,9 @@ def dashboard_model(events: Iterable[dict[str, Any]], *, now: float | None = Non
     ended = sum(j["state"] in _ENDED for j in jobs.values())
     notes.append(f"t = {t1:.1f} s · {len(nodes)} node(s) · {counts['running']} running, "
                  f"{counts['queued']} queued, {ended} ended")
+    down = down_nodes(ordered)
+    if down:
+        notes.append(f"{len(down)} node(s) down: {', '.join(down)}")
     return {"title": title, "subtitle": " · ".join(notes), "t0": t0, "t1": t1,
             "sections": [_gantt(ordered, intervals, nodes, jobs, t0),
                          _utilization(ordered, intervals, nodes, t0),
@@ -85,6 +90,19 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return jobs
 
 
+def down_nodes(events: Iterable[dict[str, Any]]) -> list[str]:
+    """The nodes the log leaves down: a job lost its place there (``node_down``), and
+    no ``node_up`` came since. The live scheduler takes them up again at a restart."""
+    down: dict[str, None] = {}
+    for e in events:
+        for node in e.get("nodes", ()) if e.get("event") in ("node_down", "node_up") else ():
+            if e["event"] == "node_down":
+                down[str(node)] = None
+            else:
+                down.pop(str(node), None)
+    return list(down)
+
+
 def _node_rows(ordered: list[dict[str, Any]]) -> list[str]:
     nodes: dict[str, None] = {}
     for e in ordered:
@@ -118,6 +136,11 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
             continue
         job, t, nodes = e.get("job"), float(e["t"]), [str(n) for n in e.get("nodes", ())]
         rows = [row[n] for n in nodes if n in row]
+        if kind == "shrink" and e.get("lost"):
+            marks.append({"t": t, "kind": "failed", "key": str(job), "short": "✗",
+                          "label": f"job {job} lost its place on {', '.join(nodes)}, now down",
+                          "rows": rows})
+            continue
         if kind.endswith("_failed"):
             label = f"job {job}: {kind.replace('_', ' ')}: {e.get('reason', '')}"
             marks.append({"t": t, "kind": "failed", "key": str(job), "label": label,
