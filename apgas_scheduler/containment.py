@@ -9,9 +9,11 @@ job's processes are then:
 * with a cgroup: every process in it. Nothing a job does without privileges
   takes a process out (``setsid``, double forks, ignoring SIGTERM: all stay);
   the first process enters it *before* it can fork: that process is
-  :mod:`._job_exec`, which writes its own pid to ``cgroup.procs``, becomes
-  the job's user and only then applies the job's directory, environment and
-  command (``exec``, same pid; never ``preexec_fn``: the daemon is threaded).
+  :mod:`._job_exec`, which writes its own pid to ``cgroup.procs`` and forks
+  the job's program, which becomes the job's user and only then applies the
+  job's directory, environment and command (``exec``; never ``preexec_fn``:
+  the daemon is threaded). The first process stays, as the program's parent
+  (the *supervisor*), and records how it ended (below).
 * without one (no writable ``cgroup2`` mount: not root and no delegation, a
   container; or ``APGAS_SCHEDULER_CGROUPS=0``): every process whose
   environment holds the tag (``/proc/<pid>/environ``: a ``setsid`` or
@@ -47,8 +49,24 @@ restarted daemon re-adopts it from the persisted :attr:`Handle.identity`:
 :func:`alive` tells whether its processes are provably the same ones (same
 boot; the pid exists with the same start time, or the cgroup, the tag or the
 Slurm steps still have processes), :func:`adopt` watches it although it is no
-child of ours, and :func:`kill` ends it. An adopted job's exit status cannot
-be known (it is another process's child): :class:`Adopted` reports ``None``.
+child of ours, and :func:`kill` ends it.
+
+**How a job ended, when the daemon did not see it.** The supervisor (the
+job's first process, :attr:`Handle.identity` ``pid``) waits for the job's
+program and, before it exits, writes its exit status to a file of the
+outcome directory the daemon gave :func:`start` (``identity["outcome"]``:
+root's, in its state directory; the program runs as the job's user, in
+another process, and never holds the directory open). :func:`outcome` reads
+it, so a restarted daemon records the true end of a job that ended while it
+was down, and :class:`Adopted` reports it as its exit status; :func:`forget`
+removes the file once the end is recorded. The supervisor passes on the
+signals it is sent to the program; :func:`kill` sends TERM to the program
+and the job's other processes but not to the supervisor, so each gets it
+once, and the supervisor ends with the program (KILL, ``cgroup.kill``, end
+it with everything else). Without such a record (the supervisor was killed,
+or the job was started by an older scheduler, whose identity has no
+``supervised``), an adopted job's exit status cannot be known (it is another
+process's child): :class:`Adopted` reports ``None``.
 
 Why one module: starting a job contained, telling its processes apart from
 others and ending them are one mechanism seen from three sides (what
@@ -73,7 +91,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 __all__ = ["Handle", "RunAs", "JobProcess", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
-           "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV", "CGROUPS_ENV"]
+           "outcome", "forget", "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV",
+           "CGROUPS_ENV"]
 
 TAG_ENV = "APGAS_SCHEDULER_JOB"
 """The environment variable holding a job's tag, in each of its processes."""
@@ -92,7 +111,11 @@ once, when the scheduler loads, so what runs is what was loaded."""
 _EXEC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """All of that process's environment (and the tag): nothing of the job's."""
 START_TIMEOUT = 30.0
-"""s the job's first process has to reach ``execve`` (an unreachable directory, say)."""
+"""s the job's program has to reach ``execve`` (an unreachable directory, say)."""
+_STARTED = b"+"
+"""What the first process reports once the job's program has exec'd (:mod:`._job_exec`)."""
+OUTCOME_SUFFIX = ".exit"
+"""An outcome file is ``job-<tag>.exit`` in the outcome directory."""
 
 
 class JobProcess(Protocol):
@@ -117,11 +140,14 @@ class StillRunning(RuntimeError):
 
 @dataclass
 class Handle:
-    """A started job: ``proc`` is its first process (our child), ``identity`` a
-    JSON-able dict naming all of it, for :func:`alive`, :func:`kill`,
-    :func:`adopt`, also in another daemon process (keys: ``pid``,
+    """A started job: ``proc`` is its first process (our child, the supervisor:
+    it exits as the job's program did), ``identity`` a JSON-able dict naming
+    all of it, for :func:`alive`, :func:`kill`, :func:`adopt`,
+    :func:`outcome`, also in another daemon process (keys: ``pid``,
     ``start_time``, ``boot_id``, ``cgroup`` (path or None), ``tag``, ``slurm``
-    (``{"job": id, "step_name": name}`` or None))."""
+    (``{"job": id, "step_name": name}`` or None), ``supervised`` (True: the
+    first process is a supervisor, not the program), ``outcome`` (the file it
+    records the program's end in, or None))."""
 
     proc: subprocess.Popen
     identity: dict[str, Any] = field(default_factory=dict)
@@ -268,7 +294,8 @@ class RunAs:
 def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
           cwd: str | None = None, user: RunAs | None = None, stdin: Any = subprocess.DEVNULL,
           stdout: Any = None, stderr: Any = None, tag: str | None = None,
-          cgroup: bool | None = None, slurm_job: str | None = None) -> Handle:
+          cgroup: bool | None = None, slurm_job: str | None = None,
+          outcome_dir: str | os.PathLike[str] | None = None) -> Handle:
     """Start ``argv`` as job ``job_id``, contained: its own session and process
     group, its own cgroup when possible (``cgroup``: None where possible, False
     never, True or OSError), the tag ``tag`` (default: :func:`new_tag`) in its
@@ -276,40 +303,56 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
     with ``stdin``/``stdout``/``stderr`` as :class:`subprocess.Popen` takes them.
     Everything of the job is applied by :mod:`._job_exec` after it became the
     user. ``slurm_job``: the allocation whose steps named :func:`step_name`
-    belong to the job (the command runs through srun). OSError if it cannot
-    start (as the user found: the directory or the program missing or not
-    theirs to use); nothing is left behind then."""
+    belong to the job (the command runs through srun). ``outcome_dir``: a
+    directory of the scheduler's own (nobody else may write it) where the
+    supervisor records how the program ended (:func:`outcome`); None: nowhere.
+    OSError if it cannot start (as the user found: the directory or the
+    program missing or not theirs to use); nothing is left behind then."""
     tag = tag or new_tag(job_id)
     job_env = {**(os.environ if env is None else env), TAG_ENV: tag}
-    path = _make_cgroup(tag, cgroup)
+    name = f"job-{tag}{OUTCOME_SUFFIX}"
+    outcome_fd = None if outcome_dir is None else \
+        os.open(outcome_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        path = _make_cgroup(tag, cgroup)
+    except BaseException:
+        if outcome_fd is not None:
+            os.close(outcome_fd)
+        raise
     spec = {"cgroup": str(path) if path is not None else None, "cwd": cwd, "env": job_env,
             "argv": list(argv), "uid": user.uid if user else None,
-            "gid": user.gid if user else None, "groups": list(user.groups) if user else None}
+            "gid": user.gid if user else None, "groups": list(user.groups) if user else None,
+            "outcome_fd": outcome_fd, "outcome_name": name, "tag": tag}
     spec_r, spec_w = os.pipe()
     error_r, error_w = os.pipe()
+    inherited = (spec_r, error_w) + ((outcome_fd,) if outcome_fd is not None else ())
     with os.fdopen(spec_w, "wb") as spec_file, os.fdopen(error_r, "rb", buffering=0) as errors:
         try:
             try:
                 proc = subprocess.Popen(
                     [sys.executable, "-I", "-S", "-c", _EXEC_SOURCE, str(spec_r), str(error_w)],
                     env={**_EXEC_ENV, TAG_ENV: tag}, cwd="/", stdin=stdin, stdout=stdout,
-                    stderr=stderr, pass_fds=(spec_r, error_w), start_new_session=True)
+                    stderr=stderr, pass_fds=inherited, start_new_session=True)
             finally:
-                os.close(spec_r)
-                os.close(error_w)
+                for fd in inherited:
+                    os.close(fd)
             failure = _hand_over(proc, spec, spec_file, errors)
         except BaseException:
             if path is not None:
                 _remove_cgroup(path)
             raise
-    if failure is not None:
-        proc.wait()
-        if path is not None:
-            _remove_cgroup(path)
-        raise failure
     identity = {"pid": proc.pid, "start_time": start_time(proc.pid), "boot_id": boot_id(),
                 "cgroup": str(path) if path is not None else None, "tag": tag,
-                "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None}
+                "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None,
+                "supervised": True,
+                "outcome": str(Path(outcome_dir, name)) if outcome_dir is not None else None}
+    if failure is not None:
+        proc.wait()
+        kill(identity, 0.0)  # whatever may have got away (nothing, unless the first process crashed)
+        if path is not None:
+            _remove_cgroup(path)
+        forget(identity)
+        raise failure
     return Handle(proc, identity)
 
 
@@ -327,18 +370,22 @@ def _hand_over(proc: subprocess.Popen, spec: dict[str, Any], spec_file: Any,
     while len(report) < 65536:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([errors], [], [], left)[0]:
-            proc.kill()
+            try:  # the supervisor and its child, which has not left their group before its exec
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
             return TimeoutError(errno.ETIMEDOUT, f"the job did not start within {START_TIMEOUT:g} s "
                                 f"(is its directory {spec['cwd']!r} reachable?)")
         chunk = errors.read(65536)
         if not chunk:
             break
         report += chunk
-    if not report:
-        if proc.poll() not in (None, 0):  # died before it could say why
-            return ChildProcessError(errno.ECHILD, "the job's first process exited with "
-                                     f"{proc.returncode} before it started the job")
+    if report == _STARTED:  # however soon the program ended after that
         return None
+    if not report:  # died before it could say why
+        proc.wait()
+        return ChildProcessError(errno.ECHILD, "the job's first process exited with "
+                                 f"{proc.returncode} before it started the job")
     step, number, text, filename = (report.decode(errors="replace").split("\0") + ["", "", ""])[:4]
     where = {"cgroup": "entering the job's cgroup", "user": "becoming the job's user",
              "cwd": "the job's directory", "exec": "the job's program"}.get(step, step)
@@ -446,8 +493,12 @@ def alive(identity: Mapping[str, Any]) -> bool:
 
 def _signal(pids: Iterable[int], sig: int, identity: Mapping[str, Any]) -> None:
     """Send ``sig`` to each of ``pids`` that is still the job's (checked after its
-    pidfd is open, so a reused pid is never hit)."""
+    pidfd is open, so a reused pid is never hit). A supervisor gets only KILL:
+    it passes other signals on to the program, which gets them here itself."""
+    supervisor = identity.get("pid") if identity.get("supervised") else None
     for pid in pids:
+        if pid == supervisor and sig != signal.SIGKILL:
+            continue
         try:
             fd = os.pidfd_open(pid)
         except OSError:
@@ -543,12 +594,48 @@ def kill(identity: Mapping[str, Any], grace: float, bound: float = KILL_BOUND) -
 
 # -- adopting ----------------------------------------------------------------------------------------------
 
+def outcome(identity: Mapping[str, Any]) -> int | None:
+    """How the job's program ended, as its supervisor recorded it, in the shape of
+    Popen's ``returncode`` (its exit code, or ``-N`` for signal N); None when
+    nothing is recorded (it still runs, its supervisor was killed, or it was
+    started without an outcome directory or by an older scheduler). Only a
+    record of this job (its tag) counts; it holds across a reboot."""
+    path = identity.get("outcome")
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            record = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("tag") != identity.get("tag"):
+        return None
+    sig, code = record.get("signal"), record.get("code")
+    if type(sig) is int and sig > 0:
+        return -sig
+    return code if type(code) is int else None
+
+
+def forget(identity: Mapping[str, Any]) -> None:
+    """Remove the job's outcome file (once its end is recorded elsewhere)."""
+    path = identity.get("outcome")
+    for name in (path, f"{path}.tmp") if path else ():
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+
+
 class Adopted:
     """A job started by another daemon process (ours no longer knows it as a
     child): ``poll()``/``wait(timeout)`` in the shape of Popen's, ``None`` while
-    it runs... and also once it has ended, with no exit status to tell (only its
-    parent could reap it): ``ended`` says which. It has ended when no process of
-    it is left (:func:`alive` is false). ``pid`` is its first process."""
+    it runs. It has ended when its supervisor has recorded how its program
+    ended (:func:`outcome`: then ``returncode`` is that status, and what the
+    program left behind may still run, as with a child of ours), or else when
+    no process of it is left (:func:`alive` is false); ``ended`` says so, and
+    ``returncode`` is None if no status was recorded (only its parent could
+    reap it). ``pid`` is its first process."""
 
     def __init__(self, identity: Mapping[str, Any]) -> None:
         self.identity = dict(identity)
@@ -566,14 +653,22 @@ class Adopted:
                 self._fd = None
 
     def poll(self) -> int | None:
-        if not self.ended and not alive(self.identity):
-            self.ended = True
+        if self.ended:
+            return self.returncode
+        if self.identity.get("supervised") and not leader_alive(self.identity):
+            code = outcome(self.identity)  # written before the supervisor exited
+            if code is not None:
+                self.ended, self.returncode = True, code
+                self._close()
+                return code
+        if not alive(self.identity):
+            self.ended, self.returncode = True, outcome(self.identity)
             self._close()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Until the job has ended (``subprocess.TimeoutExpired`` after ``timeout``);
-        returns None: the exit status is unknown."""
+        returns its recorded exit status, or None if none was recorded."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self.poll()

@@ -35,7 +35,7 @@ from .dashboard import Dashboard
 from .jobs import JobSpec
 from .orders import ORDER_TIMEOUT, OrdersMixin
 from .planning import Policy
-from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, ProcessesMixin
+from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, ProcessesMixin, ending
 from .records import Job
 from .server import MAX_LINE, ServerMixin
 
@@ -101,6 +101,10 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         out = self.output_dir
         state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
         super().__init__(nodes, policy, events, state_dir)
+        # where each job's first process records how its program ended: root's alone, as
+        # the state is (a job's end read from a file others could write would be theirs to say)
+        self._outcomes: Path | None = make_trusted_dir(self._store.directory / "outcomes",
+                                                       "the jobs' outcomes", 0o700)
         earlier = self._store.nodes()  # an earlier run's pool, before this run records its own
         self._ids = itertools.count(self._store.last_id() + 1)  # ids are never reused
         self._requests: dict[tuple[int, str], int] = {}  # (owner, the client's key) -> job id
@@ -186,13 +190,17 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
     def _resume(self, earlier: list[str], asked: list[str]) -> list[Job]:
         """Take up the jobs of an earlier run of this state (after a crash, a
         ``kill -9``, a reboot). Queued jobs stay queued, in order. A running job
-        whose processes are provably still the same ones is adopted again, on its
-        nodes, with its key and order address; any other is killed (whatever may
-        be left of it) and recorded as failed, before its nodes are free. Ended
+        whose first process is provably still the same one is adopted again, on
+        its nodes, with its key and order address. A running job whose program
+        ended meanwhile, as its first process recorded (``containment.outcome``),
+        ends as that record says (done, or failed with its exit code or
+        signal), once whatever it left is killed. Any other is killed (whatever
+        may be left of it) and recorded as failed, before its nodes are free. Ended
         jobs stay in the status. ``earlier`` is the pool the state held, ``asked``
         the nodes given now; ``self.resumed`` says what was taken up (logged).
         Returns the adopted jobs, to watch."""
         adopted: list[Job] = []
+        meanwhile = 0  # jobs whose end while we were down was recorded
         stored = self._store.jobs()
         taken = collections.Counter(s.state if s.state == "queued" else
                                     "running" if s.state == "running" else "ended" for s in stored)
@@ -214,6 +222,16 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                     self._event("adopt", job=job.id, nodes=list(s.nodes))
                     log.info("job %d (%s) still runs on %s: adopted", job.id, s.spec.name,
                              ",".join(s.nodes))
+                elif s.state == "running" and s.identity and \
+                        (code := containment.outcome(s.identity)) is not None:
+                    containment.kill(s.identity, KILL_GRACE)  # what it left, before its nodes are free
+                    self.engine.submit(job)
+                    job.start = s.start  # it ran; its nodes were never another's
+                    state, reason = ending(code, f"{self.output_dir}/job-{job.id}.err")
+                    self._end(job, state, (reason + "; " if reason else "")
+                              + "it ended while the scheduler was down")
+                    containment.forget(s.identity)
+                    meanwhile += 1
                 elif s.state == "running":
                     if s.identity:
                         containment.kill(s.identity, KILL_GRACE)  # before its nodes are free
@@ -224,12 +242,28 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                 else:
                     job.state, job.start, job.end, job.nodes = s.state, s.start, s.end, []
                     self.engine.jobs[job.id] = job
+        self._drop_stale_outcomes(adopted)
         if stored or earlier:
             running = taken.pop("running", 0)
-            taken["adopted"], taken["failed at this start"] = len(adopted), running - len(adopted)
+            taken["adopted"], taken["ended meanwhile"] = len(adopted), meanwhile
+            taken["failed at this start"] = running - len(adopted) - meanwhile
             self.resumed = _resumed(self._store.directory, taken, earlier, asked)
             log.info("%s", self.resumed)
         return adopted
+
+    def _drop_stale_outcomes(self, adopted: list[Job]) -> None:
+        """Remove the outcome files of jobs whose end is in the state already (an
+        earlier run stopped between recording an end and removing its file)."""
+        if self._outcomes is None:
+            return
+        recorded = (getattr(j, "identity", None) or {} for j in adopted)
+        keep = {Path(i["outcome"]).name for i in recorded if i.get("outcome")}
+        for entry in os.scandir(self._outcomes):
+            if entry.name not in keep and entry.name.removesuffix(".tmp") not in keep:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
 
     # -- requests -------------------------------------------------------------------
     def submit(self, spec: JobSpec, where: str = "job", key: str = "",

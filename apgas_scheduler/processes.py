@@ -9,7 +9,11 @@ shutdown, a failed start) ends every process of it, and a job's nodes are
 free only once every process of it is gone: when its first process exits,
 whatever it left behind is ended too (TERM, KILL after ``KILL_GRACE``) before
 its end is recorded. ``job.identity`` (a JSON-able dict) names the job's
-processes for a restarted daemon (``containment.alive``/``adopt``/``kill``)."""
+processes for a restarted daemon (``containment.alive``/``adopt``/``kill``).
+A job's first process records how its program ended in ``_outcomes`` (the
+state directory's ``outcomes``), so that an end the daemon did not see (it
+was down) is known too (``containment.outcome``); the file goes once the
+end is in the state."""
 
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from . import containment
 from .core import SchedulerCore, log
 from .records import Job
 
-__all__ = ["ProcessesMixin", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE"]
+__all__ = ["ProcessesMixin", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending"]
 
 KILL_GRACE = 3.0
 ORDER_PORT_BASE = 27100
@@ -50,6 +54,7 @@ class ProcessesMixin(SchedulerCore):
     launcher: launchers.Launcher
     output_dir: Path
     _output_fd: int  # the output directory, open: files are made through it
+    _outcomes: Path | None  # where jobs' first processes record how their programs ended
     node_addresses: dict[str, str]
     order_port_base: int
     _local: bool
@@ -99,7 +104,8 @@ class ProcessesMixin(SchedulerCore):
                     job.id, argv, env={**base, **env, **private, **login},
                     cwd=cwd if here else None, user=user,
                     stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                    stdout=out, stderr=err, tag=tag, slurm_job=slurm_job)
+                    stdout=out, stderr=err, tag=tag, slurm_job=slurm_job,
+                    outcome_dir=self._outcomes)
             job.proc, job.identity = handle.proc, handle.identity
             if stdin is not None:
                 assert handle.proc.stdin is not None
@@ -193,18 +199,21 @@ class ProcessesMixin(SchedulerCore):
         what a kill is ending), and only then record its end (its nodes are free)."""
         assert job.proc is not None
         code = job.proc.wait()
+        identity = getattr(job, "identity", None) or {}
+        recorded = containment.outcome(identity)  # the program's own status, as its parent saw it
+        if recorded is not None:
+            code = recorded
         while not self._end_all(job, KILL_GRACE) and not self._stopped.is_set():
             time.sleep(1.0)  # a process that will not die (D state): its nodes stay taken
         with self._lock:
             if job.kill_reason:
                 state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
                 self._end(job, state, job.kill_reason)
-            elif code == 0:
-                self._end(job, "done", "")
-            elif code is None:  # adopted after a restart: no parent of it can tell
+            elif code is None:  # adopted after a restart, nothing recorded: nobody can tell
                 self._end(job, "done", "exit status unknown (adopted after a scheduler restart)")
             else:
-                self._end(job, "failed", f"exit code {code}; see {self.output_dir}/job-{job.id}.err")
+                self._end(job, *ending(code, f"{self.output_dir}/job-{job.id}.err"))
+        containment.forget(identity)  # its end is in the state now
         self._wake.set()
 
     def _end_all(self, job: Job, grace: float) -> bool:
@@ -243,6 +252,20 @@ class ProcessesMixin(SchedulerCore):
                 pass
             return
         self._spawn(self._end_all, f"scheduler-kill-{job.id}", job, KILL_GRACE)
+
+
+def ending(code: int, err: str) -> tuple[str, str]:
+    """The state and reason of a job whose program ended with ``code`` (Popen's:
+    ``-N`` for signal N); ``err`` names its error output."""
+    if code == 0:
+        return "done", ""
+    if code < 0:
+        try:
+            name = f" ({signal.Signals(-code).name})"
+        except ValueError:
+            name = ""
+        return "failed", f"killed by signal {-code}{name}; see {err}"
+    return "failed", f"exit code {code}; see {err}"
 
 
 def _bindable(host: str, port: int) -> bool:

@@ -72,6 +72,11 @@ def read_pids(path: Path, timeout: float = 20) -> list[int]:
     return [int(p) for p in path.read_text().split()]
 
 
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def kill_all(pids) -> None:
     for pid in pids:
         try:
@@ -192,14 +197,16 @@ def test_a_job_outlives_its_daemon_and_is_adopted_and_killed_by_another(tmp_path
     identity = json.loads(daemon.stdout)  # as persisted: the daemon that started it is gone
     pids = read_pids(out)
     try:
-        assert identity["pid"] == pids[0] and (identity["cgroup"] is not None) == (mode == "cgroup")
+        assert (identity["cgroup"] is not None) == (mode == "cgroup") and identity["supervised"]
+        assert identity["pid"] == parent_of(pids[0])  # the supervisor, the program's parent
         assert containment.alive(identity)
         assert set(pids) <= containment.members(identity)
         proc = containment.adopt(identity)
         assert proc.poll() is None and not proc.ended
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(0.3)
-        os.kill(pids[0], signal.SIGKILL)  # the first process ends; the stubborn ones stay
+        os.kill(pids[0], signal.SIGKILL)  # the program ends, and its supervisor (which records
+        # nothing here: no outcome directory); the stubborn ones stay
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(0.5)
         assert containment.alive(identity)

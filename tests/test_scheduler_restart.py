@@ -96,18 +96,37 @@ def test_a_killed_scheduler_resumes_its_jobs(daemon, tmp_path):
     assert starts == [first, second, third]  # the second started once, after the first
 
 
-def test_a_job_gone_while_the_scheduler_was_down_is_failed_and_frees_its_node(daemon, tmp_path):
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("supervisor", ["records", "killed too"])
+def test_a_job_gone_while_the_scheduler_was_down_frees_its_node(daemon, tmp_path, supervisor):
+    """Its program killed while the scheduler was down: failed, with the signal its
+    supervisor recorded; with the supervisor killed too, nothing says how it
+    ended: failed, "exit status unknown". Either way the second job gets the node."""
     daemon.start()
     first = daemon.request("submit", job=sleeper(tmp_path, "first", 30))["id"]
     second = daemon.request("submit", job=sleeper(tmp_path, "second", 0.1))["id"]
     pid = int(eventually(lambda: (tmp_path / "first.pid").exists() and (tmp_path / "first.pid").read_text(),
                    "the first job's pid"))
+    leader = parent_of(pid)
     daemon.kill()
+    if supervisor == "killed too":
+        os.kill(leader, signal.SIGKILL)
+        eventually(lambda: not alive(leader), "the supervisor to die")
     os.kill(pid, signal.SIGKILL)
-    eventually(lambda: not alive(pid), "the first job to die")
+    eventually(lambda: not alive(pid) and not alive(leader), "the first job to die")
     daemon.start()
     jobs = eventually(lambda: (j := daemon.jobs())[second]["state"] == "done" and j, "the second job")
-    assert jobs[first]["state"] == "failed" and "restarted" in jobs[first]["reason"]
+    assert jobs[first]["state"] == "failed"
+    if supervisor == "records":
+        assert jobs[first]["reason"].startswith("killed by signal 9 (SIGKILL)")
+        assert jobs[first]["reason"].endswith("it ended while the scheduler was down")
+    else:
+        assert "restarted" in jobs[first]["reason"] and "unknown" in jobs[first]["reason"]
+    assert list((tmp_path / "state" / "outcomes").iterdir()) == []
 
 
 def test_a_second_scheduler_on_the_same_state_is_refused(daemon, tmp_path):
