@@ -485,7 +485,11 @@ class Runtime:
         the same lock), so a leaving place that has a fence from every staying
         place knows that no more work can reach it. Replies and finish reports
         may still come; the link closes when the place has gone (LEFT).
+        A place that died since the table was made stays dead: a table is built
+        before its acknowledgements are awaited, and a death may come in between.
         """
+        with self._lock:
+            table = {pid: entry for pid, entry in table.items() if pid not in self.dead}
         for pid, (_host, endpoint, _) in table.items():
             if pid != self.id and pid not in self.places:
                 self.transport.connect(pid, endpoint)

@@ -28,6 +28,7 @@ __all__ = ["GLB", "Bag", "Result"]
 
 
 R = TypeVar("R", bound="Result")
+T = TypeVar("T")
 _ids = itertools.count(1)
 log = logging.getLogger("glb")
 #: a worker's start task: (place, function, arguments)
@@ -318,15 +319,17 @@ class _GLBHandler(apgas.MalleableHandler):
         gone = {p.id for p in leaving}
         staying = [p.id for p in places if p.id not in gone]
         for pid in staying:
-            immediate_at(pid, w.set_members, self.gid, staying)
+            self._call(pid, w.set_members, self.gid, staying)
         for p in leaving:
-            result, thieves, stats, samples = immediate_at(p.id, w.leave, self.gid, staying,
-                                                           p.id in self.start_sent)
+            left = self._call(p.id, w.leave, self.gid, staying, p.id in self.start_sent)
+            if left is None:
+                continue  # lost meanwhile (resilient): its work is restored from place 0's copies
+            result, thieves, stats, samples = left
             _write_loads(p.id, self.gid, samples)
             w.absorb(self.gid, result)  # place 0 stays: partial results live on here
             if self.glb._recovery is not None:  # its result is here now, not in the store
                 self.glb._recovery.store.retire(p.id)
-            immediate_at(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
+            self._call(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
         return leaving
 
@@ -334,11 +337,28 @@ class _GLBHandler(apgas.MalleableHandler):
         self.started.wait()
         members = [p.id for p in continued + added]
         for p in continued:  # first: a worker drops a thief that is not a member
-            immediate_at(p.id, w.set_members, self.gid, members)
-        with apgas.finish():  # the new places set up at once: each imports the bag's modules
-            for p in added:
-                apgas.async_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype,
-                               members, True, self.sample)
+            self._call(p.id, w.set_members, self.gid, members)
+        try:
+            with apgas.finish():  # the new places set up at once: each imports the bag's modules
+                for p in added:
+                    apgas.async_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype,
+                                   members, True, self.sample)
+        except apgas.MultipleException as e:
+            if self.glb._recovery is None or not all(isinstance(x, apgas.DeadPlaceError)
+                                                     for x in e.exceptions):
+                raise
+
+    def _call(self, place: int, fn: Callable[..., T], *args: Any) -> T | None:
+        """``immediate_at``; resilient, a place lost meanwhile gives None (its work is
+        restored), where plain GLB fails the order."""
+        try:
+            return immediate_at(place, fn, *args)
+        except apgas.DeadPlaceError:
+            if self.glb._recovery is None:
+                raise
+            log.warning("GLB %d: place %d was lost during an order; going on without it",
+                        self.gid, place)
+            return None
 
 
 def _write_loads(place: int, gid: int, samples: list[Sample] | None) -> None:

@@ -34,14 +34,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 
 import apgas
 from apgas.lowlevel import immediate_at, spawn_under
 
-__all__ = ["Store", "Ledger", "ResilienceStats", "LOOT", "BAG", "STATIC", "open_blob"]
+__all__ = ["Store", "Ledger", "ResilienceStats", "Held", "COMING", "coming", "LOOT", "BAG", "STATIC", "open_blob"]
 
 log = logging.getLogger("glb.resilience")
 
@@ -51,6 +51,21 @@ LOOT, BAG, STATIC = "loot", "bag", "static"
 Key = tuple[int, Any]
 
 _stores: dict[int, Store] = {}  # at place 0: gid -> store
+
+
+class Held(NamedTuple):
+    """A piece of work in a place's ``shared`` queue, and its id in place 0's store."""
+
+    pid: int
+    bag: Any
+
+
+#: a resilient steal's answer: the loot comes from place 0, in a task of its own
+COMING = "glb:loot-coming"
+
+
+def coming(loot: Any) -> bool:
+    return isinstance(loot, str) and loot == COMING
 
 
 class Blob(bytes):
@@ -170,7 +185,8 @@ class Store:
             return False
         piece.owner = to  # from now on the piece is the thief's: lost with it, restored from here
         try:
-            return spawn_under(self.fref, to, self.arrive, self.gid, pid, piece.kind, piece.bag)
+            return spawn_under(self.fref, to, self.arrive, self.gid, pid, piece.kind, piece.bag,
+                               place)
         except apgas.DeadPlaceError:
             return True  # its loss is being handled: recover(to) restores the piece
 
@@ -225,7 +241,8 @@ class Store:
                 self._next_target += 1
                 piece.owner = to
                 try:
-                    if not spawn_under(self.fref, to, self.arrive, self.gid, pid, piece.kind, piece.bag):
+                    if not spawn_under(self.fref, to, self.arrive, self.gid, pid, piece.kind,
+                                       piece.bag, None):
                         piece.owner = None
                         break
                 except apgas.DeadPlaceError:

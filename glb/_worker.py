@@ -16,14 +16,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import apgas
 from apgas.lowlevel import blocking, immediate_at
 
 from ._config import GLBConfig
 from ._lifelines import lifelines
-from ._resilience import BAG, LOOT, STATIC, Ledger, give, open_blob
+from ._resilience import BAG, COMING, LOOT, STATIC, Held, Ledger, coming, give, open_blob
 from ._sampling import Sample, Sampler
 from ._stats import PlaceStats
 
@@ -31,21 +31,6 @@ log = logging.getLogger("glb.worker")
 
 _states: dict[int, PlaceState] = {}
 _states_lock = threading.Lock()
-
-#: a resilient steal's answer: the loot comes from place 0, in a task of its own
-COMING = "glb:loot-coming"
-
-
-def _coming(loot: Any) -> bool:
-    return isinstance(loot, str) and loot == COMING
-
-
-class Held(NamedTuple):
-    """Resilient mode: a piece of work and its id in place 0's store."""
-
-    pid: int
-    bag: Any
-
 
 def state(gid: int) -> PlaceState:
     try:
@@ -272,16 +257,16 @@ def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> Non
             loot = None if st.leaving else st.steal()
             with st.lock:
                 st.stealing = False
-                if (loot is None or _coming(loot)) and st.shared:  # a COMING one may be here
+                if (loot is None or coming(loot)) and st.shared:  # a COMING one may be here
                     loot = st.shared.popleft()
-                if loot is None or _coming(loot):
+                if loot is None or coming(loot):
                     sealed = st.end_worker(bag, result, units, busy, ledger)
                     leaving = st.leaving
             if loot is None:
                 if not leaving:
                     st.set_lifelines()
                 break
-            if _coming(loot):  # place 0 sends it in a task that starts a worker
+            if coming(loot):  # place 0 sends it in a task that starts a worker
                 break
         if st.leaving:
             st.forward(loot)
@@ -373,12 +358,13 @@ def _deliver(gid: int, loot: Any, buddy: int | None = None) -> None:
         _worker(gid, None)
 
 
-def arrive(gid: int, pid: int, kind: str, bag: Any) -> None:
-    """Counted, resilient: a piece sent by place 0 arrives. Loot joins ``shared``; a
-    dead place's restored bag (it may hold a partial result) gets a worker of its own."""
+def arrive(gid: int, pid: int, kind: str, bag: Any, giver: int | None) -> None:
+    """Counted, resilient: a piece sent by place 0 arrives, given by ``giver`` (None:
+    restored). Loot joins ``shared``; a dead place's restored bag (it may hold a partial
+    result) gets a worker of its own."""
     bag = open_blob(bag)
     if kind == LOOT:
-        _deliver(gid, Held(pid, bag))
+        _deliver(gid, Held(pid, bag), giver)
         return
     assert kind in (BAG, STATIC), kind
     if kind == STATIC:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from glb_bags import CarryingIntervalBag, Count, GatedBag, Total, TreeBag, X10IntervalBag, interval_total, tree_nodes
+from orders import random_orders
 
 import apgas
 from glb import GLB, GLBConfig
@@ -157,3 +158,43 @@ def test_plain_glb_still_fails_clearly_when_a_place_dies(tmp_path: Path) -> None
         apgas.run(main, places=3, threads=2)
     errors = info.value.exceptions if isinstance(info.value, apgas.MultipleException) else [info.value]
     assert any(isinstance(e, apgas.DeadPlaceError) for e in errors)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("seed", range(3))
+def test_kills_during_random_grows_and_shrinks_lose_nothing(seed: int, malleable_address,
+                                                             tmp_path: Path) -> None:
+    """Random grow and shrink orders and, meanwhile, SIGKILLs of random places other than 0;
+    an order may fail when its place is killed under it, the result may not."""
+    gate = tmp_path / "gate"
+    rng = random.Random(seed)
+
+    def kill_some() -> None:
+        for _ in range(2):
+            time.sleep(rng.uniform(0.05, 0.5))
+            others = [p for p in apgas.places() if p.id != 0]
+            if len(others) > 1:
+                try:
+                    os.kill(apgas.at(rng.choice(others), os.getpid), signal.SIGKILL)
+                except apgas.DeadPlaceError:
+                    pass  # left or died meanwhile
+
+    def main() -> tuple[Any, Any, list[list[str]]]:
+        orders, replies = random_orders(malleable_address, random.Random(seed), f"r{seed}")
+        killer = threading.Thread(target=kill_some, daemon=True)
+        killer.start()
+
+        def open_gate() -> None:
+            orders.join(60)
+            killer.join(60)
+            gate.touch()
+        threading.Thread(target=open_gate, daemon=True).start()
+        config = GLBConfig(resilient=True, malleable=True, n=64, seed=seed, backup_interval=0.05)
+        glb = GLB(config)
+        result = glb.compute_dynamic(GatedBag(X10IntervalBag([INTERVAL], spin=2), str(gate)), Total())
+        return result, glb.resilience, replies
+
+    result, resilience, replies = apgas.run(main, places=3, threads=2)
+    assert result == interval_total(*INTERVAL), (replies, resilience)
+    assert len(replies) >= 3, replies
+    print(replies, resilience)
