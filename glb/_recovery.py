@@ -45,7 +45,7 @@ class Recovery:
 
     def _targets(self) -> list[int]:
         """The live places of the computation, as place 0's GLB state knows them."""
-        members = w.state(self.gid).members if self.gid in w._states else [0]
+        members = w.members(self.gid) or [0]
         live = {p.id for p in apgas.places()}
         return [m for m in members if m in live]
 

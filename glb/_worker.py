@@ -411,6 +411,12 @@ def start_static(gid: int, make_bag: Callable[[int, int], Any], position: int, p
     _worker(gid, make_bag(index, places * workers), None, key(index))
 
 
+def members(gid: int) -> list[int] | None:
+    """This place's list of the computation's live places (None: no such computation)."""
+    st = _states.get(gid)
+    return None if st is None else list(st.members)
+
+
 def set_members(gid: int, members: list[int]) -> None:
     st = _states.get(gid)
     if st is not None:
