@@ -11,7 +11,8 @@ the token derived from the operator's key (:func:`dashboard_token`).
 
 The rules: the operator (the scheduler's own user, or root) may do everything;
 another user may submit jobs (they run as that user), see the status, and
-cancel their own jobs; adding nodes and shutting down are the operator's.
+cancel their own jobs; adding nodes, bringing nodes that are down back
+(``node-up``) and shutting down are the operator's (:data:`OPERATOR_ONLY`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = ["Client", "authorize", "default_key_file", "default_socket_path",
            "socket_candidates", "socket_dir", "state_home", "default_output_dir", "listen_unix",
            "dashboard_token", "OPERATOR_ONLY"]
 
-OPERATOR_ONLY = ("add-nodes", "shutdown")
+OPERATOR_ONLY = ("add-nodes", "node-up", "shutdown")
 
 
 @dataclasses.dataclass(frozen=True)

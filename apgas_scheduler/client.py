@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import secrets
+import select
 import socket
 import stat
 import time
@@ -114,9 +115,15 @@ def _connect_tcp(address: tuple[str, int], trusted: set[int], timeout: float) ->
         uid = peer_uid(conn)
         local = peer_is_local(conn)
         # A connection the server has not accepted yet may name no owner (always so for
-        # a root server, and for any on older kernels): ask again until it is accepted.
+        # a root server, and for any on older kernels): ask again until it is accepted,
+        # unless the other end reset or closed it meanwhile (a scheduler killed with the
+        # connection in its queue): then nothing went out and the caller may try again.
         deadline, pause = time.monotonic() + timeout, 0.005
         while uid is None and local and time.monotonic() < deadline:
+            if _hung_up(conn):
+                raise SchedulerUnreachable(f"cannot reach the scheduler at {address[0]}:"
+                                           f"{address[1]}: the connection was closed before it "
+                                           "was taken (the scheduler stopped?)", sent=False)
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
             uid = peer_uid(conn)
@@ -131,6 +138,21 @@ def _connect_tcp(address: tuple[str, int], trusted: set[int], timeout: float) ->
         conn.close()
         raise
     return conn
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the other end of ``conn`` reset or closed it; nothing is read from it
+    (a peek, and only once poll says it would not block)."""
+    try:
+        poller = select.poll()
+        poller.register(conn, select.POLLIN | select.POLLPRI)
+        if not poller.poll(0):
+            return False  # nothing came: not closed
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:  # reset (ECONNRESET), or no longer a connection
+        return True
 
 
 def request(address: tuple[str, int], op: str, timeout: float = 30.0, *, key: str | None = None,

@@ -4,9 +4,12 @@ was lost (a crash, a restart) safe to send again, also across a restart."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import sqlite3
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from orders import free_address
@@ -16,6 +19,7 @@ from apgas_scheduler.client import SchedulerError, SchedulerUnreachable, request
 from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.policies import get_policy
 from apgas_scheduler.state import DB_NAME, StateStore
+from benchmarks.scheduler_crash import Serve
 
 pytestmark = pytest.mark.timeout(60)
 JOB = {"name": "once", "command": ["/bin/true"], "class": "rigid", "nodes": 1, "walltime": 30}
@@ -120,6 +124,124 @@ def test_without_a_retry_the_caller_hears_that_the_submit_went_out(make_schedule
         client.submit(free_address(), JOB)  # nobody listens there
 
     assert not refused.value.sent
+
+
+def all_stopped(pid: int, within: float) -> bool:
+    """Whether every thread of ``pid`` is stopped (state T) within ``within`` s: a
+    SIGSTOP is not in force before each thread has noticed it."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue  # a thread that ended
+        if states and all(state == "T" for state in states):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_connection_closed_before_it_was_taken_fails_at_once(monkeypatch):
+    """A client waiting for the server to take its connection (a server that names
+    no owner until then: root's, or any on older kernels) hears at once, not after
+    its timeout, that the server closed its port, and that nothing went out."""
+    queued = threading.Event()
+    asked: list[int] = []
+
+    def no_owner_yet(conn: socket.socket) -> None:
+        asked.append(1)
+        if len(asked) > 1:  # asked again: the client waits to be taken
+            queued.set()
+        return None
+
+    monkeypatch.setattr(client, "peer_uid", no_owner_yet)
+    listener = socket.create_server(("127.0.0.1", 0))  # listens, never accepts
+    caught: list[tuple[BaseException, float]] = []
+
+    def ask() -> None:
+        began = time.monotonic()
+        try:
+            request(listener.getsockname(), "status", timeout=30, key="k" * 32)
+        except BaseException as e:  # noqa: BLE001 (looked at below)
+            caught.append((e, time.monotonic() - began))
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    try:
+        assert queued.wait(10), "the client never connected"
+    finally:
+        listener.close()  # the queued connection is reset
+    asker.join(15)
+    assert not asker.is_alive() and len(caught) == 1
+    error, seconds = caught[0]
+    assert isinstance(error, SchedulerUnreachable) and not error.sent, error
+    assert seconds < 10, f"{seconds:.1f} s: the client waited for its timeout"
+
+
+def test_a_tcp_submit_survives_a_daemon_killed_with_it_in_its_queue(tmp_path, monkeypatch):
+    """serve stopped, a submit with retry_for over TCP connects (its connection waits
+    in serve's queue), serve is SIGKILLed and started again 0.3 s later: the submit
+    is sent again at once, not after the client's 30 s connect timeout, and is one job."""
+    serve = Serve(tmp_path, nodes=1)
+    serve.start()
+    connected = threading.Event()  # once it waits to be taken, or knows its server
+    nameless: list[bool] = []  # whether the queued connection named no owner
+    real_peer_uid = client.peer_uid
+
+    def watched(conn: socket.socket) -> int | None:
+        uid = real_peer_uid(conn)
+        nameless.append(uid is None)
+        if uid is not None or len(nameless) > 1:
+            connected.set()
+        return uid
+
+    monkeypatch.setattr(client, "peer_uid", watched)
+    failures: list[SchedulerUnreachable] = []
+    real_request = client.request
+
+    def counted(*args, **kwargs):
+        try:
+            return real_request(*args, **kwargs)
+        except SchedulerUnreachable as e:
+            failures.append(e)
+            raise
+
+    monkeypatch.setattr(client, "request", counted)
+    outcome: list[tuple[int | BaseException, float]] = []
+
+    def submit() -> None:
+        began = time.monotonic()
+        try:
+            outcome.append((client.submit(serve.address, JOB, retry_for=30, key=serve.key()),
+                            time.monotonic() - began))
+        except BaseException as e:  # noqa: BLE001 (looked at below)
+            outcome.append((e, time.monotonic() - began))
+
+    submitter = threading.Thread(target=submit, daemon=True)
+    try:
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGSTOP)
+        assert all_stopped(serve.proc.pid, 10), "serve did not stop"  # takes no connection now
+        submitter.start()
+        assert connected.wait(10), "the client never connected"
+        waited_unnamed = all(nameless)  # the server never named itself: root's, an older kernel
+        serve.kill()
+        time.sleep(0.3)
+        serve.start()
+        submitter.join(40)
+        assert not submitter.is_alive() and len(outcome) == 1
+        job_id, seconds = outcome[0]
+        assert isinstance(job_id, int), job_id
+        assert seconds < 10, f"{seconds:.1f} s: the submit waited for the client's timeout"
+        assert [j["id"] for j in serve.status()["jobs"]] == [job_id]
+        assert failures, "the submit was never sent again"
+        if waited_unnamed:  # the client was waiting to be taken: it knew nothing went out
+            assert not failures[0].sent, failures[0]
+    finally:
+        serve.stop()
+        submitter.join(5)
 
 
 def test_a_state_of_the_previous_schema_is_taken_up(tmp_path):
