@@ -91,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import communicate_or_kill, machine_info, require, setup_logging, write_json
+from ._places import end_group, kill_leftovers, kill_places, track_group
 from .scaling import busy_seconds, children_cpu
 
 log = logging.getLogger("benchmarks.resilience")
@@ -104,89 +105,6 @@ DEPTH, QUICK_DEPTH = 14, 13
 KILL_WINDOW = (0.15, 0.75)         # kill moments, as fractions of T0 after all places run
 DIED = re.compile(r"\[place 0\].*\bplace (\d+) died\b")
 
-_groups: set[int] = set()          # process groups of runs not yet ended
-
-
-# -- the processes of one run -------------------------------------------------------------------
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, process group) of ``pid`` from /proc, or None if it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()   # the name may hold spaces and parentheses
-    return int(fields[1]), int(fields[2])
-
-
-def _all_stats() -> dict[int, tuple[int, int]]:
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (st := _stat(int(name))) is not None:
-            out[int(name)] = st
-    return out
-
-
-def descendants(root: int) -> list[int]:
-    """The living descendants of ``root`` (not ``root`` itself)."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in _all_stats().items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], list(children.get(root, ()))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, ()))
-    return sorted(found)
-
-
-def place_processes(root: int) -> dict[int, int | None]:
-    """The place processes below the ``glb.apps`` process ``root`` (place 0, never
-    listed): pid -> place id, or None for a forked place (its command line is the
-    fork template's). A place runs ``apgas._serve`` with its stdin a pipe from
-    place 0; the template and its middle processes have ``/dev/null``."""
-    places: dict[int, int | None] = {}
-    for pid in descendants(root):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            stdin = os.readlink(f"/proc/{pid}/fd/0")
-        except OSError:
-            continue
-        if "apgas._serve" not in argv or not stdin.startswith("pipe:") or pid == root:
-            continue
-        place = int(argv[argv.index("--place") + 1]) if "--place" in argv[:-1] else None
-        if place != 0:
-            places[pid] = place
-    return places
-
-
-def _group_members(pgid: int) -> list[int]:
-    return [pid for pid, (_, group) in _all_stats().items() if group == pgid]
-
-
-def _end_group(proc: subprocess.Popen) -> list[int]:
-    """Kill the run's process group; the members that outlived its leader, if any."""
-    left = _group_members(proc.pid) if proc.poll() is not None else []
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if proc.poll() is None:
-        proc.wait()
-    _groups.discard(proc.pid)
-    return left
-
-
-def kill_leftovers() -> None:
-    """Kill the process groups of runs that did not end (after an interruption)."""
-    for pgid in list(_groups):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        _groups.discard(pgid)
-
-
 def run_uts(args: list[str], env: dict[str, str], timeout: float, kills: list[float] | None = None,
             places: int = 0, rng: random.Random | None = None) -> dict[str, Any]:
     """One ``python -m glb.apps uts ARGS --json`` in its own process group; with ``kills``
@@ -199,18 +117,18 @@ def run_uts(args: list[str], env: dict[str, str], timeout: float, kills: list[fl
             busy, own, began = busy_seconds(), children_cpu(), time.monotonic()
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-            _groups.add(proc.pid)
+            track_group(proc.pid)
             killed: list[dict[str, Any]] = []
             hang, left = False, []
             try:
                 if kills:
                     assert rng is not None
-                    killed = _kill_places(proc, places, kills, rng, began)
+                    killed = kill_places(proc, places, kills, rng, began)
                 communicate_or_kill(proc, max(1.0, timeout - (time.monotonic() - began)))
             except subprocess.TimeoutExpired:
                 hang = True
             finally:
-                left = _end_group(proc)
+                left = end_group(proc)
             wall = time.monotonic() - began
             now = busy_seconds()
             others = None if busy is None or now is None else \
@@ -221,31 +139,6 @@ def run_uts(args: list[str], env: dict[str, str], timeout: float, kills: list[fl
     return {"command": cmd[1:], "exit": proc.returncode, "hang": hang, "record": record, "killed": killed,
             "died": sorted({int(m) for m in DIED.findall(stderr)}), "left_behind": left,
             "wall_s": wall, "others_cores": others, "stderr_tail": stderr[-3000:]}
-
-
-def _kill_places(proc: subprocess.Popen, places: int, kills: list[float], rng: random.Random,
-                 began: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 120
-    while len(place_processes(proc.pid)) < places - 1:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            log.warning("the places never all ran (exit %s): no kill", proc.poll())
-            return []
-        time.sleep(0.05)
-    ready = time.monotonic()
-    killed: list[dict[str, Any]] = []
-    for offset in sorted(kills):
-        time.sleep(max(0.0, ready + offset - time.monotonic()))
-        if proc.poll() is not None:
-            log.warning("the run ended before the kill at %.2f s", offset)
-            break
-        live = sorted(set(place_processes(proc.pid)) - {k["pid"] for k in killed} - {proc.pid})
-        if not live:
-            break
-        victim = rng.choice(live)
-        assert victim != proc.pid   # place 0 is the glb.apps process: never killed
-        os.kill(victim, signal.SIGKILL)
-        killed.append({"pid": victim, "planned_s": offset, "at_s": time.monotonic() - ready})
-    return [{**k, "places_ran_after_s": ready - began} for k in killed]
 
 
 # -- the two parts --------------------------------------------------------------------------------
