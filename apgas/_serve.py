@@ -24,7 +24,7 @@ import threading
 from typing import Any, NoReturn
 
 from launcher._forktemplate import serve_forks
-from launcher.mpi import load_mpi
+from launcher.mpi import load_mpi, stand_down, start_watchdog
 
 from . import _serialization as ser
 from ._config import Config, is_wildcard, parse_preload
@@ -179,7 +179,10 @@ def serve_rank() -> NoReturn:
     comm.gather(MPI.Get_processor_name(), root=0)
     boot = comm.bcast(None, root=0)
     boot.update(place=comm.Get_rank(), host=MPI.Get_processor_name())
+    watchdog = start_watchdog(boot)  # ends this rank if place 0 is lost and it cannot end
     code = serve(boot, watch_stdin=False)
+    if code == 0:
+        stand_down(watchdog)  # an orderly end: finalize in peace
     MPI.Finalize()
     _exit_with_pmi_finalize(code)
 

@@ -16,7 +16,7 @@ from typing import IO, Any, Protocol
 from ._hostnames import check_host
 
 __all__ = ["Launcher", "PlaceProcess", "LaunchedPlace", "StderrTail", "StderrHub", "stderr_hub",
-           "place_command", "child_environment", "checked_host"]
+           "place_command", "supervised", "child_environment", "checked_host"]
 
 
 class PlaceProcess(Protocol):
@@ -100,6 +100,12 @@ def place_command(place_id: int, python: str = "") -> list[str]:
     """The command line of a place process (the parent pid marks whose child it is)."""
     return [python or sys.executable, "-m", "apgas._serve",
             "--parent", str(os.getpid()), "--place", str(place_id)]
+
+
+def supervised(argv: Sequence[str]) -> list[str]:
+    """``argv`` (a place command) under its supervisor, run by the same Python: on
+    another host it ends the place when place 0 is gone (:mod:`launcher._supervise`)."""
+    return [argv[0], "-m", "launcher._supervise", "--", *argv]
 
 
 _MPI_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_", "I_MPI_")

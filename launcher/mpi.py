@@ -6,16 +6,31 @@ runs ``main`` and the other ranks serve as places 1..n-1 over the runtime's
 own sockets. mpiexec owns the rank processes: they stay until the job ends
 (``MPI_Finalize`` waits for every rank), cannot be removed by a shrink, and if
 one dies mpiexec ends them all. Growth goes through another launcher.
+
+mpiexec does not end a rank whose host is cut off, nor a stopped rank when
+place 0 is gone, so each rank other than 0 starts a watchdog beside it
+(:func:`start_watchdog`, :mod:`launcher._supervise`) that ends it then. A
+stopped rank stays while place 0 runs on: mpiexec would answer its end by
+ending the whole job, place 0 included.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from ._base import Launcher, PlaceProcess
+from ._base import Launcher, PlaceProcess, child_environment
 
-__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "claim_ranks", "load_mpi"]
+log = logging.getLogger("apgas.launcher")
+
+__all__ = ["MpiLauncher", "mpi_rank_from_env", "start_ranks", "claim_ranks", "load_mpi",
+           "start_watchdog", "stand_down"]
 
 _claimed = False  # the ranks serve one apgas.run: after it they have finalized and exited
 
@@ -106,3 +121,37 @@ def start_ranks(rt: Any, timeout: float) -> list[Any]:
     hosts = comm.gather(MPI.Get_processor_name(), root=0)
     comm.bcast(rt.bootstrap(None, None), root=0)
     return rt.start_places(hosts[1:], MpiLauncher(rt.config, comm.Get_size()), timeout)
+
+
+def start_watchdog(bootstrap: Mapping[str, Any]) -> subprocess.Popen[bytes] | None:
+    """At a rank other than 0: start its watchdog (``python -m launcher._supervise
+    --pid``), which SIGKILLs this process when place 0's link is lost and this
+    process has neither ended nor called :func:`stand_down` within a second.
+    None (and a warning) if it cannot start: the rank serves unwatched."""
+    line = json.dumps({"place": bootstrap.get("place"),
+                       "parent_endpoint": bootstrap.get("parent_endpoint"),
+                       "config": {"heartbeat": bootstrap.get("config", {}).get("heartbeat")}})
+    env = child_environment()  # not a rank itself
+    root = str(Path(__file__).resolve().parent.parent)  # where this package is found
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "launcher._supervise", "--pid", str(os.getpid())],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True, env=env)
+        assert watchdog.stdin is not None
+        watchdog.stdin.write(line.encode() + b"\n")
+        watchdog.stdin.flush()
+    except OSError as e:
+        log.warning("rank %s runs without a watchdog (%s): it stays if place 0 is cut off "
+                    "while it cannot end by itself", bootstrap.get("place"), e)
+        return None
+    return watchdog
+
+
+def stand_down(watchdog: subprocess.Popen[bytes] | None) -> None:
+    """Place 0 asked this rank to stop: its watchdog ends, the rank finalizes."""
+    if watchdog is not None and watchdog.stdin is not None:
+        try:
+            watchdog.stdin.close()
+        except OSError:
+            pass

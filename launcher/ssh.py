@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ._base import Launcher, checked_host
+from ._base import LaunchedPlace, Launcher, PlaceProcess, checked_host, place_command, supervised
 from .local import is_local_host
 
 __all__ = ["SshLauncher"]
@@ -22,9 +23,21 @@ class SshLauncher(Launcher):
     ``ssh -F cluster.conf``; BatchMode is forced so that a missing key fails at
     once instead of asking for a password nobody will type. The host comes after
     ``--`` and must pass :func:`launcher.check_host`: it is never read as an option.
+
+    On the host the place runs under its supervisor (:mod:`launcher._supervise`),
+    which ends it when place 0 dies, is cut off, or kills this ssh client
+    (declaring the place dead): sshd alone would leave a stopped place there,
+    and a cut link gives it no end of file.
     """
 
     name = "ssh"
+
+    def launch(self, place_id: int, host: str, bootstrap: Mapping[str, Any],
+               python: str = "") -> PlaceProcess:
+        checked_host(host)
+        argv = place_command(place_id, python)
+        return LaunchedPlace(self.command(host, argv if is_local_host(host) else supervised(argv)),
+                             bootstrap)
 
     def command(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
                 secret_names: Sequence[str] = (), cwd: str | None = None) -> list[str]:

@@ -2,20 +2,22 @@
 (``tests/vcluster.py``), each with its own address in 198.18.0.0/15, host name,
 sshd and slurmd. Runs through ssh and srun, grows onto a new host, GLB under
 orders, the scheduler with jobs on other hosts, and hosts that crash or fall
-off the network."""
+off the network, and places whose process is stopped: each is gone from its host
+soon after (its supervisor, ``launcher/_supervise.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import eventually
+from conftest import eventually, wait_gone
 from orders import free_port
 
 from benchmarks._common import tagged_results
@@ -215,3 +217,156 @@ def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
     host, cwd = (tmp_path / f"job-{r}.out").read_text().split()
     assert host in ("vh3", "vh4") and cwd == str(ROOT / "tests")  # the job's directory, there
     assert strays(vc) == {}
+
+
+# -- nothing of a stopped or cut-off place stays on its host (issue 30) --------------------
+
+HEARTBEAT, TIMEOUT = "0.5:3", 3.0
+BUDGET = TIMEOUT + 4.0  # s until a place that cannot end by itself is gone from its host
+HOLD = """
+import apgas, json, os, time
+
+def main():
+    places = apgas.places()
+    print("PIDS " + json.dumps({p.id: apgas.at(p, os.getpid) for p in places}), flush=True)
+    deadline = time.monotonic() + 60
+    while len(apgas.places()) > len(places) - int(os.environ.get("DEATHS", "1")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)  # until place 0 has declared DEATHS places dead
+    return {"survivors": [p.id for p in apgas.places()]}
+
+print("RESULT " + json.dumps(apgas.run(main)), flush=True)
+"""
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def hold_on_hosts(vc, tmp_path) -> tuple[subprocess.Popen, dict[int, int]]:
+    """Start HOLD with place 0 on vh1 and a place on each of vh2..vh4 (ssh); the process
+    and every place's pid."""
+    prog = tmp_path / "hold.py"
+    prog.write_text(HOLD)
+    env = ssh_env(vc, APGAS_HOSTS="vh1,vh2,vh3,vh4", APGAS_INTERFACE="*", APGAS_HEARTBEAT=HEARTBEAT)
+    proc = vc.exec("vh1", [PY, str(prog)], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                   start_new_session=True)
+    line = proc.stdout.readline()
+    if not line.startswith("PIDS "):
+        proc.kill()
+        raise AssertionError((line, proc.communicate(timeout=10)))
+    return proc, {int(k): v for k, v in json.loads(line[5:]).items()}
+
+
+def supervisor_of(place: int) -> int:
+    """The pid of the supervisor of the place whose pid is ``place``."""
+    parent = _ppid(place)
+    assert "launcher._supervise" in _cmdline(parent), _cmdline(parent)
+    return parent
+
+
+def time_until_gone(pids: list[int], fault) -> float:
+    """Call ``fault()``; seconds until every one of ``pids`` is gone (at most BUDGET)."""
+    began = time.monotonic()
+    fault()
+    left = wait_gone(pids, BUDGET)
+    took = time.monotonic() - began
+    print(f"MEASURED {took:.2f} s until {pids} were gone")
+    assert left == [], f"still there after {BUDGET} s: {[_cmdline(p) for p in left]}"
+    return took
+
+
+def end(proc: subprocess.Popen, timeout: float = 60) -> dict | None:
+    """The RESULT of ``proc`` once it ended (None if it printed none); killed if it hangs."""
+    try:
+        results, _, err = tagged_results(proc, "RESULT ", timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return results[0] if results else None
+
+
+def test_a_stopped_place_is_gone_from_its_host_soon_after_it_is_declared_dead(vcluster, tmp_path):
+    vc = vcluster
+    proc, pids = hold_on_hosts(vc, tmp_path)
+    try:  # place 0 declares it dead after TIMEOUT s and kills its ssh client: the supervisor acts
+        watched = [pids[1], supervisor_of(pids[1])]
+        time_until_gone(watched, lambda: os.kill(pids[1], signal.SIGSTOP))
+    finally:
+        result = end(proc)
+    assert result == {"survivors": [0, 2, 3]}
+    assert strays(vc) == {}
+
+
+def test_a_stopped_place_on_a_cut_off_host_is_gone_from_it_within_the_heartbeat(vcluster, tmp_path):
+    vc = vcluster
+    proc, pids = hold_on_hosts(vc, tmp_path)
+    try:
+        watched = [pids[3], supervisor_of(pids[3])]
+        os.kill(pids[3], signal.SIGSTOP)
+        time_until_gone(watched, lambda: vc.link_down("vh4"))  # nothing reaches vh4 from here on
+        assert "vh4" not in strays(vc)  # still cut off: only its supervisor could end it
+        result = end(proc)
+        assert result == {"survivors": [0, 1, 2]}
+    finally:
+        vc.link_up("vh4")
+        if proc.poll() is None:
+            end(proc, 0)
+    eventually(lambda: strays(vc) == {}, "nothing left on any host after the link came back", 20)
+
+
+def test_when_place_0_is_killed_every_place_on_every_host_is_gone(vcluster, tmp_path):
+    vc = vcluster
+    proc, pids = hold_on_hosts(vc, tmp_path)
+    try:  # two places stopped (they cannot see their stdin close), one running
+        stopped = [pids[1], pids[2]]
+        watched = [*stopped, *map(supervisor_of, stopped), pids[3], supervisor_of(pids[3])]
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        time_until_gone(watched, lambda: os.kill(pids[0], signal.SIGKILL))
+    finally:
+        end(proc, 10)
+    eventually(lambda: strays(vc) == {}, "nothing left on any host", 10)
+
+
+def test_under_srun_stopped_places_are_gone_once_dead_or_once_place_0_is(vcluster, tmp_path):
+    vc = vcluster
+    if vc.slurm is None:
+        pytest.skip("the virtual cluster runs no Slurm")
+    prog, out = tmp_path / "hold.py", tmp_path / "job.out"
+    prog.write_text(HOLD)
+    env = {**vc.env, "PYTHONUNBUFFERED": "1", "APGAS_INTERFACE": "*", "APGAS_HEARTBEAT": HEARTBEAT,
+           "DEATHS": "2"}
+    job = subprocess.Popen(["sbatch", "--wait", "--nodes=4", "--time=5", f"--output={out}",
+                            f"--chdir={ROOT}", f"--wrap={shlex.join([PY, str(prog)])}"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+
+    def pids_line() -> str | None:
+        text = out.read_text() if out.exists() else ""
+        found = [line for line in text.splitlines() if line.startswith("PIDS ")]
+        return found[0] if found else ("ended" if job.poll() is not None else None)
+
+    try:
+        line = eventually(pids_line, "the job's places", 60)
+        assert line.startswith("PIDS "), (out.read_text() if out.exists() else "", job.communicate())
+        pids = {int(k): v for k, v in json.loads(line[5:]).items()}
+        # declared dead: place 0 kills its srun client, and slurmstepd ends the step at once
+        time_until_gone([pids[1], supervisor_of(pids[1])], lambda: os.kill(pids[1], signal.SIGSTOP))
+        # place 0 killed while a place is stopped: supervisors (and the job's end) end them
+        watched = [pids[2], supervisor_of(pids[2]), pids[3], supervisor_of(pids[3])]
+        os.kill(pids[2], signal.SIGSTOP)
+        time_until_gone(watched, lambda: os.kill(pids[0], signal.SIGKILL))
+        job.wait(30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+    eventually(lambda: strays(vc) == {}, "nothing left on any host", 10)
