@@ -738,7 +738,8 @@ class Runtime:
     def _judge_loss(self, pid: int, silent: str, timeout: float) -> None:
         proc = self._children.get(pid)
         grace = (LEAVE_LINGER_S + timeout) if pid in self._leaving_places else LOST_GRACE_S
-        if proc is not None:
+        if proc is not None and getattr(proc, "removable", True):  # an mpiexec rank's handle
+            # cannot say whether the rank ended: its silence decides
             try:
                 proc.wait(timeout=grace)
                 return  # it ended: watch_children or remove_places say how

@@ -307,3 +307,41 @@ def test_under_mpiexec_a_stopped_rank_ends_with_place_0_instead_of_hanging_the_j
     assert wait_gone(pids, 5) == []
     assert wait_gone(watchdogs_of(pids), 5) == []
     assert proc.returncode != 0, (out, err)  # mpiexec reports the rank it lost
+
+
+SILENT_RANK = """
+import apgas, json, os, signal, time
+def main():
+    pids = [apgas.at(p, os.getpid) for p in apgas.places()]
+    print("PIDS " + json.dumps(pids), flush=True)
+    os.kill(pids[1], signal.SIGSTOP)
+    start = time.monotonic()
+    while 1 in [p.id for p in apgas.places()] and time.monotonic() - start < 20:
+        time.sleep(0.05)
+    print("DECLARED " + json.dumps(time.monotonic() - start), flush=True)
+apgas.run(main)
+"""
+
+
+def test_under_mpiexec_place_0_declares_a_silent_rank_dead_within_the_heartbeat():
+    """An mpiexec rank's handle cannot tell whether the rank ended, so its silence
+    decides, as for any place (it used to stay in the table for good)."""
+    pytest.importorskip("mpi4py")
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    if not mpiexec.exists():
+        pytest.skip("mpiexec not found (pip install mpich)")
+    proc = subprocess.Popen([str(mpiexec), "-n", "3", sys.executable, "-c", SILENT_RANK], cwd=ROOT,
+                            env={**os.environ, "APGAS_LOCAL_HOSTS": "*", "PYTHONUNBUFFERED": "1",
+                                 "APGAS_HEARTBEAT": "0.5:3"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    pids = json.loads(next(line for line in out.splitlines() if line.startswith("PIDS "))[5:])
+    declared = json.loads(next(line for line in out.splitlines() if line.startswith("DECLARED "))[9:])
+    assert declared < 10, (out, err[-3000:])
+    assert wait_gone(pids, 5) == []
