@@ -184,7 +184,10 @@ def record(directory: int, name: str, tag: str | None, status: int) -> None:
 
 def end_like(status: int) -> None:
     """Exit as the job's program did: its code, or its signal (raised on ourselves,
-    except one that would dump a core: then 128 + the signal, as a shell says)."""
+    except one that would dump a core: then 128 + the signal, as a shell says).
+
+    ``launcher._supervise`` has a twin of this: this module runs as ``python -I
+    -S -c`` with the scheduler's rights and imports nothing of the project."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig not in CORE_SIGNALS:

@@ -239,7 +239,8 @@ def _start(argv: list[str], line: bytes) -> tuple[int, int]:
 
 def _end_like(status: int) -> NoReturn:
     """Exit as the place did: its code, or its signal raised on ourselves (a signal
-    that would dump a core: 128 + the signal, with no core)."""
+    that would dump a core: 128 + the signal, with no core). The scheduler's
+    ``_job_exec`` has a twin: it runs isolated and cannot import this one."""
     sys.stderr.flush()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)

@@ -20,7 +20,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from glb_bags import CarryingIntervalBag, Count, GatedBag, Total, TreeBag, X10IntervalBag, interval_total, tree_nodes
+from glb_bags import (
+    CarryingIntervalBag,
+    Count,
+    GatedBag,
+    Total,
+    TreeBag,
+    X10IntervalBag,
+    interval_total,
+    tree_nodes,
+)
 from orders import random_orders
 
 import apgas
@@ -197,4 +206,3 @@ def test_kills_during_random_grows_and_shrinks_lose_nothing(seed: int, malleable
     result, resilience, replies = apgas.run(main, places=3, threads=2)
     assert result == interval_total(*INTERVAL), (replies, resilience)
     assert len(replies) >= 3, replies
-    print(replies, resilience)
