@@ -88,7 +88,7 @@ def test_jobs_that_end_while_the_daemon_is_down_get_their_true_outcome(tmp_path)
         supervisors = {name: parent_of(pid) for name, pid in pids.items()}
         outcomes = tmp_path / "state" / "outcomes"
         st = outcomes.stat()
-        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
         serve.kill()
         for name in ("ok", "three", "usr1"):
             (tmp_path / f"go-{name}").touch()
