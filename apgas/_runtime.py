@@ -678,8 +678,15 @@ class Runtime:
         for pid in others:
             self.transport.send(pid, TABLE, 0, 0, payload)
         deadline = time.monotonic() + self.config.join_timeout
+
+        def settled(pid: int) -> bool:  # a removed place whose process ended acks nothing:
+            # nobody else watches it (watch_children leaves it to remove_places, which follows)
+            if pid in self._acks or pid in self.dead:
+                return True
+            proc = self._children.get(pid) if pid in removed else None
+            return proc is not None and getattr(proc, "removable", True) and proc.poll() is not None
         with self._cond:
-            while not all(p in self._acks or p in self.dead for p in others):
+            while not all(settled(p) for p in others):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ApgasError(f"places {sorted(set(others) - self._acks)} did not "
