@@ -237,12 +237,13 @@ def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> Non
                 continue
             start = time.perf_counter()
             done = bag.process(n)
-            busy += time.perf_counter() - start
+            end = time.perf_counter()
+            busy += end - start
             units += n if done is None else done
             if live is not None:
                 live[id(result)] = units
             if ledger is not None:
-                ledger.maybe_backup(bag)
+                ledger.maybe_backup(bag, end)
             if not st.leaving:
                 st.share(bag, ledger)
             continue
