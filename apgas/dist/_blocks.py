@@ -1,0 +1,177 @@
+"""What each place keeps of the distributed arrays, and the tasks that run there.
+
+Every place holds, per array id, an :class:`Entry`: the array's current layout
+and the place's block (None at a home that holds no rows). The layout is
+copied to every place of the layout and to the home, and only a
+redistribution changes it, at all of them in one ``finish``; so a handle,
+wherever it was sent, finds the current layout at its place (or at the home).
+
+A redistribution runs in two ``finish`` blocks: in the first every old owner
+pushes the slices of its block to their new owners, which assemble them in a
+staging buffer (nobody's current block changes, so the pushes can run in any
+order); in the second every place swaps its staging buffer in.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import apgas
+
+from ._layout import Layout, find, overlaps
+
+__all__ = ["Entry", "ArrayId", "entry", "each", "install", "adopt", "make_zeros", "rows_of",
+           "push", "commit", "drop", "partial_sum", "partial_dot"]
+
+ArrayId = tuple[int, int]  # (home place id, serial number at the home)
+Array = npt.NDArray[Any]
+
+
+class Entry:
+    """One place's part of one array."""
+
+    __slots__ = ("layout", "block")
+
+    def __init__(self, layout: Layout, block: Array | None) -> None:
+        self.layout = layout
+        self.block = block
+
+
+_entries: dict[ArrayId, Entry] = {}
+_staging: dict[ArrayId, Array] = {}  # blocks being assembled by a redistribution
+_lock = threading.Lock()
+
+
+def entry(aid: ArrayId) -> Entry | None:
+    """This place's entry for ``aid``, None if it keeps nothing of that array."""
+    return _entries.get(aid)
+
+
+def _own(piece: Array) -> Array:
+    """``piece`` as a block this place may write: a received array may sit read-only
+    in its message's frame (sent out of band), then it is copied once."""
+    if piece.flags.writeable and piece.flags.c_contiguous:
+        return piece
+    return np.array(piece, order="C")
+
+
+def install(aid: ArrayId, layout: Layout, block: Array | None) -> None:
+    with _lock:
+        _entries[aid] = Entry(layout, block)
+
+
+def adopt(aid: ArrayId, layout: Layout, piece: Array) -> None:
+    """Keep ``piece``, sent by the home, as this place's block."""
+    install(aid, layout, _own(piece))
+
+
+def make_zeros(aid: ArrayId, layout: Layout, tail: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    block = find(layout, apgas.here().id)
+    rows = 0 if block is None else block[2] - block[1]
+    install(aid, layout, np.zeros((rows, *tail), dtype))
+
+
+def rows_of(aid: ArrayId, lo: int, hi: int) -> Array:
+    """Global rows ``[lo, hi)`` of this place's block (a view; it is pickled if it travels)."""
+    e = _entries[aid]
+    mine = find(e.layout, apgas.here().id)
+    assert mine is not None and e.block is not None and mine[1] <= lo <= hi <= mine[2]
+    return e.block[lo - mine[1]:hi - mine[1]]
+
+
+# -- redistribution -------------------------------------------------------------
+def push(aid: ArrayId, new: Layout) -> None:
+    """Phase one at an old owner: send each piece of its block to its new owner."""
+    me = apgas.here().id
+    e = _entries[aid]
+    mine = find(e.layout, me)
+    if mine is None or e.block is None:
+        return
+    _, start, stop = mine
+    for pid, first, last, nstart, nstop in overlaps(start, stop, new):
+        piece = e.block[first - start:last - start]
+        if pid != me:
+            apgas.async_at(pid, _receive, aid, nstop - nstart, first - nstart, piece)
+        elif (first, last) == (start, stop) == (nstart, nstop):
+            with _lock:
+                _staging[aid] = e.block  # the same rows stay: no copy
+        else:
+            _receive(aid, nstop - nstart, first - nstart, piece)
+
+
+def _receive(aid: ArrayId, rows: int, offset: int, piece: Array) -> None:
+    with _lock:
+        buf = _staging.get(aid)
+        if buf is None:
+            buf = _staging[aid] = np.empty((rows, *piece.shape[1:]), piece.dtype)
+    buf[offset:offset + len(piece)] = piece  # pieces never overlap: outside the lock
+
+
+def commit(aid: ArrayId, new: Layout, home: int, tail: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    """Phase two: the assembled block becomes current; a place left out drops its block."""
+    me = apgas.here().id
+    with _lock:
+        staged = _staging.pop(aid, None)
+        if find(new, me) is not None:
+            _entries[aid] = Entry(new, staged if staged is not None else np.empty((0, *tail), dtype))
+        elif me == home:
+            _entries[aid] = Entry(new, None)
+        else:
+            _entries.pop(aid, None)
+
+
+def drop(aid: ArrayId) -> None:
+    with _lock:
+        _entries.pop(aid, None)
+        _staging.pop(aid, None)
+
+
+# -- reductions -------------------------------------------------------------------
+def _block(aid: ArrayId) -> Array:
+    block = _entries[aid].block
+    assert block is not None
+    return block
+
+
+def partial_sum(aid: ArrayId) -> Any:
+    return np.sum(_block(aid))
+
+
+def partial_dot(aid: ArrayId, bid: ArrayId) -> Any:
+    return np.dot(_block(aid).ravel(), _block(bid).ravel())
+
+
+def whole(aid: ArrayId) -> Array:
+    return _block(aid)
+
+
+# -- running one function at many places --------------------------------------------
+def each(place_ids: Sequence[int], fn: Callable[..., Any], *args: Any) -> list[Any]:
+    """``[fn(*args) at p for p in place_ids]``, run in parallel, in the order of ``place_ids``."""
+    results: dict[int, Any] = {}
+    ref = apgas.GlobalRef(results)
+    try:
+        with apgas.finish():
+            for i, pid in enumerate(place_ids):
+                apgas.async_at(pid, _call_and_reply, ref, i, fn, args)
+    finally:
+        ref.free()
+    return [results[i] for i in range(len(place_ids))]
+
+
+def _call_and_reply(ref: apgas.GlobalRef[dict[int, Any]], i: int, fn: Callable[..., Any],
+                    args: tuple[Any, ...]) -> None:
+    value = fn(*args)
+    if apgas.here() == ref.home:
+        ref.get()[i] = value
+    else:
+        apgas.async_at(ref.home, _store, ref, i, value)
+
+
+def _store(ref: apgas.GlobalRef[dict[int, Any]], i: int, value: Any) -> None:
+    ref.get()[i] = value
