@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import apgas
+from apgas import _serialization as ser
 from apgas.dist import BlockArray, _blocks, dot
 from apgas.dist._layout import even
 
@@ -278,6 +279,13 @@ def errors() -> None:
 
 def test_bad_input_gives_clear_errors():
     apgas.run(errors, places=2)
+
+
+def test_a_contiguous_slice_travels_uncopied():
+    """What ``push`` and ``from_array`` send: the slice's own memory is the message's frame."""
+    x = np.arange(1000 * 100, dtype=float).reshape(1000, 100)
+    frames = ser.dumps((entries_here, (x[10:500],), {}))
+    assert len(frames) == 2 and np.shares_memory(np.frombuffer(frames[1], dtype=float), x)
 
 
 def test_apgas_imports_without_numpy():

@@ -74,6 +74,19 @@ def _check_dtype(dtype: np.dtype[Any]) -> None:
                         f"(send the objects with apgas.at instead)")
 
 
+def _drop_where_alive(aid: tuple[int, int], ids: list[int]) -> None:
+    """Undo a half-made array (a place died while it was made): drop what was kept."""
+    _blocks.drop(aid)
+    live = {p.id for p in apgas.places()}
+    try:
+        with apgas.finish():
+            for pid in ids:
+                if pid in live:
+                    apgas.async_at(pid, _blocks.drop, aid)
+    except apgas.MultipleException:
+        pass  # another place died meanwhile: nothing of the array is left there anyway
+
+
 def _layout_at_home(aid: tuple[int, int]) -> Layout:
     e = _blocks.entry(aid)
     if e is None:
@@ -113,12 +126,17 @@ class BlockArray:
         me = apgas.here().id
         if me not in ids:
             _blocks.install(a.id, layout, None)
-        with apgas.finish():
-            for pid, start, stop in layout:
-                if pid == me:
-                    _blocks.install(a.id, layout, np.array(x[start:stop], order="C"))
-                else:  # contiguous rows travel out of band, uncopied
-                    apgas.async_at(pid, _blocks.adopt, a.id, layout, np.ascontiguousarray(x[start:stop]))
+        try:
+            with apgas.finish():
+                for pid, start, stop in layout:
+                    if pid == me:
+                        _blocks.install(a.id, layout, np.array(x[start:stop], order="C"))
+                    else:  # contiguous rows travel out of band, uncopied
+                        apgas.async_at(pid, _blocks.adopt, a.id, layout,
+                                       np.ascontiguousarray(x[start:stop]))
+        except BaseException:
+            _drop_where_alive(a.id, ids)
+            raise
         return a
 
     @classmethod
@@ -139,9 +157,13 @@ class BlockArray:
         layout = even(dims[0], ids)
         if apgas.here().id not in ids:
             _blocks.install(a.id, layout, None)
-        with apgas.finish():
-            for pid in ids:
-                apgas.async_at(pid, _blocks.make_zeros, a.id, layout, dims[1:], kind)
+        try:
+            with apgas.finish():
+                for pid in ids:
+                    apgas.async_at(pid, _blocks.make_zeros, a.id, layout, dims[1:], kind)
+        except BaseException:
+            _drop_where_alive(a.id, ids)
+            raise
         return a
 
     # -- where things are ---------------------------------------------------------------
