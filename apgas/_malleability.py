@@ -60,6 +60,29 @@ class Orders:
         # (place id, host, reason) of each lost place, for the apgas-place-lost thread
         self._lost: queue.SimpleQueue[tuple[int, str, str] | None] = queue.SimpleQueue()
         self._unwatch: Callable[[], None] | None = None
+        self._listeners: list[Any] = []  # resize listeners, in the order they were added
+
+    # -- resize listeners (apgas.lowlevel.on_resize) --------------------------------------
+    def add_listener(self, listener: Any) -> Callable[[], None]:
+        """Call ``listener.before_shrink(leaving)`` inside every shrink and release, after
+        the handler's ``pre_shrink`` chose the places and before they are removed, and
+        ``listener.after_grow(added)`` inside every grow, after the places joined and before
+        the handler's ``post_grow``; ``listener.place_lost(places)``, if it has one, when
+        places are lost without an order. All at place 0, under the order lock. A listener
+        that raises fails the order (an OrderError, as a failing handler would). Returns a
+        function that removes the listener."""
+        with self._order_lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._order_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+        return remove
+
+    def _tell_listeners(self, method: str, places: list[Place]) -> None:
+        for listener in list(self._listeners):
+            self._call(f"resize listener {listener!r} {method}", getattr(listener, method), list(places))
 
     # -- lifecycle --------------------------------------------------------------
     def listen(self) -> MalleableCommunicator:
@@ -147,6 +170,7 @@ class Orders:
                 raise OrderError(f"no place was added: {e}") from e
             t2 = time.monotonic_ns()
             try:
+                self._tell_listeners("after_grow", added)
                 self._call("post_grow", handler.post_grow, n, continued, added)
             finally:
                 self._granted(added)
@@ -176,6 +200,7 @@ class Orders:
             start = time.monotonic_ns()
             chosen = self._call("pre_shrink", handler.pre_shrink, n)
             self._check_choice(n, chosen)
+            self._tell_listeners("before_shrink", chosen)
             t1 = time.monotonic_ns()
             hosts = self._remove(chosen)
             t2 = time.monotonic_ns()
@@ -244,7 +269,9 @@ class Orders:
                 while not self._lost.empty() and (more := self._lost.get()) is not None:
                     losses.append(more)
                     self._tell_scheduler(more)
-                self._tell_handler([Place(pid, host) for pid, host, _ in losses])
+                lost = [Place(pid, host) for pid, host, _ in losses]
+                self._tell_lost_listeners(lost)
+                self._tell_handler(lost)
             if more is None:
                 return
 
@@ -256,6 +283,16 @@ class Orders:
             self.communicator.report(protocol.place_lost(host))
         except Exception:
             log.exception("could not tell the scheduler that place %d on %s was lost", place_id, host)
+
+    def _tell_lost_listeners(self, places: list[Place]) -> None:
+        for listener in list(self._listeners):
+            told = getattr(listener, "place_lost", None)
+            if told is None:
+                continue
+            try:
+                told(list(places))
+            except Exception:
+                log.exception("resize listener %r place_lost(%s) failed", listener, places)
 
     def _tell_handler(self, places: list[Place]) -> None:
         handler = self._handler if self._state == MALLEABLE else None
@@ -330,6 +367,10 @@ class Orders:
             if returned is not None and sorted(getattr(p, "id", p) for p in returned) != sorted(ids):
                 raise ApgasError(f"pre_shrink({n}, chosen) must move the work off the chosen places "
                                  f"{ids} and return them, returned {returned!r}; nothing was removed")
+            try:
+                self._tell_listeners("before_shrink", chosen)
+            except OrderError as e:
+                raise ApgasError(f"release_places: {e}; nothing was removed") from e
             t1 = time.monotonic_ns()
             hosts = self._remove(chosen)
             t2 = time.monotonic_ns()

@@ -38,8 +38,9 @@ from ._trusted_paths import (
     trusted_location,
 )
 from ._webview import CONTENT_SECURITY_POLICY, render_page
+from .errors import ApgasError
 
-__all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "watch_deaths",
+__all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "watch_deaths", "on_resize",
            "current_finish", "spawn_under",
            "serve_connections",
            "read_line", "discard_rest", "LineTooLong",
@@ -83,3 +84,17 @@ def spawn_under(fref: tuple[int, int], place: int, fn: Callable[..., Any], *args
 def removable(place: int) -> bool:
     """Whether ``place`` may leave on a shrink (mpiexec ranks and place 0 may not)."""
     return current().removable(place)
+
+
+def on_resize(listener: Any) -> Callable[[], None]:
+    """Tell ``listener`` of every grow and shrink order (and ``apgas.release_places``),
+    at place 0, inside the order: ``listener.before_shrink(leaving)`` after the
+    handler's ``pre_shrink`` chose the places and before they are removed;
+    ``listener.after_grow(added)`` after the places joined and before the handler's
+    ``post_grow``; ``listener.place_lost(places)``, if defined, when places are lost
+    without an order (while a handler or scheduler listens). A listener that raises
+    fails the order. Returns a function that removes the listener. Place 0 only."""
+    orders = current().orders
+    if orders is None:
+        raise ApgasError("on_resize: orders are carried out at place 0; call it there")
+    return orders.add_listener(listener)

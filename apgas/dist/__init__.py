@@ -23,6 +23,13 @@ Collective calls (:meth:`~BlockArray.redistribute`, :meth:`~BlockArray.free`,
 and reading calls that run while another place writes) must not overlap with
 others on the same array: order them, for example with ``finish``.
 
+With ``follow=True`` (:meth:`BlockArray.from_array`, :meth:`BlockArray.zeros`)
+an array made at place 0 follows the places: on every grow or shrink order (and
+``apgas.release_places``) the runtime re-spreads it evenly over the places that
+stay, before the leaving ones are removed, and over all live places once new ones
+have joined (before the handler's ``post_grow``). See docs/malleability.md,
+"Arrays that follow the places".
+
 This is the only part of ``apgas`` that needs numpy; ``import apgas`` does not
 import it.
 """
@@ -32,13 +39,15 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 import apgas
+from apgas import _runtime, lowlevel
 
 from . import _blocks
 from ._layout import Layout, even, find, overlaps
@@ -91,7 +100,101 @@ def _layout_at_home(aid: tuple[int, int]) -> Layout:
     e = _blocks.entry(aid)
     if e is None:
         raise ValueError(f"BlockArray {aid} was freed (or its home has no such array)")
+    if e.broken is not None:
+        raise apgas.ApgasError(e.broken)
     return e.layout
+
+
+class _Follower:
+    """Place 0's resize listener (``apgas.lowlevel.on_resize``): re-spreads the arrays
+    made with ``follow=True``, which it holds until they are freed. ``lock`` keeps an
+    order's re-spread and the making of a followed array apart."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple[int, int], BlockArray] = {}
+        self.lock = threading.RLock()
+
+    def before_shrink(self, leaving: list[apgas.Place]) -> None:
+        gone = {p.id for p in leaving}
+        self._spread([p.id for p in apgas.places() if p.id not in gone])
+
+    def after_grow(self, added: list[apgas.Place]) -> None:
+        self._spread([p.id for p in apgas.places()])
+
+    def _spread(self, ids: list[int]) -> None:
+        with self.lock:
+            for a in list(self.arrays.values()):
+                e = _blocks.entry(a.id)
+                if e is not None and e.broken is None:
+                    a.redistribute(ids)
+
+    def place_lost(self, places: list[apgas.Place]) -> None:
+        """Rows held by a lost place are gone (there is no backup): mark the arrays broken."""
+        lost = {p.id for p in places}
+        with self.lock:
+            for a in list(self.arrays.values()):
+                e = _blocks.entry(a.id)
+                if e is None or e.broken is not None:
+                    continue
+                held = [(pid, start, stop) for pid, start, stop in e.layout
+                        if pid in lost and stop > start]
+                if held:
+                    e.broken = (f"{a!r} lost rows "
+                                + ", ".join(f"{start}:{stop} with place {pid}"
+                                            for pid, start, stop in held)
+                                + " when the place died; follow=True re-spreads arrays on "
+                                  "orders but keeps no backup, so the array cannot be used "
+                                  "any more: free() it and make it again")
+
+
+_followers: weakref.WeakKeyDictionary[Any, _Follower] = weakref.WeakKeyDictionary()
+
+
+def _follower() -> _Follower:
+    """This run's follower (one per runtime), registered on first use."""
+    rt = _runtime.current()
+    f = _followers.get(rt)
+    if f is None:
+        f = _followers[rt] = _Follower()
+        lowlevel.on_resize(f)  # removed with the run's order machinery at its end
+    return f
+
+
+def _check_follow(follow: bool, places: object) -> _Follower | None:
+    if not follow:
+        return None
+    if places is not None:
+        raise ValueError("follow=True spreads the array over all live places, and again after "
+                         f"each order; do not pass places (got {places!r})")
+    me = apgas.here().id
+    if me != 0:
+        raise apgas.ApgasError(f"follow=True needs the array's home to be place 0, where orders "
+                               f"are carried out; this is place {me}: make the array at place 0 "
+                               "or redistribute it yourself in the handler")
+    return _follower()
+
+
+def _made(f: _Follower | None, make: Callable[[], BlockArray]) -> BlockArray:
+    """``make()``, registered with ``f`` in the same step if the array follows."""
+    if f is None:
+        return make()
+    with f.lock:
+        a = make()
+        f.arrays[a.id] = a
+    return a
+
+
+def _unfollow(aid: tuple[int, int]) -> None:
+    rt = _runtime.current()
+    f = _followers.get(rt)
+    if f is not None:
+        with f.lock:
+            f.arrays.pop(aid, None)
+
+
+def _drop_at_home(aid: tuple[int, int]) -> None:
+    _unfollow(aid)
+    _blocks.drop(aid)
 
 
 class BlockArray:
@@ -109,12 +212,21 @@ class BlockArray:
 
     # -- making ---------------------------------------------------------------------
     @classmethod
-    def from_array(cls, x: npt.NDArray[Any], places: Sequence[apgas.Place | int] | None = None
-                   ) -> BlockArray:
+    def from_array(cls, x: npt.NDArray[Any], places: Sequence[apgas.Place | int] | None = None,
+                   follow: bool = False) -> BlockArray:
         """Spread the rows of ``x`` in even contiguous blocks over ``places`` (default: the
         live places), in the order given; the first ``len(x) % len(places)`` places get one
         row more. The blocks are copies: ``x`` is not touched afterwards. The calling place
-        is the array's home."""
+        is the array's home.
+
+        ``follow=True`` (at place 0, without ``places``): the runtime re-spreads the array
+        over the live places on every grow and shrink order, until :meth:`free`."""
+        f = _check_follow(follow, places)
+        return _made(f, lambda: cls._from_array(x, places))
+
+    @classmethod
+    def _from_array(cls, x: npt.NDArray[Any], places: Sequence[apgas.Place | int] | None
+                    ) -> BlockArray:
         if not isinstance(x, np.ndarray):
             raise TypeError(f"from_array needs a numpy array, got {type(x).__name__}: {x!r:.80}")
         _check_dtype(x.dtype)
@@ -141,8 +253,16 @@ class BlockArray:
 
     @classmethod
     def zeros(cls, shape: int | Sequence[int], dtype: npt.DTypeLike = float,
-              places: Sequence[apgas.Place | int] | None = None) -> BlockArray:
-        """An array of zeros, laid out as :meth:`from_array` would; each place makes its block."""
+              places: Sequence[apgas.Place | int] | None = None, follow: bool = False
+              ) -> BlockArray:
+        """An array of zeros, laid out as :meth:`from_array` would; each place makes its
+        block. ``follow`` as for :meth:`from_array`."""
+        f = _check_follow(follow, places)
+        return _made(f, lambda: cls._zeros(shape, dtype, places))
+
+    @classmethod
+    def _zeros(cls, shape: int | Sequence[int], dtype: npt.DTypeLike,
+               places: Sequence[apgas.Place | int] | None) -> BlockArray:
         try:
             dims = (operator.index(shape),) if not isinstance(shape, Sequence) else \
                 tuple(operator.index(d) for d in shape)
@@ -174,9 +294,12 @@ class BlockArray:
 
     @property
     def layout(self) -> Layout:
-        """The current ``((place id, start row, stop row), ...)``, in block order."""
+        """The current ``((place id, start row, stop row), ...)``, in block order.
+        ApgasError at the home of a followed array that lost rows with a dead place."""
         e = _blocks.entry(self.id)
         if e is not None:
+            if e.broken is not None:
+                raise apgas.ApgasError(e.broken)
             return e.layout
         if apgas.here().id == self.home:
             return _layout_at_home(self.id)  # raises: freed
@@ -258,14 +381,23 @@ class BlockArray:
 
     def free(self) -> None:
         """Drop the blocks and the layout everywhere; the handle is unusable afterwards.
-        Freeing twice does nothing."""
+        Freeing twice does nothing. A followed array stops following; a broken one (it
+        lost rows with a dead place) is dropped at the places still alive."""
         try:
             layout = self.layout
         except ValueError:
             return
+        except apgas.ApgasError:  # broken: only the home raises that
+            e = _blocks.entry(self.id)
+            assert e is not None
+            layout = e.layout
+        live = {p.id for p in apgas.places()}
         with apgas.finish():
             for pid in dict.fromkeys([b[0] for b in layout] + [self.home]):
-                apgas.async_at(pid, _blocks.drop, self.id)
+                if pid == self.home:
+                    apgas.async_at(pid, _drop_at_home, self.id)
+                elif pid in live:
+                    apgas.async_at(pid, _blocks.drop, self.id)
 
     # -- a value ---------------------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, ...]:

@@ -33,13 +33,15 @@ Array = npt.NDArray[Any]
 
 
 class Entry:
-    """One place's part of one array."""
+    """One place's part of one array; ``broken``, at the home of a followed array,
+    says why the array cannot be used any more (a place holding rows was lost)."""
 
-    __slots__ = ("layout", "block")
+    __slots__ = ("layout", "block", "broken")
 
     def __init__(self, layout: Layout, block: Array | None) -> None:
         self.layout = layout
         self.block = block
+        self.broken: str | None = None
 
 
 _entries: dict[ArrayId, Entry] = {}
