@@ -283,8 +283,14 @@ def close_store(gid: int) -> None:
     _stores.pop(gid, None)
 
 
+#: the changes a place may send (never ``recover``, ``dispatch`` or ``retire``: place 0's own)
+_OPS = frozenset({"backup", "split", "give", "end"})
+
+
 def _call(gid: int, op: str, *args: Any) -> Any:
     """At place 0: one change to the store."""
+    if op not in _OPS:
+        raise apgas.ApgasError(f"GLB {gid}: {op!r} is not a change a place may send to the store")
     return getattr(_stores[gid], op)(*args)
 
 
