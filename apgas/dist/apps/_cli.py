@@ -1,0 +1,117 @@
+"""Run one of the DMR applications.
+
+    python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [app options] [--places P]
+                              [--malleable] [--check] [--sequential] [--json]
+
+Prints the run (places at the start and the end, time), one line per resize,
+with ``--json`` one JSON object on one line, and last the values, one per line
+(``checksum S``, ``residual R``, ``energy E``, floats at full precision), so
+that a script reads them from the last lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+import apgas
+
+from . import APPS, Outcome, mark
+
+__all__ = ["load", "build_parser", "main"]
+
+log = logging.getLogger("apgas.dist.apps")
+
+
+def load(name: str) -> ModuleType:
+    """The module of application ``name`` (one of :data:`APPS`)."""
+    return importlib.import_module(f"apgas.dist.apps.{name}")
+
+
+def build_parser(prog: str = "python -m apgas.dist.apps") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n")[0])
+    sub = parser.add_subparsers(dest="app", required=True, metavar="{" + ",".join(APPS) + "}")
+    for name in APPS:
+        module = load(name)
+        p = sub.add_parser(name, help=(module.__doc__ or name).split("\n")[0])
+        module.add_arguments(p)
+        p.add_argument("--places", type=int, default=None,
+                       help="places (processes); default: APGAS_PLACES, else 1")
+        p.add_argument("--malleable", action="store_true",
+                       help="take grow/shrink orders between iterations (APGAS_MALLEABLE_LISTEN)")
+        p.add_argument("--check", action="store_true",
+                       help="also ask the scheduler every few iterations, with DMR's sizes "
+                            f"{module.CHECK} (min, max, preferred, factor); needs APGAS_SCHEDULER")
+        p.add_argument("--check-every", type=int, default=module.CHECK_EVERY, metavar="K",
+                       help=f"iterations between two checks; default {module.CHECK_EVERY}")
+        p.add_argument("--sequential", action="store_true",
+                       help="run the plain numpy reference in this process instead")
+        p.add_argument("--json", action="store_true", help="also print one JSON object (one line)")
+    return parser
+
+
+def _distributed(module: ModuleType, params: dict[str, Any], ns: argparse.Namespace) -> Outcome:
+    def main() -> Outcome:
+        if ns.malleable or ns.check:
+            log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
+                        os.environ.get("APGAS_MALLEABLE_LISTEN", "a free port; set it to choose"))
+        outcome: Outcome = module.run(**params, malleable=ns.malleable,
+                                      check_sizes=module.CHECK if ns.check else None,
+                                      check_every=ns.check_every)
+        return outcome
+
+    return apgas.run(main, places=ns.places)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m apgas.dist.apps") -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = build_parser(prog)
+    ns = parser.parse_args(argv)
+    module = load(ns.app)
+    if ns.places is not None and ns.places < 1:
+        parser.error(f"--places must be >= 1, got {ns.places}")
+    if ns.check_every < 1:
+        parser.error(f"--check-every must be >= 1, got {ns.check_every}")
+    if ns.check and not os.environ.get("APGAS_SCHEDULER"):
+        parser.error("--check asks a scheduler (apgas.check_status), but APGAS_SCHEDULER is not "
+                     "set: submit the program as a job of our scheduler")
+    if ns.sequential and (ns.malleable or ns.check or ns.places not in (None, 1)):
+        parser.error("--sequential runs in this process alone: no --places, --malleable or --check")
+    try:
+        params = module.parameters(ns)
+    except ValueError as e:
+        parser.error(str(e))
+    if ns.sequential:
+        start = mark()
+        values: dict[str, float] = module.sequential(**params)
+        outcome = Outcome(values, mark() - start, 1, 1, 0, [])
+    else:
+        outcome = _distributed(module, params, ns)
+    shown = " ".join(f"{k}={v}" for k, v in params.items())
+    print(f"{ns.app} {shown}: {'sequential' if ns.sequential else 'distributed'}, "
+          f"{outcome.places} place(s)"
+          + (f" (at the end {outcome.final_places})" if outcome.final_places != outcome.places else "")
+          + f", {outcome.seconds:.3f} s", flush=True)
+    for r in outcome.resizes:
+        moved = "?" if r.move_seconds is None else f"{r.move_seconds:.3f} s"
+        print(f"resize {r.kind} {r.n}: {r.places_before} -> {r.places_after} place(s) in "
+              f"{r.seconds:.3f} s (data moved in {moved})")
+    if ns.json:
+        record = {"app": ns.app, "params": params,
+                  "mode": "sequential" if ns.sequential else "distributed",
+                  "malleable": bool(ns.malleable or ns.check), "check": bool(ns.check),
+                  "results": outcome.values, "seconds": outcome.seconds,
+                  "places": outcome.places, "final_places": outcome.final_places,
+                  "resizes": [dataclasses.asdict(r) for r in outcome.resizes]}
+        print(json.dumps(record))
+    for key, value in outcome.values.items():
+        print(f"{key} {float(value)!r}")
+    sys.stdout.flush()
+    return 0
