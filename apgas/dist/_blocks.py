@@ -7,13 +7,15 @@ redistribution changes it, at all of them in one ``finish``; so a handle,
 wherever it was sent, finds the current layout at its place (or at the home).
 
 A redistribution runs in two ``finish`` blocks: in the first every old owner
-pushes the slices of its block to their new owners, which assemble them in a
-staging buffer (nobody's current block changes, so the pushes can run in any
-order); in the second every place swaps its staging buffer in.
+pushes the slices of its block to their new owners (in messages of at most
+about :data:`CHUNK_BYTES`), which assemble them in a staging buffer (nobody's
+current block changes, so the pushes can run in any order); in the second
+every place swaps its staging buffer in.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,23 +89,43 @@ def rows_of(aid: ArrayId, lo: int, hi: int) -> Array:
 
 
 # -- redistribution -------------------------------------------------------------
+#: the rows of a piece travel in messages of about this many bytes (at least one row):
+#: far below the transport's ``max_message_bytes`` (256 MiB by default), and small
+#: enough that the sender's hashing, the wire, and the receiver's checking and copying
+#: of successive messages overlap instead of following each other
+CHUNK_BYTES = 4 << 20
+
+
 def push(aid: ArrayId, new: Layout) -> None:
-    """Phase one at an old owner: send each piece of its block to its new owner."""
+    """Phase one at an old owner: send each piece of its block to its new owner, in
+    messages of about :data:`CHUNK_BYTES`; then copy the rows it keeps, if any, while
+    the others travel."""
     me = apgas.here().id
     e = _entries[aid]
     mine = find(e.layout, me)
     if mine is None or e.block is None:
         return
     _, start, stop = mine
+    block = e.block
+    row_bytes = block.itemsize * math.prod(block.shape[1:])
+    step = max(1, CHUNK_BYTES // row_bytes) if row_bytes else max(1, stop - start)
+    kept = None
     for pid, first, last, nstart, nstop in overlaps(start, stop, new):
-        piece = e.block[first - start:last - start]
-        if pid != me:
-            apgas.async_at(pid, _receive, aid, nstop - nstart, first - nstart, piece)
-        elif (first, last) == (start, stop) == (nstart, nstop):
-            with _lock:
-                _staging[aid] = e.block  # the same rows stay: no copy
-        else:
-            _receive(aid, nstop - nstart, first - nstart, piece)
+        if pid == me:
+            kept = first, last, nstart, nstop
+            continue
+        for lo in range(first, last, step):
+            hi = min(last, lo + step)
+            apgas.async_at(pid, _receive, aid, nstop - nstart, lo - nstart,
+                           block[lo - start:hi - start])
+    if kept is None:
+        return
+    first, last, nstart, nstop = kept
+    if (first, last) == (start, stop) == (nstart, nstop):
+        with _lock:
+            _staging[aid] = block  # the same rows stay: no copy
+    else:
+        _receive(aid, nstop - nstart, first - nstart, block[first - start:last - start])
 
 
 def _receive(aid: ArrayId, rows: int, offset: int, piece: Array) -> None:

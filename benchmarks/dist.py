@@ -1,0 +1,709 @@
+"""Resizing with data: what moving a distributed array costs, against its floors (issue 31).
+
+    python -m benchmarks.dist [--quick | --tiny] [--repeats R] [--json PATH]
+                              [--no-redistribution] [--no-actions] [--no-ceiling]
+
+A malleable job's resize is only as cheap as moving its data: this measures
+that, for :class:`apgas.dist.BlockArray`, beside the floors it is judged by.
+
+1. **Redistribution bandwidth.** One ``apgas.run(places=8)``: the 8 places are
+   started once, at the beginning, and the arrays are laid over the first P of
+   them (``places=[0, ..., P-1]``). That isolates the data movement from the
+   starting and stopping of processes (part 2 measures those together, as a
+   real order does) and is what a job sees once its new places have joined:
+   the places exist, the rows move. Per size S (a float64 array of shape
+   ``(S / 8 KiB, 1024)``: 256 MiB, 512 MiB and 1 GiB; ``--quick`` 64 and 128
+   MiB) an array is made over place 0 and filled, then redistributed along the
+   chain 1->2, 2->4, 4->8, 8->4, 4->2, 2->1 places, each step timed (the
+   ``redistribute`` call, both of its ``finish`` blocks). The bytes moved are
+   computed from the old and new layouts: the rows whose owner changes (a row
+   that stays with its place is not counted, although place 0 copies it into its
+   new block). GB/s = bytes moved / time.
+
+   In the same run, beside each step, the **bare floor** moves the same number of bytes with pyzmq alone,
+   between place 0's process and a second process (``multiprocessing`` spawn),
+   over TCP on the loopback as the places do: zero-copy sends of numpy buffers
+   in frames of at most 16 MiB, the receiver keeping every frame (``copy=False``)
+   until all have arrived, then answering; timed from the first send to the
+   answer. Reported: best and median of the repeats, and the ratio redistribution
+   GB/s / bare GB/s (best over best, median over median) against the target 0.5.
+   A third figure, **bare signed**, is the same transfer with each frame hashed
+   by keyed BLAKE2b at the sender and checked at the receiver, as the places'
+   transport authenticates every message (:mod:`apgas._transport`): the floor of
+   an authenticated transfer, which the ratio to it shows the runtime against.
+   The three take turns, rotated from repeat to repeat.
+
+2. **Resize actions with data, as DMR measures them.** A malleable job
+   (``apgas.run(places=1, malleable_listen=...)``, every host name local) with a
+   handler that releases the newest places, and a ``follow=True`` array of S
+   bytes, receives real orders on its order socket (:func:`apgas.order.send_order`,
+   the one order client): grow 1, grow 2, grow 4 (1->2->4->8 places), then
+   shrink 4, shrink 2, shrink 1 (back to 1). Each order is timed from sending it
+   to its complete reply (the connection closed): places started or stopped, the
+   array re-spread inside the order (``apgas.lowlevel.on_resize``), the handler's
+   calls. Two more resize listeners, one registered before the array's and one
+   after, time the re-spread alone ("moving the data"). S = 0 (no array: the
+   order path alone), 256 MiB and 1 GiB (``--quick``: 0 and 64 MiB); sizes take
+   turns in each repeat. Printed beside DMR's Table 2 (Iserte et al., "DMR API:
+   Improving cluster productivity by turning applications into malleable",
+   Parallel Computing 2018; ``../shared/papers/dmr-api-slurm-malleability.txt``):
+   expand 0.423 s (0.367-0.530), shrink 0.425 s (0.233-0.541) on average with
+   synchronous scheduling, over a 400-job workload of CG, Jacobi and N-body on
+   MareNostrum (16 cores a node, InfiniBand FDR10), including Slurm's decision.
+   Their Flexible Sleep benchmark moves 1 GB per reconfiguration, hence S = 1 GiB.
+
+3. **Memory-bandwidth ceiling** (:func:`bandwidth_ceiling`): a numpy 5-point
+   Jacobi sweep, stream-like (reads the grid, writes the next one), on a
+   ``4096 x 4096`` grid run alone in one process, and as two processes side by
+   side on two halves (2048 rows each), interleaved. The ratio t(alone) / (2 x
+   t(pair)) is the parallel efficiency two places can reach on this machine for
+   a memory-bound kernel (ideal 1.0; this 2-core machine reached 0.75-0.93): the
+   ceiling against which later efficiency figures of such kernels are read.
+
+Memory: the machine has 24 GiB; a size S needs about 3 S at the peak (the
+array, its new blocks while they are assembled, the bare floor's buffers
+beside the array) plus 1 GiB of headroom. A size that does not fit in
+``MemAvailable`` is skipped with a printed reason. Progress goes to the log
+(INFO), the tables to stdout, everything to the JSON file (default
+docs/results/dist.json). Times are reported, never asserted on.
+``--tiny`` (16 MiB, one repeat, small grid) is the smoke test of
+tests/test_bench_dist.py.
+
+Why one module (over 500 lines): the three parts are one benchmark, run by one
+command into one JSON report, and their floors (the bare and signed transfers,
+the bandwidth ceiling) are measured in the same run as the figures they judge;
+:func:`bandwidth_ceiling` is imported from here by later efficiency figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import logging
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zmq
+
+import apgas
+from apgas import lowlevel
+from apgas.dist import BlockArray
+from apgas.dist._layout import Layout, even, overlaps
+from apgas.order import send_order
+from benchmarks._common import machine_info, setup_logging, write_json
+
+log = logging.getLogger("benchmarks.dist")
+
+MiB = 1 << 20
+GiB = 1 << 30
+COLS = 1024                          # float64 columns: one row is 8 KiB
+ROW_BYTES = COLS * 8
+PLACES = 8                           # part 1 starts them all at once
+TRANSITIONS: tuple[tuple[int, int], ...] = ((1, 2), (2, 4), (4, 8), (8, 4), (4, 2), (2, 1))
+ORDERS: tuple[tuple[str, int, int], ...] = (   # (verb, n, places after)
+    ("grow", 1, 2), ("grow", 2, 4), ("grow", 4, 8),
+    ("shrink", 4, 4), ("shrink", 2, 2), ("shrink", 1, 1))
+RATIO_TARGET = 0.5                   # redistribution GB/s / bare pyzmq GB/s
+BARE_CHUNK = 16 * MiB                # frames of the bare floor
+_MAC_KEY = b"benchmarks.dist: a key for the signed floor"
+PEAK_FACTOR = 3                      # peak memory of a size S: about 3 S ...
+HEADROOM = 1 * GiB                   # ... plus this
+ORDER_TIMEOUT_S = 300.0
+CHECK_MAX = 16 * MiB                 # arrays this small are gathered and compared after each step
+DEFAULT_JSON = Path("docs/results/dist.json")
+
+DMR_PAPER = ("S. Iserte, R. Mayo, E. S. Quintana-Orti, V. Beltran, A. J. Pena: DMR API: Improving "
+             "cluster productivity by turning applications into malleable, Parallel Computing "
+             "(2018), Table 2 (../shared/papers/dmr-api-slurm-malleability.txt)")
+#: DMR's Table 2: actions of a 400-job workload (s), synchronous and asynchronous scheduling
+DMR_TABLE2: dict[str, dict[str, dict[str, float]]] = {
+    "expand": {"synchronous": {"quantity": 50, "min": 0.367, "max": 0.530, "average": 0.423,
+                               "std": 0.146},
+               "asynchronous": {"quantity": 107, "min": 0.366, "max": 40.418, "average": 8.820,
+                                "std": 12.688}},
+    "shrink": {"synchronous": {"quantity": 194, "min": 0.233, "max": 0.541, "average": 0.425,
+                               "std": 0.498},
+               "asynchronous": {"quantity": 303, "min": 0.334, "max": 0.555, "average": 0.422,
+                                "std": 0.049}},
+    "no action": {"synchronous": {"min": 0.0010, "max": 0.2078, "average": 0.0094, "std": 0.0102},
+                  "asynchronous": {"min": 0.0003, "max": 0.1140, "average": 0.0137,
+                                   "std": 0.0112}},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    """What one session measures."""
+
+    repeats: int
+    sizes: tuple[int, ...]           # part 1, bytes
+    action_sizes: tuple[int, ...]    # part 2, bytes (0: no array)
+    action_repeats: int
+    grid: tuple[int, int]            # part 3: rows, columns of the whole grid
+    sweeps: int
+    ceiling_repeats: int
+
+
+def make_params(mode: str, repeats: int | None) -> Params:
+    """``full``, ``quick`` or ``tiny``; ``repeats`` overrides every part's repeats."""
+    if mode == "tiny":
+        p = Params(1, (16 * MiB,), (0, 16 * MiB), 1, (512, 512), 3, 1)
+    elif mode == "quick":
+        p = Params(3, (64 * MiB, 128 * MiB), (0, 64 * MiB), 2, (2048, 2048), 10, 3)
+    else:
+        p = Params(5, (256 * MiB, 512 * MiB, GiB), (0, 256 * MiB, GiB), 3, (4096, 4096), 10, 5)
+    if repeats is not None:
+        p = dataclasses.replace(p, repeats=repeats, action_repeats=repeats, ceiling_repeats=repeats)
+    return p
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+def available_bytes() -> int | None:
+    """``MemAvailable`` of /proc/meminfo, or None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def fitting(sizes: Sequence[int], part: str, skipped: list[dict[str, Any]]) -> list[int]:
+    """The sizes whose peak (``PEAK_FACTOR`` x S + ``HEADROOM``) fits in the free memory now;
+    the others are printed and recorded in ``skipped``."""
+    free = available_bytes()
+    kept = []
+    for size in sizes:
+        need = PEAK_FACTOR * size + HEADROOM
+        if free is not None and need > free:
+            why = (f"{part}: {mib(size)} skipped: needs about {need / GiB:.1f} GiB "
+                   f"({PEAK_FACTOR} x the array + {HEADROOM / GiB:g} GiB), "
+                   f"{free / GiB:.1f} GiB available")
+            print(why, flush=True)
+            log.warning("%s", why)
+            skipped.append({"part": part, "bytes": size, "needed": need, "available": free})
+        else:
+            kept.append(size)
+    return kept
+
+
+def mib(size: int) -> str:
+    return f"{size / GiB:g} GiB" if size >= GiB else f"{size / MiB:g} MiB"
+
+
+# -- the layouts ---------------------------------------------------------------------------------
+
+def moved_rows(old: Layout, new: Layout) -> int:
+    """Rows whose owner differs between ``old`` and ``new`` (the rows that travel)."""
+    return sum(last - first for pid, start, stop in old
+               for qid, first, last, _, _ in overlaps(start, stop, new) if qid != pid)
+
+
+# -- the bare floor --------------------------------------------------------------------------------
+
+def _bare_peer(endpoint: str) -> None:
+    """The receiving process: for each ``total`` announced, keep every frame until
+    ``total`` bytes have come, then answer; ends on a negative announcement. With
+    ``mac``, each frame comes after its keyed BLAKE2b digest, which is checked."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PAIR)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        while True:
+            words = sock.recv().split()
+            total, mac = int(words[0]), words[1:] == [b"mac"]
+            if total < 0:
+                return
+            kept: list[zmq.Frame] = []
+            got = 0
+            ok = True
+            while got < total:
+                if mac:
+                    digest, frame = sock.recv_multipart(copy=False)
+                    ok &= hashlib.blake2b(frame.buffer, key=_MAC_KEY, digest_size=32).digest() \
+                        == digest.bytes
+                else:
+                    frame = sock.recv(copy=False)
+                kept.append(frame)
+                got += len(frame)
+            sock.send(b"ok" if ok else b"bad")
+            del kept
+    finally:
+        sock.close()
+        ctx.term()
+
+
+class BareFloor:
+    """pyzmq alone: this process sends numpy buffers zero-copy to a second one."""
+
+    def __init__(self) -> None:
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.PAIR)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=_bare_peer, args=(f"tcp://127.0.0.1:{port}",), daemon=True)
+        self._proc.start()
+        self._buffer = np.ones(0, np.uint8)
+        self.transfer(1)  # connected and answering
+
+    def reserve(self, nbytes: int) -> None:
+        """Make (and touch) the send buffer for transfers of up to ``nbytes``."""
+        if self._buffer.nbytes < nbytes:
+            self._buffer = np.empty(0, np.uint8)
+            self._buffer = np.ones(nbytes, np.uint8)
+
+    def release(self) -> None:
+        self._buffer = np.empty(0, np.uint8)
+
+    def transfer(self, nbytes: int, mac: bool = False) -> float:
+        """Seconds to move ``nbytes`` into the other process's memory; with ``mac``, each
+        frame signed with keyed BLAKE2b here and checked there, as the places' transport
+        does (:mod:`apgas._transport`)."""
+        self.reserve(nbytes)
+        sock, data = self._sock, self._buffer.data
+        start = time.perf_counter()
+        sock.send(f"{nbytes} {'mac' if mac else 'bare'}".encode())
+        for lo in range(0, nbytes, BARE_CHUNK):
+            frame = data[lo:min(nbytes, lo + BARE_CHUNK)]
+            if mac:
+                digest = hashlib.blake2b(frame, key=_MAC_KEY, digest_size=32).digest()
+                sock.send(digest, zmq.SNDMORE)
+            sock.send(frame, copy=False)
+        if sock.recv() != b"ok":
+            raise RuntimeError("the bare floor's peer found a frame altered")
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.release()
+        try:
+            self._sock.send(b"-1")
+        except zmq.ZMQError:
+            pass
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._sock.close()
+        self._ctx.term()
+
+
+# -- part 1: redistribution ------------------------------------------------------------------------
+
+def _fill_here(a: BlockArray) -> None:
+    """Row i of ``a`` (all at this place) holds i."""
+    block = a.local()
+    block[:] = np.arange(len(block), dtype=block.dtype)[:, None]
+
+
+def _check(a: BlockArray) -> None:
+    """RuntimeError unless row i of ``a`` holds i everywhere (made by :func:`_fill_here`)."""
+    rows = a.shape[0]
+    if a.shape[0] * ROW_BYTES <= CHECK_MAX:
+        ok = bool(np.array_equal(a.gather(), np.broadcast_to(np.arange(rows, dtype=np.float64)[:, None],
+                                                              a.shape)))
+    else:
+        ok = a.sum() == COLS * rows * (rows - 1) // 2
+    if not ok:
+        raise RuntimeError(f"{a!r} lost or misplaced rows on the way ({a.layout})")
+
+
+def redistribution(sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
+    """Part 1, at place 0 of a run of ``PLACES`` places: per size and transition, the
+    redistribution's and the bare floor's samples, the bytes moved."""
+    samples: dict[tuple[int, int, int], dict[str, list[float]]] = {}
+    moved: dict[tuple[int, int, int], int] = {}
+    bare = BareFloor()
+    try:
+        for size in sizes:
+            rows = size // ROW_BYTES
+            top = max(moved_rows(even(rows, list(range(p))), even(rows, list(range(q))))
+                      for p, q in TRANSITIONS) * ROW_BYTES
+            bare.reserve(top)
+            for rep in range(repeats):
+                a = BlockArray.zeros((rows, COLS), np.float64, places=[0])
+                _fill_here(a)
+                for p, q in TRANSITIONS:
+                    key = (size, p, q)
+                    old, new = a.layout, even(rows, list(range(q)))
+                    assert old == even(rows, list(range(p))), old
+                    nbytes = moved[key] = moved_rows(old, new) * ROW_BYTES
+                    # the three in turn, rotated by repeat: the machine's noise falls on all
+                    took: dict[str, float] = {}
+                    for what in _rotated(("redistribute", "bare", "mac"), rep):
+                        if what == "redistribute":
+                            start = time.perf_counter()
+                            a.redistribute(list(range(q)))
+                            took[what] = time.perf_counter() - start
+                        else:
+                            took[what] = bare.transfer(nbytes, mac=what == "mac")
+                    if size <= CHECK_MAX:
+                        _check(a)
+                    got = samples.setdefault(key, {"redistribute_s": [], "bare_s": [], "mac_s": []})
+                    for what, seconds in took.items():
+                        got[f"{what}_s"].append(seconds)
+                    log.info("%s %d->%d, repeat %d/%d: %s moved; GB/s: redistribute %.2f, bare "
+                             "%.2f, bare signed %.2f", mib(size), p, q, rep + 1, repeats, mib(nbytes),
+                             *(nbytes / took[w] / 1e9 for w in ("redistribute", "bare", "mac")))
+                _check(a)
+                a.free()
+            bare.release()
+    finally:
+        bare.close()
+    return [_bandwidth_row(size, p, q, moved[size, p, q], got)
+            for (size, p, q), got in samples.items()]
+
+
+def _rotated(items: tuple[str, ...], k: int) -> tuple[str, ...]:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def _bandwidth_row(size: int, p: int, q: int, nbytes: int, got: dict[str, list[float]]
+                   ) -> dict[str, Any]:
+    row: dict[str, Any] = {"bytes": size, "from": p, "to": q, "moved_bytes": nbytes, **got}
+    for name in ("redistribute", "bare", "mac"):
+        times = got[f"{name}_s"]
+        row[f"{name}_best_s"] = min(times)
+        row[f"{name}_median_s"] = statistics.median(times)
+        row[f"{name}_best_gbs"] = nbytes / min(times) / 1e9
+        row[f"{name}_median_gbs"] = nbytes / statistics.median(times) / 1e9
+    row["ratio_best"] = row["redistribute_best_gbs"] / row["bare_best_gbs"]
+    row["ratio_median"] = row["redistribute_median_gbs"] / row["bare_median_gbs"]
+    row["meets_target"] = row["ratio_best"] >= RATIO_TARGET
+    row["ratio_to_signed_best"] = row["redistribute_best_gbs"] / row["mac_best_gbs"]
+    row["ratio_to_signed_median"] = row["redistribute_median_gbs"] / row["mac_median_gbs"]
+    return row
+
+
+def render_bandwidth(rows: list[dict[str, Any]], repeats: int) -> str:
+    head = (f"| size | places | moved | redistribute best / median | GB/s best / median | "
+            f"bare pyzmq GB/s best / median | ratio best / median (>= {RATIO_TARGET:g}) | "
+            f"bare signed GB/s best | ratio to signed best |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(
+            f"| {mib(r['bytes'])} | {r['from']}->{r['to']} | {mib(r['moved_bytes'])} | "
+            f"{r['redistribute_best_s']:.3f} / {r['redistribute_median_s']:.3f} s | "
+            f"{r['redistribute_best_gbs']:.2f} / {r['redistribute_median_gbs']:.2f} | "
+            f"{r['bare_best_gbs']:.2f} / {r['bare_median_gbs']:.2f} | "
+            f"{r['ratio_best']:.2f} / {r['ratio_median']:.2f} "
+            f"({'met' if r['meets_target'] else 'missed'}) | "
+            f"{r['mac_best_gbs']:.2f} | {r['ratio_to_signed_best']:.2f} |")
+    met = sum(r["meets_target"] for r in rows)
+    lines.append(f"\n{repeats} repeat(s), redistribution and the two floors in turn; {PLACES} places "
+                 f"started at once, float64 rows of {ROW_BYTES // 1024} KiB; target ratio met by "
+                 f"{met} of {len(rows)} transitions; bare signed: the bare floor with every frame "
+                 "hashed by keyed BLAKE2b at both ends, as the places' transport does")
+    return "\n".join(lines)
+
+
+# -- part 2: resize actions --------------------------------------------------------------------------
+
+class _Newest(apgas.MalleableHandler):
+    """Releases the newest places."""
+
+    def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
+        return apgas.places()[-n:]
+
+
+class _Clock:
+    """A resize listener that notes when it is called (inside the order, at place 0)."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def after_grow(self, added: list[apgas.Place]) -> None:
+        self.at = time.perf_counter()
+
+    def before_shrink(self, leaving: list[apgas.Place]) -> None:
+        self.at = time.perf_counter()
+
+
+def _actions_main(sizes: Sequence[int], repeats: int) -> dict[int, dict[str, dict[str, list[float]]]]:
+    """Part 2, at place 0 of a malleable run of 1 place: per size and order, the order's
+    wall time and the re-spread's."""
+    communicator = apgas.define_malleable_handler(_Newest())
+    address = getattr(communicator, "address", None)  # the socket communicator's
+    if address is None:
+        raise RuntimeError(f"the communicator {communicator!r} takes no orders on a socket")
+    before, after = _Clock(), _Clock()
+    lowlevel.on_resize(before)   # before the arrays' follower (made with the first array) ...
+    found: dict[int, dict[str, dict[str, list[float]]]] = {}
+    hosts = 0
+    timed = False  # whether ``after`` listens (once the follower does)
+    for rep in range(repeats):
+        for size in sizes:
+            a: BlockArray | None = None
+            if size:
+                a = BlockArray.zeros((size // ROW_BYTES, COLS), np.float64, follow=True)
+                _fill_here(a)
+                if not timed:
+                    lowlevel.on_resize(after)   # ... and after it
+                    timed = True
+            for verb, n, then in ORDERS:
+                words = [verb, str(n)]
+                if verb == "grow":
+                    words += [f"dist{hosts + i}" for i in range(n)]
+                    hosts += n
+                before.at = after.at = 0.0
+                start = time.perf_counter()
+                reply = send_order(address, words, ORDER_TIMEOUT_S)
+                took = time.perf_counter() - start
+                if not reply or reply[0].startswith("error") or len(apgas.places()) != then:
+                    raise RuntimeError(f"order {' '.join(words)!r}: reply {reply}, "
+                                       f"{len(apgas.places())} places, expected {then}")
+                moving = after.at - before.at if a is not None and after.at and before.at else None
+                got = found.setdefault(size, {}).setdefault(f"{verb} {n}", {"order_s": [], "data_s": []})
+                got["order_s"].append(took)
+                if moving is not None:
+                    got["data_s"].append(moving)
+                log.info("%s, %s %d (-> %d places), repeat %d/%d: %.3f s%s", mib(size) if size
+                         else "no array", verb, n, then, rep + 1, repeats, took,
+                         "" if moving is None else f", of which moving the data {moving:.3f} s")
+            if a is not None:
+                _check(a)
+                a.free()
+    return found
+
+
+def actions(sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
+    """Part 2 in a run of its own (malleable, every host name this machine)."""
+    old = os.environ.get("APGAS_LOCAL_HOSTS")
+    os.environ["APGAS_LOCAL_HOSTS"] = "*"
+    try:
+        found = apgas.run(lambda: _actions_main(sizes, repeats), places=1,
+                          malleable_listen="127.0.0.1:0")
+    finally:
+        if old is None:
+            os.environ.pop("APGAS_LOCAL_HOSTS", None)
+        else:
+            os.environ["APGAS_LOCAL_HOSTS"] = old
+    rows = []
+    for verb, n, then in ORDERS:
+        key = f"{verb} {n}"
+        row: dict[str, Any] = {"order": key, "from": then - n if verb == "grow" else then + n,
+                               "to": then, "dmr": DMR_TABLE2["expand" if verb == "grow" else "shrink"]
+                               ["synchronous"], "sizes": {}}
+        for size in sizes:
+            got = found[size][key]
+            row["sizes"][str(size)] = {
+                "order_s": got["order_s"], "order_median_s": statistics.median(got["order_s"]),
+                "order_best_s": min(got["order_s"]), "data_s": got["data_s"],
+                "data_median_s": statistics.median(got["data_s"]) if got["data_s"] else None}
+        rows.append(row)
+    return rows
+
+
+def render_actions(rows: list[dict[str, Any]], sizes: Sequence[int], repeats: int) -> str:
+    cols = [("no array" if s == 0 else f"{mib(s)}: order (moving the data)") for s in sizes]
+    lines = ["| order | places | " + " | ".join(cols) + " | DMR Table 2, sync.: average (min-max) |",
+             "| --- | --- | " + " | ".join("---" for _ in cols) + " | --- |"]
+    for r in rows:
+        cells = []
+        for s in sizes:
+            f = r["sizes"][str(s)]
+            cell = f"{f['order_median_s']:.3f} s"
+            if f["data_median_s"] is not None:
+                cell += f" ({f['data_median_s']:.3f} s)"
+            cells.append(cell)
+        d = r["dmr"]
+        lines.append(f"| {r['order']} | {r['from']}->{r['to']} | " + " | ".join(cells) +
+                     f" | {'expand' if r['order'].startswith('grow') else 'shrink'} "
+                     f"{d['average']:.3f} s ({d['min']:.3f}-{d['max']:.3f}) |")
+    lines.append(f"\nmedians of {repeats} repeat(s); order sent to its complete reply; DMR: "
+                 "400-job workload on MareNostrum, Slurm's decision included (Iserte et al., "
+                 "Parallel Computing 2018, Table 2)")
+    return "\n".join(lines)
+
+
+# -- part 3: the memory-bandwidth ceiling ------------------------------------------------------------
+
+def jacobi_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None:
+    """One 5-point Jacobi sweep of the interior of ``u`` into ``v``, without temporaries."""
+    inner = v[1:-1, 1:-1]
+    np.add(u[:-2, 1:-1], u[2:, 1:-1], out=inner)
+    inner += u[1:-1, :-2]
+    inner += u[1:-1, 2:]
+    inner *= 0.25
+
+
+def _jacobi_worker(rows: int, cols: int, sweeps: int, start: Any, out: Connection) -> None:
+    """A process of :func:`bandwidth_ceiling`: ``sweeps`` sweeps over ``rows`` rows,
+    started together with the other processes; sends the seconds they took."""
+    u = np.ones((rows + 2, cols), np.float64)
+    v = u.copy()
+    jacobi_sweep(u, v)  # warm: pages touched, code loaded
+    start.wait()
+    began = time.perf_counter()
+    for _ in range(sweeps):
+        jacobi_sweep(u, v)
+        u, v = v, u
+    out.send(time.perf_counter() - began)
+    out.close()
+
+
+def _side_by_side(rows: Sequence[int], cols: int, sweeps: int) -> list[float]:
+    """Each process's seconds, the processes (one per entry of ``rows``) started together."""
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(len(rows))
+    pipes = [ctx.Pipe(duplex=False) for _ in rows]
+    procs = [ctx.Process(target=_jacobi_worker, args=(r, cols, sweeps, start, w), daemon=True)
+             for r, (_, w) in zip(rows, pipes, strict=True)]
+    for p in procs:
+        p.start()
+    try:
+        for _, w in pipes:
+            w.close()
+        return [float(r.recv()) for r, _ in pipes]
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def bandwidth_ceiling(rows: int = 4096, cols: int = 4096, sweeps: int = 10, repeats: int = 5,
+                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The memory-bandwidth ceiling of two places on this machine.
+
+    A numpy 5-point Jacobi sweep (stream-like: each sweep reads one ``rows x cols``
+    float64 grid and writes the other) run ``sweeps`` times alone in one process
+    on the whole grid, then as two processes side by side on ``rows // 2`` rows
+    each, ``repeats`` times, interleaved. ``ratio`` = t(alone) / (2 x t(pair)),
+    t(pair) the slower process's time, from the medians (``ratio_best`` from the
+    best times): the parallel efficiency a memory-bound kernel can reach on two
+    places here (ideal 1.0). ``nominal_gbs`` counts 16 bytes a grid point and
+    sweep (one read, one write), the traffic of a perfect cache."""
+    alone: list[float] = []
+    pair: list[float] = []
+    for rep in range(repeats):
+        alone.append(_side_by_side([rows], cols, sweeps)[0])
+        pair.append(max(_side_by_side([rows // 2, rows - rows // 2], cols, sweeps)))
+        if progress is not None:
+            progress(f"ceiling, repeat {rep + 1}/{repeats}: alone {alone[-1]:.3f} s, "
+                     f"pair {pair[-1]:.3f} s, ratio {alone[-1] / (2 * pair[-1]):.2f}")
+    traffic = 16.0 * rows * cols * sweeps
+    t1, t2 = statistics.median(alone), statistics.median(pair)
+    return {"kernel": "numpy 5-point Jacobi sweep", "rows": rows, "cols": cols, "sweeps": sweeps,
+            "repeats": repeats, "alone_s": alone, "pair_s": pair, "alone_median_s": t1,
+            "pair_median_s": t2, "ratio": t1 / (2 * t2), "ratio_best": min(alone) / (2 * min(pair)),
+            "nominal_gbs_alone": traffic / t1 / 1e9, "nominal_gbs_pair": traffic / t2 / 1e9}
+
+
+def render_ceiling(c: dict[str, Any]) -> str:
+    return "\n".join([
+        f"memory-bandwidth ceiling ({c['kernel']}, {c['rows']} x {c['cols']}, {c['sweeps']} sweeps, "
+        f"medians of {c['repeats']}):",
+        f"  alone, whole grid:           {c['alone_median_s']:.3f} s  "
+        f"({c['nominal_gbs_alone']:.2f} GB/s nominal)",
+        f"  two processes, half each:    {c['pair_median_s']:.3f} s  "
+        f"({c['nominal_gbs_pair']:.2f} GB/s nominal, both together)",
+        f"  ratio t(alone) / (2 t(pair)): {c['ratio']:.2f} median, {c['ratio_best']:.2f} best "
+        f"(ideal 1.0)"])
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dist",
+                                     description=(__doc__ or "").split("\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="64 and 128 MiB, actions with 64 MiB, a 2048 x 2048 grid, fewer repeats")
+    size.add_argument("--tiny", action="store_true",
+                      help="16 MiB, one repeat, a small grid: a smoke test (tests/test_bench_dist.py)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repeats of every part (default 5, 3 for the actions; --quick 3, 2)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
+                        help="where to write the results (default: %(default)s)")
+    parser.add_argument("--no-redistribution", action="store_true", help="skip part 1")
+    parser.add_argument("--no-actions", action="store_true", help="skip part 2")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip part 3")
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+@dataclasses.dataclass
+class _Env:
+    """Environment variables that would tie the runs to a scheduler, put aside meanwhile."""
+
+    saved: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __enter__(self) -> _Env:
+        for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN"):
+            if var in os.environ:
+                self.saved[var] = os.environ.pop(var)
+                log.warning("%s ignored: the benchmark runs its own jobs", var)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.environ.update(self.saved)
+
+
+def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> Iterator[str]:
+    """Run the parts asked for, filling ``report``; yield each part's table."""
+    skipped: list[dict[str, Any]] = report["skipped"]
+    if not args.no_redistribution:
+        sizes = fitting(params.sizes, "redistribution", skipped)
+        if sizes:
+            log.info("part 1: redistribution of %s over %d places, %d repeat(s)",
+                     ", ".join(map(mib, sizes)), PLACES, params.repeats)
+            rows = apgas.run(lambda: redistribution(sizes, params.repeats), places=PLACES)
+            report["redistribution"] = {"places_started": PLACES, "cols": COLS,
+                                        "bare_chunk_bytes": BARE_CHUNK, "target_ratio": RATIO_TARGET,
+                                        "rows": rows}
+            yield "redistribution bandwidth against bare pyzmq\n" + render_bandwidth(rows, params.repeats)
+    if not args.no_actions:
+        sizes = [0, *fitting([s for s in params.action_sizes if s], "actions", skipped)]
+        log.info("part 2: grow and shrink orders with %s, %d repeat(s)",
+                 ", ".join(mib(s) if s else "no array" for s in sizes), params.action_repeats)
+        rows = actions(sizes, params.action_repeats)
+        report["actions"] = {"sizes": sizes, "rows": rows, "dmr_table2": DMR_TABLE2,
+                             "dmr_source": DMR_PAPER}
+        yield ("resize actions through the order socket, beside DMR\n"
+               + render_actions(rows, sizes, params.action_repeats))
+    if not args.no_ceiling:
+        rows_, cols = params.grid
+        log.info("part 3: memory-bandwidth ceiling, %d x %d grid", rows_, cols)
+        ceiling = bandwidth_ceiling(rows_, cols, params.sweeps, params.ceiling_repeats, log.info)
+        report["bandwidth_ceiling"] = ceiling
+        yield render_ceiling(ceiling)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(log.name)
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    params = make_params(mode, args.repeats)
+    report: dict[str, Any] = {
+        "machine": machine_info(), "mode": mode, "params": dataclasses.asdict(params),
+        "command": ["python", "-m", "benchmarks.dist", *(argv if argv is not None else sys.argv[1:])],
+        "memory_available_bytes": available_bytes(), "skipped": []}
+    with _Env():
+        for table in _parts(args, params, report):
+            print("\n" + table, flush=True)
+    report["load_average_after"] = os.getloadavg()
+    write_json(args.json, report, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
