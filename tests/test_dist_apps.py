@@ -204,7 +204,8 @@ def test_random_grows_and_shrinks_change_nothing(app, seed, malleable_address):
     done = [r for r in replies if not r[0].startswith("error")]
     assert len(replies) >= 3 and done, replies
     assert len(outcome.resizes) == len(done), (outcome.resizes, replies)
-    assert all(r.move_seconds is not None and r.move_seconds <= r.seconds for r in outcome.resizes)
+    assert all(r.move_seconds is not None and r.wait_seconds is not None
+               and r.move_seconds + r.wait_seconds <= r.seconds for r in outcome.resizes)
     assert outcome.final_places == outcome.resizes[-1].places_after
 
 
@@ -256,6 +257,30 @@ def test_an_order_that_comes_during_an_iteration_waits_for_its_end(malleable_add
     assert replies and replies[0][0].startswith("ok"), replies
     assert before == during == ((0, 0, 6), (1, 6, 12))
     assert after == ((0, 0, 4), (1, 4, 8), (2, 8, 12))
+
+
+@pytest.mark.timeout(60)
+def test_check_asks_with_dmrs_sizes_and_the_answers_resize_the_run(fake_scheduler, monkeypatch):
+    monkeypatch.setenv("APGAS_CHECK_INHIBIT", "0")
+    answers = iter(["expand 4", "shrink 2"])
+
+    def script(message, fake):
+        if not message.startswith("Evolving;Check"):
+            return None
+        answer = next(answers, "none")
+        fake.later({"expand 4": "grow 2 nodeA nodeB", "shrink 2": "shrink 2"}.get(answer, "status"))
+        return answer
+
+    fake = fake_scheduler(script)
+
+    def main() -> Outcome:
+        return cg.run(20, 35, malleable=False, check_sizes=cg.CHECK, check_every=10)
+
+    outcome = apgas.run(main, places=2)
+    assert fake.messages("Evolving;Check") == ["Evolving;Check;2;32;8;2"] * 3  # after 10, 20, 30
+    assert [(r.kind, r.places_before, r.places_after) for r in outcome.resizes] == \
+        [("grow", 2, 4), ("shrink", 4, 2)]
+    assert outcome.values == cg.sequential(20, 35)
 
 
 # --- the command line --------------------------------------------------------------------------

@@ -55,7 +55,8 @@ def mark() -> float:
 @dataclasses.dataclass
 class Resize:
     """One order as the application saw it: the whole order (handler's ``pre`` to
-    ``post``) and, within it, the re-spread of the arrays."""
+    ``post``) and, within it, the wait for the iteration in progress and the
+    re-spread of the arrays (None if the session could not tell)."""
 
     kind: str  # "grow" or "shrink"
     n: int
@@ -63,6 +64,7 @@ class Resize:
     places_after: int
     seconds: float
     move_seconds: float | None
+    wait_seconds: float | None = None
 
 
 @dataclasses.dataclass
@@ -172,6 +174,7 @@ class Session:
         self._wanted = False  # an order is about to take the lock
         self._order: tuple[str, int, int, float] | None = None  # kind, n, places, start
         self._moves: list[float] = []
+        self._released = 0.0  # when the last iteration ended
         self._undo: list[Callable[[], None]] = []
         self.started = mark()
         self.places = len(apgas.places())
@@ -223,7 +226,10 @@ class Session:
                 self._lock.release()
                 time.sleep(0.0005)
         with self._lock:
-            yield
+            try:
+                yield
+            finally:
+                self._released = mark()
 
     def between(self, done: int, total: int) -> None:
         """The reconfiguring point after ``done`` of ``total`` iterations: ask the
@@ -259,10 +265,14 @@ class Session:
             return
         kind, n, before, since = self._order
         moves = self._moves
-        move = moves[1] - moves[0] if len(moves) == 2 else None
-        resize = Resize(kind, n, before, len(apgas.places()), mark() - since, move)
+        move = wait = None
+        if len(moves) == 2:  # the re-spread began when both the order and the iteration were there
+            began = max(moves[0], self._released)
+            move, wait = moves[1] - began, began - moves[0]
+        resize = Resize(kind, n, before, len(apgas.places()), mark() - since, move, wait)
         self.resizes.append(resize)
         self._order = None
-        log.info("%s %d: %d -> %d place(s) in %.3f s (arrays moved in %s)", kind, n, before,
-                 resize.places_after, resize.seconds, "?" if move is None else f"{move:.3f} s")
+        log.info("%s %d: %d -> %d place(s) in %.3f s (arrays moved in %s after %s for the "
+                 "iteration)", kind, n, before, resize.places_after, resize.seconds,
+                 "?" if move is None else f"{move:.3f} s", "?" if wait is None else f"{wait:.3f} s")
 

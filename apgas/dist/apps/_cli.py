@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m apgas.dist.apps")
           + f", {outcome.seconds:.3f} s", flush=True)
     for r in outcome.resizes:
         moved = "?" if r.move_seconds is None else f"{r.move_seconds:.3f} s"
+        waited = "" if not r.wait_seconds else f", after {r.wait_seconds:.3f} s for the iteration"
         print(f"resize {r.kind} {r.n}: {r.places_before} -> {r.places_after} place(s) in "
-              f"{r.seconds:.3f} s (data moved in {moved})")
+              f"{r.seconds:.3f} s (data moved in {moved}{waited})")
     if ns.json:
         record = {"app": ns.app, "params": params,
                   "mode": "sequential" if ns.sequential else "distributed",
