@@ -207,6 +207,44 @@ def test_halo_matches_numpy_slicing():
     apgas.run(halos, places=4)
 
 
+def halo_view_at(a: BlockArray, width: int) -> tuple[np.ndarray, bool]:
+    """The uncopied halo, and whether its middle rows are the block (taken after it)."""
+    h = a.halo(width, copy=False)
+    block = a.local()
+    return h.copy(), bool(np.shares_memory(h, block) and h[width:width + len(block)].base is block.base)
+
+
+def double_at(a: BlockArray) -> None:
+    a.local()[...] *= 2
+
+
+def halo_views() -> None:
+    for x in (np.arange(10.0), np.arange(10 * 3).reshape(10, 3), np.arange(3.0)):
+        a = BlockArray.from_array(x)
+        for width in (0, 1, 2, 5, 1):
+            for _ in range(2):  # made once per width, then reused; the block doubles between calls
+                padded = np.pad(x, [(width, width)] + [(0, 0)] * (x.ndim - 1))
+                for pid, start, stop in a.layout:
+                    got, shared = apgas.at(pid, halo_view_at, a, width)
+                    assert got.shape == (stop - start + 2 * width, *x.shape[1:])
+                    assert np.array_equal(got, padded[start:stop + 2 * width]), (pid, width)
+                    assert shared or stop == start
+                with apgas.finish():
+                    for p in apgas.places():
+                        apgas.async_at(p, double_at, a)
+                x = x * 2
+        assert np.array_equal(a.gather(), x)
+        a.redistribute([0, 2])  # a new block: the buffer is made anew
+        got, _ = apgas.at(2, halo_view_at, a, 1)
+        assert np.array_equal(got, np.pad(x, [(1, 1)] + [(0, 0)] * (x.ndim - 1))[a.layout[1][1]:
+                                                                                   a.layout[1][2] + 2])
+        a.free()
+
+
+def test_halo_without_copy_fetches_only_the_edges():
+    apgas.run(halo_views, places=4)
+
+
 # --- reductions -----------------------------------------------------------------------
 def reductions() -> None:
     rng = np.random.default_rng(7)

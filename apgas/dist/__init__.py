@@ -348,15 +348,25 @@ class BlockArray:
             for pid in involved:
                 apgas.async_at(pid, _blocks.commit, self.id, new, self.home, self.shape[1:], self.dtype)
 
-    def halo(self, width: int) -> npt.NDArray[Any]:
+    def halo(self, width: int, *, copy: bool = True) -> npt.NDArray[Any]:
         """This place's block with ``width`` rows of the array above and below it, for
-        stencils: shape ``(len(rows()) + 2 * width, *shape[1:])``, a fresh array.
+        stencils: shape ``(len(rows()) + 2 * width, *shape[1:])``.
 
         A per-place call: each place that needs its halo calls it (typically in one
         ``finish`` over the places of the layout), and fetches the rows from their
         owners, however many blocks they span. Rows beyond the global top and bottom
         are zeros. The owners must not write those rows meanwhile: exchange halos in one
-        ``finish``, update the blocks in the next."""
+        ``finish``, update the blocks in the next.
+
+        ``copy=True`` (the default) returns a fresh array. ``copy=False`` is the form
+        for iterative solvers, which call it every iteration: the block itself is not
+        copied, only the ``2 * width`` neighbour rows travel (one message from each
+        owner, all fetched in parallel) into a buffer kept at this place, whose middle
+        rows *are* the block. The first such call (and the first after a
+        redistribution, or with another width) moves the block into that buffer once,
+        so take ``local()`` after ``halo(copy=False)``, not before: an older
+        ``local()`` is no longer the block. The result is a view, overwritten by the
+        next call; writing its middle rows writes the block."""
         if not isinstance(width, int) or width < 0:
             raise ValueError(f"halo width must be a non-negative int, got {width!r}")
         me = apgas.here().id
@@ -367,11 +377,21 @@ class BlockArray:
                              f"of its layout, {[b[0] for b in self.layout]}")
         _, start, stop = mine
         top = start - width  # global row of out[0]
-        out = np.zeros((stop - start + 2 * width, *self.shape[1:]), self.dtype)
-        out[width:width + stop - start] = e.block
-        for lo, hi in ((max(0, top), start), (stop, min(self.shape[0], stop + width))):
-            for pid, first, last, _, _ in overlaps(lo, hi, e.layout):
-                out[first - top:last - top] = apgas.at(pid, _blocks.rows_of, self.id, first, last)
+        edges = ((max(0, top), start), (stop, min(self.shape[0], stop + width)))
+        if copy:
+            out = np.zeros((stop - start + 2 * width, *self.shape[1:]), self.dtype)
+            out[width:width + stop - start] = e.block
+            for lo, hi in edges:
+                for pid, first, last, _, _ in overlaps(lo, hi, e.layout):
+                    out[first - top:last - top] = apgas.at(pid, _blocks.rows_of, self.id, first, last)
+            return out
+        out = _blocks.padded(self.id, width)
+        out[:edges[0][0] - top] = 0  # beyond the global top and bottom
+        out[edges[1][1] - top:] = 0
+        with apgas.finish():
+            for lo, hi in edges:
+                for pid, first, last, _, _ in overlaps(lo, hi, e.layout):
+                    apgas.async_at(pid, _blocks.send_rows, self.id, first, last, me, first - top)
         return out
 
     def sum(self) -> Any:

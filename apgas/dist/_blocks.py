@@ -28,7 +28,7 @@ import apgas
 from ._layout import Layout, find, overlaps
 
 __all__ = ["Entry", "ArrayId", "entry", "each", "install", "adopt", "make_zeros", "rows_of",
-           "push", "commit", "drop", "partial_sum", "partial_dot"]
+           "push", "commit", "drop", "padded", "send_rows", "partial_sum", "partial_dot"]
 
 ArrayId = tuple[int, int]  # (home place id, serial number at the home)
 Array = npt.NDArray[Any]
@@ -36,14 +36,17 @@ Array = npt.NDArray[Any]
 
 class Entry:
     """One place's part of one array; ``broken``, at the home of a followed array,
-    says why the array cannot be used any more (a place holding rows was lost)."""
+    says why the array cannot be used any more (a place holding rows was lost);
+    ``padded``, once ``halo(width, copy=False)`` was called here, the buffer whose
+    middle rows are ``block`` (``width`` spare rows above and below it)."""
 
-    __slots__ = ("layout", "block", "broken")
+    __slots__ = ("layout", "block", "broken", "padded")
 
     def __init__(self, layout: Layout, block: Array | None) -> None:
         self.layout = layout
         self.block = block
         self.broken: str | None = None
+        self.padded: Array | None = None
 
 
 _entries: dict[ArrayId, Entry] = {}
@@ -153,6 +156,36 @@ def drop(aid: ArrayId) -> None:
     with _lock:
         _entries.pop(aid, None)
         _staging.pop(aid, None)
+
+
+# -- halos -------------------------------------------------------------------------
+def padded(aid: ArrayId, width: int) -> Array:
+    """This place's block inside a buffer with ``width`` spare rows above and below it
+    (made on first use, and again after a redistribution or for another width: one copy
+    of the block, which then lives in the buffer's middle rows)."""
+    with _lock:
+        e = _entries[aid]
+        block = e.block
+        assert block is not None
+        buf = e.padded
+        if buf is None or block.base is not buf or len(buf) != len(block) + 2 * width:
+            buf = np.zeros((len(block) + 2 * width, *block.shape[1:]), block.dtype)
+            buf[width:width + len(block)] = block
+            e.padded = buf
+            e.block = buf[width:width + len(block)]
+        return buf
+
+
+def send_rows(aid: ArrayId, lo: int, hi: int, dest: int, offset: int) -> None:
+    """At an owner: send global rows ``[lo, hi)`` of its block to ``dest``'s padded
+    buffer of ``aid``, at ``offset`` (one message; the rows travel out of band)."""
+    apgas.async_at(dest, _put_rows, aid, offset, rows_of(aid, lo, hi))
+
+
+def _put_rows(aid: ArrayId, offset: int, rows: Array) -> None:
+    buf = _entries[aid].padded
+    assert buf is not None
+    buf[offset:offset + len(rows)] = rows
 
 
 # -- reductions -------------------------------------------------------------------

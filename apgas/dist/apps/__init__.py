@@ -36,7 +36,7 @@ import apgas
 from apgas import lowlevel
 from apgas.dist import BlockArray, _blocks, _follower
 
-__all__ = ["APPS", "CheckSizes", "Resize", "Outcome", "Session", "owners", "at_owners", "mark",
+__all__ = ["APPS", "CheckSizes", "Resize", "Outcome", "Session", "owners", "at_owners", "at_owners_sum", "mark",
            "row_sums", "total"]
 
 APPS = ("jacobi", "cg", "nbody", "sleep")
@@ -112,7 +112,15 @@ def total(a: BlockArray, b: BlockArray | None = None) -> float:
     fourth digit.) Sends one float per row to place 0."""
     if b is not None and b.layout != a.layout:
         raise ValueError(f"total of arrays laid out differently: {a.layout} and {b.layout}")
-    parts = _blocks.each(owners(a), _row_sums_at, a, b)
+    return at_owners_sum(a, _row_sums_at, a, b)
+
+
+def at_owners_sum(a: BlockArray, fn: Callable[..., npt.NDArray[np.float64]], *args: Any) -> float:
+    """``fn(*args)`` at every place holding rows of ``a``, in parallel, each returning the
+    :func:`row_sums` of its rows of something; their sum, added in row order as
+    :func:`total` does. A step and the reduction after it in one round of messages
+    (CG's matrix-vector product and ``p . q``), instead of two."""
+    parts = _blocks.each(owners(a), fn, *args)
     return float(np.concatenate(parts).sum()) if parts else 0.0
 
 

@@ -12,6 +12,11 @@ stencil on the rows with their halos. Every element is updated by the same
 expression whatever the places, and the inner products add the rows' sums in
 row order (:func:`~apgas.dist.apps.total`), so the values are the same bit for
 bit on any places and through any resizes, as :func:`sequential`'s.
+
+An iteration is three rounds of tasks, not five: the matrix-vector product
+returns the row sums of ``p * q``, the update of x and r those of ``r * r``
+(:func:`~apgas.dist.apps.at_owners_sum`); p's halo is ``halo(1, copy=False)``,
+which moves two rows, not the block.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy.typing as npt
 import apgas
 from apgas.dist import BlockArray
 
-from . import CheckSizes, Outcome, Session, at_owners, row_sums, total
+from . import CheckSizes, Outcome, Session, at_owners, at_owners_sum, row_sums, total
 
 __all__ = ["CHECK", "CHECK_EVERY", "laplacian", "step_size", "update_x_r", "update_p", "inner", "residual_rows",
            "sequential", "run", "add_arguments", "parameters"]
@@ -121,12 +126,17 @@ def _fill_at(vectors: tuple[BlockArray, ...], value: float) -> None:
         v.local()[...] = value
 
 
-def _matvec_at(p: BlockArray, q: BlockArray) -> None:
-    laplacian(p.halo(1), q.local())
+def _matvec_dot_at(p: BlockArray, q: BlockArray) -> Vector:
+    """q = A p on this place's rows; the row sums of ``p * q`` (for ``p . q``)."""
+    laplacian(p.halo(1, copy=False), q.local())
+    return row_sums(p.local(), q.local())
 
 
-def _update_x_r_at(x: BlockArray, r: BlockArray, p: BlockArray, q: BlockArray, alpha: float) -> None:
+def _update_x_r_at(x: BlockArray, r: BlockArray, p: BlockArray, q: BlockArray, alpha: float
+                   ) -> Vector:
+    """x += alpha p, r -= alpha q; the row sums of ``r * r`` (for ``r . r``)."""
     update_x_r(x.local(), r.local(), p.local(), q.local(), alpha)
+    return row_sums(r.local(), r.local())
 
 
 def _update_p_at(p: BlockArray, r: BlockArray, beta: float) -> None:
@@ -134,7 +144,7 @@ def _update_p_at(p: BlockArray, r: BlockArray, beta: float) -> None:
 
 
 def _residual_at(x: BlockArray, out: BlockArray) -> None:
-    residual_rows(x.halo(1), out.local())
+    residual_rows(x.halo(1, copy=False), out.local())
 
 
 def run(n: int, iterations: int, places: Sequence[apgas.Place | int] | None = None, *,
@@ -154,10 +164,8 @@ def run(n: int, iterations: int, places: Sequence[apgas.Place | int] | None = No
         try:
             for i in range(iterations):
                 with session.step():
-                    at_owners(p, _matvec_at, p, q)
-                    alpha = step_size(rho, total(p, q))
-                    at_owners(p, _update_x_r_at, x, r, p, q, alpha)
-                    rho_next = total(r, r)
+                    alpha = step_size(rho, at_owners_sum(p, _matvec_dot_at, p, q))
+                    rho_next = at_owners_sum(p, _update_x_r_at, x, r, p, q, alpha)
                     at_owners(p, _update_p_at, p, r, step_size(rho_next, rho))
                     rho = rho_next
                 session.between(i + 1, iterations)

@@ -17,12 +17,21 @@ step. A body's acceleration is computed by the same expressions whatever the
 places (chunks of rows, elementwise products, a sum along each row), and the
 final sums add the rows' sums in row order (:func:`~apgas.dist.apps.total`), so
 the values are the same bit for bit on any places and through any resizes.
+
+The kernels (:func:`accelerations`, :func:`potential_rows`) are compiled with
+numba when it is installed (the ``apps`` extra): a loop over the bodies, each
+body's sum taken in body order, about 6 times faster than the numpy form on
+4000 bodies (43 ms against 258 ms for all accelerations; numpy makes seven
+(rows, N) temporaries a pass and is bound by memory). Without numba the numpy
+form runs (:data:`KERNELS` says which); both give the same values on any
+places, the two differ in the last bits (summation order).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +43,7 @@ from apgas.dist import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners, row_sums, total
 
-__all__ = ["CHECK", "CHECK_EVERY", "EPS", "DT", "positions", "accelerations", "potential_rows",
+__all__ = ["CHECK", "CHECK_EVERY", "EPS", "DT", "KERNELS", "positions", "accelerations", "potential_rows",
            "kick", "drift", "sequential", "run", "add_arguments", "parameters"]
 
 log = logging.getLogger("apgas.dist.apps.nbody")
@@ -47,7 +56,7 @@ DT = 0.001
 CHECK: CheckSizes = (1, 16, 1, 2)
 #: steps between two ``check_status`` calls (DMR's N-body runs only 25 steps)
 CHECK_EVERY = 1
-CHUNK = 256  # rows of bodies per pass: bounds the (rows, N) temporaries
+CHUNK = 256  # rows of bodies per pass of the numpy kernels: bounds the (rows, N) temporaries
 
 
 def check(n: int, steps: int, seed: int) -> None:
@@ -75,9 +84,7 @@ def _pairs(xi: Array, xs: Array) -> tuple[Array, Array, Array, Array]:
     return dx, dy, dz, r2
 
 
-def accelerations(xi: Array, xs: Array, out: Array) -> None:
-    """``out`` = the accelerations of the bodies at ``xi`` (some rows of ``xs``) from all
-    the bodies at ``xs``. A body's own term is 0 (its dx, dy, dz are)."""
+def _accelerations_numpy(xi: Array, xs: Array, out: Array) -> None:
     m = 1.0 / len(xs)
     for lo in range(0, len(xi), CHUNK):
         dx, dy, dz, r2 = _pairs(xi[lo:lo + CHUNK], xs)
@@ -87,15 +94,73 @@ def accelerations(xi: Array, xs: Array, out: Array) -> None:
             out[lo:lo + CHUNK, k] = d.sum(axis=1)
 
 
-def potential_rows(first: int, xi: Array, xs: Array, out: Array) -> None:
-    """``out[i]`` = sum over j > first + i of 1 / sqrt(r^2 + eps^2), for the bodies at
-    ``xi``, rows ``first..`` of ``xs`` (the potential is ``-m^2`` times the total)."""
+def _potential_rows_numpy(first: int, xi: Array, xs: Array, out: Array) -> None:
     j = np.arange(len(xs))
     for lo in range(0, len(xi), CHUNK):
         *_, r2 = _pairs(xi[lo:lo + CHUNK], xs)
         inv = 1.0 / np.sqrt(r2)
         inv[j[None, :] <= (first + lo + np.arange(len(inv)))[:, None]] = 0.0
         out[lo:lo + CHUNK] = inv.sum(axis=1)
+
+
+def _accelerations_loop(xi: Array, xs: Array, out: Array) -> None:
+    n = xs.shape[0]
+    m = 1.0 / n
+    eps2 = EPS * EPS
+    for i in range(xi.shape[0]):
+        x0, x1, x2 = xi[i, 0], xi[i, 1], xi[i, 2]
+        ax = ay = az = 0.0
+        for j in range(n):  # in order: the same sum whatever block row i is in
+            dx = xs[j, 0] - x0
+            dy = xs[j, 1] - x1
+            dz = xs[j, 2] - x2
+            r2 = dx * dx + dy * dy + dz * dz + eps2
+            w = m / (r2 * math.sqrt(r2))
+            ax += dx * w
+            ay += dy * w
+            az += dz * w
+        out[i, 0] = ax
+        out[i, 1] = ay
+        out[i, 2] = az
+
+
+def _potential_rows_loop(first: int, xi: Array, xs: Array, out: Array) -> None:
+    eps2 = EPS * EPS
+    for i in range(xi.shape[0]):
+        x0, x1, x2 = xi[i, 0], xi[i, 1], xi[i, 2]
+        s = 0.0
+        for j in range(first + i + 1, xs.shape[0]):
+            dx = xs[j, 0] - x0
+            dy = xs[j, 1] - x1
+            dz = xs[j, 2] - x2
+            s += 1.0 / math.sqrt(dx * dx + dy * dy + dz * dz + eps2)
+        out[i] = s
+
+
+try:
+    import numba
+except ImportError:  # the numpy kernels: the same values up to summation order, ~6x slower
+    KERNELS = "numpy"
+    _accelerations, _potential_rows = _accelerations_numpy, _potential_rows_numpy
+else:
+    KERNELS = "numba"
+    # no fastmath: a vectorised sum's order would depend on the alignment of each place's
+    # copy of the positions, and the values must not depend on the places; nogil: the
+    # runtime's threads of the place keep running while a kernel does
+    _accelerations = numba.njit(nogil=True, cache=True)(_accelerations_loop)
+    _potential_rows = numba.njit(nogil=True, cache=True)(_potential_rows_loop)
+
+
+def accelerations(xi: Array, xs: Array, out: Array) -> None:
+    """``out`` = the accelerations of the bodies at ``xi`` (some rows of ``xs``) from all
+    the bodies at ``xs``. A body's own term is 0 (its dx, dy, dz are)."""
+    _accelerations(xi, xs, out)
+
+
+def potential_rows(first: int, xi: Array, xs: Array, out: Array) -> None:
+    """``out[i]`` = sum over j > first + i of 1 / sqrt(r^2 + eps^2), for the bodies at
+    ``xi``, rows ``first..`` of ``xs`` (the potential is ``-m^2`` times the total)."""
+    _potential_rows(first, xi, xs, out)
 
 
 def kick(v: Array, a: Array) -> None:
