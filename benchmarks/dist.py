@@ -2,6 +2,7 @@
 
     python -m benchmarks.dist [--quick | --tiny] [--repeats R] [--json PATH]
                               [--no-redistribution] [--no-actions] [--no-ceiling]
+                              [--no-efficiency]
 
 A malleable job's resize is only as cheap as moving its data: this measures
 that, for :class:`apgas.dist.BlockArray`, beside the floors it is judged by.
@@ -60,6 +61,16 @@ that, for :class:`apgas.dist.BlockArray`, beside the floors it is judged by.
    a memory-bound kernel (ideal 1.0; this 2-core machine reached 0.75-0.93): the
    ceiling against which later efficiency figures of such kernels are read.
 
+4. **The applications' efficiency on 2 places** (:mod:`benchmarks._dist_efficiency`):
+   Jacobi (a 4000 x 4000 grid, 100 iterations), CG (3000 x 3000 unknowns, 50
+   iterations) and N-body (8000 bodies, 25 steps), each ``sequential(...)``
+   against ``run(...)`` on 2 places in turn, inside one ``apgas.run(places=2)``
+   (the places' start excluded), the values checked equal; efficiency = T_seq /
+   (2 x T_2), read against its ceiling: part 3's ratio for the memory-bound
+   Jacobi and CG (measured here even with ``--no-ceiling``), and for the
+   compute-bound N-body its own kernel alone against two processes on half the
+   bodies each. ``--quick``: 2000, 1500 and 4000.
+
 Memory: the machine has 24 GiB; a size S needs about 3 S at the peak (the
 array, its new blocks while they are assembled, the bare floor's buffers
 beside the array) plus 1 GiB of headroom. A size that does not fit in
@@ -69,10 +80,12 @@ docs/results/dist.json). Times are reported, never asserted on.
 ``--tiny`` (16 MiB, one repeat, small grid) is the smoke test of
 tests/test_bench_dist.py.
 
-Why one module (over 500 lines): the three parts are one benchmark, run by one
-command into one JSON report, and their floors (the bare and signed transfers,
-the bandwidth ceiling) are measured in the same run as the figures they judge;
-:func:`bandwidth_ceiling` is imported from here by later efficiency figures.
+Why one module (over 500 lines) for parts 1-3: they are one benchmark, run by
+one command into one JSON report, and their floors (the bare and signed
+transfers, the bandwidth ceiling) are measured in the same run as the figures
+they judge. Part 4 lives in the package-private :mod:`benchmarks._dist_efficiency`
+(its sizes, its runs, its compute ceiling), driven from here with part 3's
+ceiling.
 """
 
 from __future__ import annotations
@@ -101,6 +114,7 @@ from apgas.dist import BlockArray
 from apgas.dist._layout import Layout, even, overlaps
 from apgas.order import send_order
 from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks._dist_efficiency import efficiency, render_efficiency
 
 log = logging.getLogger("benchmarks.dist")
 
@@ -152,18 +166,21 @@ class Params:
     grid: tuple[int, int]            # part 3: rows, columns of the whole grid
     sweeps: int
     ceiling_repeats: int
+    mode: str = "full"               # part 4's sizes (benchmarks._dist_efficiency.SIZES)
+    efficiency_repeats: int = 3
 
 
 def make_params(mode: str, repeats: int | None) -> Params:
     """``full``, ``quick`` or ``tiny``; ``repeats`` overrides every part's repeats."""
     if mode == "tiny":
-        p = Params(1, (16 * MiB,), (0, 16 * MiB), 1, (512, 512), 3, 1)
+        p = Params(1, (16 * MiB,), (0, 16 * MiB), 1, (512, 512), 3, 1, mode, 1)
     elif mode == "quick":
-        p = Params(3, (64 * MiB, 128 * MiB), (0, 64 * MiB), 2, (2048, 2048), 10, 3)
+        p = Params(3, (64 * MiB, 128 * MiB), (0, 64 * MiB), 2, (2048, 2048), 10, 3, mode, 2)
     else:
-        p = Params(5, (256 * MiB, 512 * MiB, GiB), (0, 256 * MiB, GiB), 3, (4096, 4096), 10, 5)
+        p = Params(5, (256 * MiB, 512 * MiB, GiB), (0, 256 * MiB, GiB), 3, (4096, 4096), 10, 5, mode, 3)
     if repeats is not None:
-        p = dataclasses.replace(p, repeats=repeats, action_repeats=repeats, ceiling_repeats=repeats)
+        p = dataclasses.replace(p, repeats=repeats, action_repeats=repeats, ceiling_repeats=repeats,
+                                efficiency_repeats=repeats)
     return p
 
 
@@ -629,12 +646,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--tiny", action="store_true",
                       help="16 MiB, one repeat, a small grid: a smoke test (tests/test_bench_dist.py)")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="repeats of every part (default 5, 3 for the actions; --quick 3, 2)")
+                        help="repeats of every part (default 5, 3 for the actions and the "
+                             "efficiency; --quick 3, 2)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
                         help="where to write the results (default: %(default)s)")
     parser.add_argument("--no-redistribution", action="store_true", help="skip part 1")
     parser.add_argument("--no-actions", action="store_true", help="skip part 2")
-    parser.add_argument("--no-ceiling", action="store_true", help="skip part 3")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip part 3 (part 4 still measures the ceiling it needs)")
+    parser.add_argument("--no-efficiency", action="store_true", help="skip part 4")
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -680,12 +700,18 @@ def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> 
                              "dmr_source": DMR_PAPER}
         yield ("resize actions through the order socket, beside DMR\n"
                + render_actions(rows, sizes, params.action_repeats))
-    if not args.no_ceiling:
+    if not args.no_ceiling or not args.no_efficiency:
         rows_, cols = params.grid
         log.info("part 3: memory-bandwidth ceiling, %d x %d grid", rows_, cols)
         ceiling = bandwidth_ceiling(rows_, cols, params.sweeps, params.ceiling_repeats, log.info)
         report["bandwidth_ceiling"] = ceiling
         yield render_ceiling(ceiling)
+        if not args.no_efficiency:
+            log.info("part 4: Jacobi, CG and N-body on 2 places against sequential, %d repeat(s)",
+                     params.efficiency_repeats)
+            eff = efficiency(params.mode, params.efficiency_repeats, ceiling, log.info)
+            report["efficiency"] = eff
+            yield "Jacobi, CG and N-body: efficiency on 2 places\n" + render_efficiency(eff)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,6 +61,26 @@ def test_tiny_run_writes_valid_json(tmp_path):
     assert ceiling["ratio"] > 0 and ceiling["alone_median_s"] > 0 and ceiling["pair_median_s"] > 0
     assert "DMR Table 2" in proc.stdout and "ratio" in proc.stdout
 
+    eff = report["efficiency"]
+    assert [r["app"] for r in eff["rows"]] == ["jacobi", "cg", "nbody"]
+    assert eff["bandwidth_ratio"] == ceiling["ratio"] and eff["compute_ceiling"]["ratio"] > 0
+    for r in eff["rows"]:
+        assert r["equal"] is True, r
+        for key in ("seq_best_s", "two_best_s", "efficiency_best", "efficiency_median", "ceiling",
+                    "of_ceiling_best", "of_ceiling_median"):
+            assert r[key] > 0, key
+    assert "efficiency on 2 places" in proc.stdout
+
+
+def test_no_efficiency_skips_part_4(tmp_path):
+    out = tmp_path / "dist.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.dist", "--tiny", "--no-redistribution",
+                           "--no-actions", "--no-ceiling", "--no-efficiency", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert "efficiency" not in report and "bandwidth_ceiling" not in report
+
 
 def test_sizes_that_do_not_fit_are_skipped(monkeypatch, capsys):
     monkeypatch.setattr(dist, "available_bytes", lambda: 2 * dist.GiB)

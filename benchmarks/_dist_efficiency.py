@@ -1,0 +1,211 @@
+"""Part 4 of :mod:`benchmarks.dist`: the data-parallel applications' efficiency on 2 places.
+
+Jacobi, CG and N-body (:mod:`apgas.dist.apps`) at sizes where an iteration's
+compute dominates, each timed as ``sequential(...)`` (numpy, or numba for
+N-body's kernels, in one process) and as ``run(...)`` over 2 places, taking
+turns, ``repeats`` times. Both run inside one ``apgas.run(places=2)``, at place
+0 (the sequential one while place 1 idles), so the 2-place time excludes the
+start of the places: it is the time of the ``run`` call, from making the arrays
+to the final sums. Efficiency = T_seq / (2 x T_2), from the best times and from
+the medians. The 2-place values must equal the sequential ones exactly.
+
+The ceiling each efficiency is read against: two places share this machine's
+memory bandwidth, so a memory-bound kernel (Jacobi's sweep, CG's stencil and
+vector updates) cannot reach 1.0; its ceiling is :func:`benchmarks.dist.bandwidth_ceiling`'s
+ratio measured in the same run. N-body's kernel is compute-bound (numba, no
+temporaries): its ceiling is :func:`compute_ceiling`, the same kernel on all the
+bodies alone against two processes side by side on half the bodies each. What
+is left below the ceiling (efficiency / ceiling) is the runtime's.
+
+A module of its own (package-private) so that :mod:`benchmarks.dist` stays the
+driver of the parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+import apgas
+from apgas.dist.apps import cg, jacobi, nbody
+
+__all__ = ["SIZES", "efficiency", "compute_ceiling", "render_efficiency"]
+
+TARGET = 0.9           # efficiency, where the problem is large enough
+TARGET_CEILING = 0.95  # efficiency / ceiling
+_MODULES: dict[str, Any] = {"jacobi": jacobi, "cg": cg, "nbody": nbody}
+
+#: per mode, each app's problem (``sequential``'s and ``run``'s keywords): about 7, 1
+#: and 0.05 s sequentially here
+SIZES: dict[str, dict[str, dict[str, int]]] = {
+    "full": {"jacobi": {"n": 4000, "iterations": 100}, "cg": {"n": 3000, "iterations": 50},
+             "nbody": {"n": 8000, "steps": 25}},
+    "quick": {"jacobi": {"n": 2000, "iterations": 50}, "cg": {"n": 1500, "iterations": 40},
+              "nbody": {"n": 4000, "steps": 10}},
+    "tiny": {"jacobi": {"n": 200, "iterations": 5}, "cg": {"n": 100, "iterations": 5},
+             "nbody": {"n": 200, "steps": 2}},
+}
+_WARM = {"jacobi": {"n": 50, "iterations": 2}, "cg": {"n": 50, "iterations": 2},
+         "nbody": {"n": 64, "steps": 1}}
+
+
+@dataclasses.dataclass
+class _Times:
+    seq: list[float] = dataclasses.field(default_factory=list)
+    two: list[float] = dataclasses.field(default_factory=list)
+    equal: list[bool] = dataclasses.field(default_factory=list)
+    values: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _timed(fn: Callable[..., Any], **kw: Any) -> tuple[float, Any]:
+    began = time.perf_counter()
+    value = fn(**kw)
+    return time.perf_counter() - began, value
+
+
+def _measure(sizes: dict[str, dict[str, int]], repeats: int,
+             progress: Callable[[str], None] | None) -> dict[str, _Times]:
+    """At place 0 of a 2-place run: every app's sequential and 2-place runs in turn."""
+    for app, mod in _MODULES.items():  # numba's compilation (or cache), pages, imports
+        mod.sequential(**_WARM[app])
+        mod.run(**_WARM[app])
+    found = {app: _Times() for app in sizes}
+    for rep in range(repeats):
+        for app, kw in sizes.items():
+            mod, t = _MODULES[app], found[app]
+            order = ("seq", "two") if rep % 2 == 0 else ("two", "seq")
+            for which in order:
+                if which == "seq":
+                    took, seq_values = _timed(mod.sequential, **kw)
+                    t.seq.append(took)
+                else:
+                    took, outcome = _timed(mod.run, **kw)
+                    t.two.append(took)
+                    two_values = outcome.values
+            t.equal.append(seq_values == two_values)
+            t.values = seq_values
+            if progress is not None:
+                progress(f"efficiency {app} {kw}, repeat {rep + 1}/{repeats}: sequential "
+                         f"{t.seq[-1]:.3f} s, 2 places {t.two[-1]:.3f} s, "
+                         f"{'equal' if t.equal[-1] else 'DIFFERENT'} values")
+    return found
+
+
+# -- the compute ceiling ----------------------------------------------------------------------
+
+def _nbody_worker(rows: slice, n: int, times: int, start: Any, out: Connection) -> None:
+    """A process of :func:`compute_ceiling`: ``times`` accelerations of bodies ``rows``
+    against all ``n``, started together with the other processes; sends the seconds."""
+    xs = nbody.positions(n, 0)
+    acc = np.empty((n, 3))
+    nbody.accelerations(xs[:2], xs, acc[:2])  # compiled (or loaded), pages touched
+    start.wait()
+    began = time.perf_counter()
+    for _ in range(times):
+        nbody.accelerations(xs[rows], xs, acc[rows])
+    out.send(time.perf_counter() - began)
+    out.close()
+
+
+def _side_by_side(parts: Sequence[slice], n: int, times: int) -> list[float]:
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(len(parts))
+    pipes = [ctx.Pipe(duplex=False) for _ in parts]
+    procs = [ctx.Process(target=_nbody_worker, args=(rows, n, times, start, w), daemon=True)
+             for rows, (_, w) in zip(parts, pipes, strict=True)]
+    for p in procs:
+        p.start()
+    try:
+        for _, w in pipes:
+            w.close()
+        return [float(r.recv()) for r, _ in pipes]
+    finally:
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def compute_ceiling(n: int, times: int, repeats: int,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """N-body's ceiling on two places: ``times`` accelerations of all ``n`` bodies in
+    one process, against two processes side by side on half the bodies each (the
+    work of two places without the runtime), interleaved; ratio t(alone) / (2 x
+    t(pair)) from the medians (``ratio_best`` from the best times)."""
+    alone: list[float] = []
+    pair: list[float] = []
+    half = n // 2
+    for rep in range(repeats):
+        alone.append(_side_by_side([slice(0, n)], n, times)[0])
+        pair.append(max(_side_by_side([slice(0, half), slice(half, n)], n, times)))
+        if progress is not None:
+            progress(f"compute ceiling, repeat {rep + 1}/{repeats}: alone {alone[-1]:.3f} s, "
+                     f"pair {pair[-1]:.3f} s, ratio {alone[-1] / (2 * pair[-1]):.2f}")
+    t1, t2 = statistics.median(alone), statistics.median(pair)
+    return {"kernel": f"N-body accelerations ({nbody.KERNELS})", "n": n, "times": times,
+            "repeats": repeats, "alone_s": alone, "pair_s": pair, "ratio": t1 / (2 * t2),
+            "ratio_best": min(alone) / (2 * min(pair))}
+
+
+# -- the part -----------------------------------------------------------------------------------
+
+def efficiency(mode: str, repeats: int, bandwidth: dict[str, Any],
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The part: ``bandwidth`` is :func:`benchmarks.dist.bandwidth_ceiling`'s result of
+    this run (the memory-bound apps' ceiling)."""
+    sizes = SIZES[mode]
+    nb = sizes["nbody"]
+    compute = compute_ceiling(nb["n"], min(nb["steps"] + 1, 10), repeats, progress)
+    found = apgas.run(lambda: _measure(sizes, repeats, progress), places=2)
+    rows = []
+    for app, kw in sizes.items():
+        t = found[app]
+        ceiling = compute if app == "nbody" else bandwidth
+        best = min(t.seq) / (2 * min(t.two))
+        median = statistics.median(t.seq) / (2 * statistics.median(t.two))
+        rows.append({
+            "app": app, "problem": kw, "seq_s": t.seq, "two_s": t.two,
+            "seq_best_s": min(t.seq), "seq_median_s": statistics.median(t.seq),
+            "two_best_s": min(t.two), "two_median_s": statistics.median(t.two),
+            "efficiency_best": best, "efficiency_median": median,
+            "ceiling": ceiling["ratio"], "ceiling_best": ceiling["ratio_best"],
+            "ceiling_kind": "compute (N-body kernel, two processes)" if app == "nbody"
+            else "memory bandwidth (Jacobi sweep, two processes)",
+            "of_ceiling_best": best / ceiling["ratio_best"],
+            "of_ceiling_median": median / ceiling["ratio"],
+            "equal": all(t.equal), "values": t.values})
+    return {"places": 2, "repeats": repeats, "nbody_kernels": nbody.KERNELS, "target": TARGET,
+            "target_of_ceiling": TARGET_CEILING, "compute_ceiling": compute,
+            "bandwidth_ratio": bandwidth["ratio"], "bandwidth_ratio_best": bandwidth["ratio_best"],
+            "timing": "inside one apgas.run(places=2), at place 0: the places' start excluded; "
+                      "2-place time = the run() call (arrays made, iterations, final sums)",
+            "rows": rows}
+
+
+def render_efficiency(e: dict[str, Any]) -> str:
+    lines = ["| app | problem | T_seq best (median) | T_2 best (median) | efficiency best (median) "
+             "| ceiling best (median) | efficiency / ceiling best (median) | values equal |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in e["rows"]:
+        problem = " ".join(f"{k}={v}" for k, v in r["problem"].items())
+        lines.append(
+            f"| {r['app']} | {problem} | {r['seq_best_s']:.3f} s ({r['seq_median_s']:.3f}) "
+            f"| {r['two_best_s']:.3f} s ({r['two_median_s']:.3f}) "
+            f"| {r['efficiency_best']:.2f} ({r['efficiency_median']:.2f}) "
+            f"| {r['ceiling_best']:.2f} ({r['ceiling']:.2f}) "
+            f"| {r['of_ceiling_best']:.2f} ({r['of_ceiling_median']:.2f}) | {r['equal']} |")
+    lines.append(
+        f"\n{e['repeats']} repeat(s), sequential and 2 places in turn, inside one "
+        f"apgas.run(places=2) (the places' start excluded); efficiency = T_seq / (2 T_2), "
+        f"target {e['target']}; ceiling: Jacobi and CG the memory-bandwidth ceiling of this run, "
+        f"N-body its kernel ({e['nbody_kernels']}) alone against two processes on half the "
+        f"bodies each; target efficiency / ceiling {e['target_of_ceiling']}")
+    return "\n".join(lines)
