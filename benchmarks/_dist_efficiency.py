@@ -11,11 +11,15 @@ the medians. The 2-place values must equal the sequential ones exactly.
 
 The ceiling each efficiency is read against: two places share this machine's
 memory bandwidth, so a memory-bound kernel (Jacobi's sweep, CG's stencil and
-vector updates) cannot reach 1.0; its ceiling is :func:`benchmarks.dist.bandwidth_ceiling`'s
-ratio measured in the same run. N-body's kernel is compute-bound (numba, no
-temporaries): its ceiling is :func:`compute_ceiling`, the same kernel on all the
-bodies alone against two processes side by side on half the bodies each. What
-is left below the ceiling (efficiency / ceiling) is the runtime's.
+vector updates) cannot reach 1.0; its ceiling is that of
+:func:`benchmarks.dist.bandwidth_ceiling` (a numpy Jacobi sweep alone against
+two processes on half the grid each). N-body's kernel is compute-bound (numba,
+no temporaries): its ceiling is :func:`compute_ceiling`, the same kernel on all
+the bodies alone against two processes side by side on half the bodies each.
+Both ceilings are measured again at the start of every repeat, beside the
+runs they judge (the machine is shared: a neighbour's load that comes and goes
+weighs on both alike). What is left below the ceiling (efficiency / ceiling)
+is the runtime's.
 
 A module of its own (package-private) so that :mod:`benchmarks.dist` stays the
 driver of the parts.
@@ -36,7 +40,7 @@ import numpy as np
 import apgas
 from apgas.dist.apps import cg, jacobi, nbody
 
-__all__ = ["SIZES", "efficiency", "compute_ceiling", "render_efficiency"]
+__all__ = ["SIZES", "efficiency", "compute_ceiling", "compute_once", "ratios", "render_efficiency"]
 
 TARGET = 0.9           # efficiency, where the problem is large enough
 TARGET_CEILING = 0.95  # efficiency / ceiling
@@ -70,14 +74,17 @@ def _timed(fn: Callable[..., Any], **kw: Any) -> tuple[float, Any]:
     return time.perf_counter() - began, value
 
 
-def _measure(sizes: dict[str, dict[str, int]], repeats: int,
+def _measure(sizes: dict[str, dict[str, int]], repeats: int, ceilings: Callable[[], None],
              progress: Callable[[str], None] | None) -> dict[str, _Times]:
-    """At place 0 of a 2-place run: every app's sequential and 2-place runs in turn."""
+    """At place 0 of a 2-place run: in each repeat, the ceilings' runs (``ceilings()``,
+    in processes of their own while the places idle), then every app's sequential and
+    2-place runs in turn: a noisy machine weighs on the ceilings and the apps alike."""
     for app, mod in _MODULES.items():  # numba's compilation (or cache), pages, imports
         mod.sequential(**_WARM[app])
         mod.run(**_WARM[app])
     found = {app: _Times() for app in sizes}
     for rep in range(repeats):
+        ceilings()
         for app, kw in sizes.items():
             mod, t = _MODULES[app], found[app]
             order = ("seq", "two") if rep % 2 == 0 else ("two", "seq")
@@ -142,29 +149,59 @@ def compute_ceiling(n: int, times: int, repeats: int,
     t(pair)) from the medians (``ratio_best`` from the best times)."""
     alone: list[float] = []
     pair: list[float] = []
-    half = n // 2
     for rep in range(repeats):
-        alone.append(_side_by_side([slice(0, n)], n, times)[0])
-        pair.append(max(_side_by_side([slice(0, half), slice(half, n)], n, times)))
+        a, p = compute_once(n, times)
+        alone.append(a)
+        pair.append(p)
         if progress is not None:
-            progress(f"compute ceiling, repeat {rep + 1}/{repeats}: alone {alone[-1]:.3f} s, "
-                     f"pair {pair[-1]:.3f} s, ratio {alone[-1] / (2 * pair[-1]):.2f}")
+            progress(f"compute ceiling, repeat {rep + 1}/{repeats}: alone {a:.3f} s, "
+                     f"pair {p:.3f} s, ratio {a / (2 * p):.2f}")
+    return ratios(f"N-body accelerations ({nbody.KERNELS})", {"n": n, "times": times}, alone, pair)
+
+
+def compute_once(n: int, times: int) -> tuple[float, float]:
+    """One repeat of :func:`compute_ceiling`: (alone, the slower of the pair) in seconds."""
+    half = n // 2
+    return (_side_by_side([slice(0, n)], n, times)[0],
+            max(_side_by_side([slice(0, half), slice(half, n)], n, times)))
+
+
+def ratios(kernel: str, problem: dict[str, int], alone: list[float], pair: list[float]
+           ) -> dict[str, Any]:
+    """A ceiling from its times: t(alone) / (2 x t(pair)), medians and best."""
     t1, t2 = statistics.median(alone), statistics.median(pair)
-    return {"kernel": f"N-body accelerations ({nbody.KERNELS})", "n": n, "times": times,
-            "repeats": repeats, "alone_s": alone, "pair_s": pair, "ratio": t1 / (2 * t2),
+    return {"kernel": kernel, **problem, "repeats": len(alone), "alone_s": alone, "pair_s": pair,
+            "alone_median_s": t1, "pair_median_s": t2, "ratio": t1 / (2 * t2),
             "ratio_best": min(alone) / (2 * min(pair))}
 
 
 # -- the part -----------------------------------------------------------------------------------
 
-def efficiency(mode: str, repeats: int, bandwidth: dict[str, Any],
+def efficiency(mode: str, repeats: int, bandwidth_once: Callable[[], tuple[float, float]],
                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The part: ``bandwidth`` is :func:`benchmarks.dist.bandwidth_ceiling`'s result of
-    this run (the memory-bound apps' ceiling)."""
+    """The part. ``bandwidth_once()`` runs one repeat of the memory-bandwidth ceiling
+    (:func:`benchmarks.dist.bandwidth_ceiling`'s kernel and grid): (alone, pair) seconds;
+    it and N-body's :func:`compute_once` run at the start of every repeat, so each
+    ceiling is measured beside the figures it judges."""
     sizes = SIZES[mode]
     nb = sizes["nbody"]
-    compute = compute_ceiling(nb["n"], min(nb["steps"] + 1, 10), repeats, progress)
-    found = apgas.run(lambda: _measure(sizes, repeats, progress), places=2)
+    times = min(nb["steps"] + 1, 10)
+    mem: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
+
+    def ceilings() -> None:
+        for name, got, once in (("memory-bandwidth", mem, bandwidth_once),
+                                ("compute", cpu, lambda: compute_once(nb["n"], times))):
+            a, p = once()
+            got[0].append(a)
+            got[1].append(p)
+            if progress is not None:
+                progress(f"efficiency: {name} ceiling, repeat {len(got[0])}/{repeats}: alone "
+                         f"{a:.3f} s, pair {p:.3f} s, ratio {a / (2 * p):.2f}")
+
+    found = apgas.run(lambda: _measure(sizes, repeats, ceilings, progress), places=2)
+    bandwidth = ratios("numpy 5-point Jacobi sweep (part 3's grid)", {}, *mem)
+    compute = ratios(f"N-body accelerations ({nbody.KERNELS})", {"n": nb["n"], "times": times}, *cpu)
     rows = []
     for app, kw in sizes.items():
         t = found[app]
@@ -184,7 +221,7 @@ def efficiency(mode: str, repeats: int, bandwidth: dict[str, Any],
             "equal": all(t.equal), "values": t.values})
     return {"places": 2, "repeats": repeats, "nbody_kernels": nbody.KERNELS, "target": TARGET,
             "target_of_ceiling": TARGET_CEILING, "compute_ceiling": compute,
-            "bandwidth_ratio": bandwidth["ratio"], "bandwidth_ratio_best": bandwidth["ratio_best"],
+            "bandwidth_ceiling": bandwidth,
             "timing": "inside one apgas.run(places=2), at place 0: the places' start excluded; "
                       "2-place time = the run() call (arrays made, iterations, final sums)",
             "rows": rows}
@@ -205,7 +242,7 @@ def render_efficiency(e: dict[str, Any]) -> str:
     lines.append(
         f"\n{e['repeats']} repeat(s), sequential and 2 places in turn, inside one "
         f"apgas.run(places=2) (the places' start excluded); efficiency = T_seq / (2 T_2), "
-        f"target {e['target']}; ceiling: Jacobi and CG the memory-bandwidth ceiling of this run, "
-        f"N-body its kernel ({e['nbody_kernels']}) alone against two processes on half the "
+        f"target {e['target']}; ceilings measured at the start of each repeat: Jacobi and CG "
+        f"the memory-bandwidth ceiling (part 3's kernel and grid), N-body its kernel ({e['nbody_kernels']}) alone against two processes on half the "
         f"bodies each; target efficiency / ceiling {e['target_of_ceiling']}")
     return "\n".join(lines)

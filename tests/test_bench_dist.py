@@ -63,7 +63,8 @@ def test_tiny_run_writes_valid_json(tmp_path):
 
     eff = report["efficiency"]
     assert [r["app"] for r in eff["rows"]] == ["jacobi", "cg", "nbody"]
-    assert eff["bandwidth_ratio"] == ceiling["ratio"] and eff["compute_ceiling"]["ratio"] > 0
+    assert eff["bandwidth_ceiling"]["ratio"] > 0 and eff["compute_ceiling"]["ratio"] > 0
+    assert len(eff["bandwidth_ceiling"]["alone_s"]) == eff["repeats"]
     for r in eff["rows"]:
         assert r["equal"] is True, r
         for key in ("seq_best_s", "two_best_s", "efficiency_best", "efficiency_median", "ceiling",
