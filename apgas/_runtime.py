@@ -510,7 +510,9 @@ class Runtime:
     def _drain_and_leave(self, staying: set[int]) -> None:
         """A removed place: wait for every fence, finish every task, then stop."""
         with self._cond:
-            self._cond.wait_for(lambda: staying <= self._fences or self.stopped.is_set())
+            # a staying place that died meanwhile will send no fence: wait for the live ones
+            self._cond.wait_for(lambda: staying - self.dead <= self._fences
+                                or self.stopped.is_set())
         while not (self.pool.wait_idle(10.0) and self.immediate.wait_idle(0.1)):
             log.warning("leaving, still running tasks (moved away by nobody?)")
         log.info("drained; leaving the computation")
@@ -532,6 +534,8 @@ class Runtime:
             for fref in [k for k in self._remote if k[0] == place_id]:
                 del self._remote[fref]
             waiting = [p for p in self._pending.values() if p.dst == place_id]
+        with self._cond:  # a leaving place may be waiting for its fence
+            self._cond.notify_all()
         log.warning("place %d died: %s", place_id, reason)
         host = gone.host if gone is not None else self._table.get(place_id, ("?",))[0]
         if self.timeline is not None:
@@ -721,8 +725,11 @@ class Runtime:
             _reap(proc, 0)
         self.place_died(pid, reason)
         payload = ser.dumps(reason)
-        for other in self.places:
-            if other != self.id:
+        # Also joining places (in the table being published, which may still list the
+        # dead place: they would wait on it forever) and leaving ones (one may be
+        # waiting for the dead place's fence).
+        for other in set(self.places) | set(self._table) | self._leaving_places:
+            if other != self.id and other != pid:
                 self.transport.send(other, DEAD, pid, 0, payload)
 
     def _link_lost(self, pid: int) -> None:

@@ -326,9 +326,11 @@ class _GLBHandler(apgas.MalleableHandler):
                 continue  # lost meanwhile (resilient): its work is restored from place 0's copies
             result, thieves, stats, samples = left
             _write_loads(p.id, self.gid, samples)
-            w.absorb(self.gid, result)  # place 0 stays: partial results live on here
-            if self.glb._recovery is not None:  # its result is here now, not in the store
-                self.glb._recovery.store.retire(p.id)
+            recovery = self.glb._recovery
+            # Resilient, a loss declared between the leave's answer and now wins: the
+            # store restores the place's copies, so the result in hand is dropped.
+            if recovery is None or recovery.store.retire(p.id):
+                w.absorb(self.gid, result)  # place 0 stays: partial results live on here
             self._call(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
         return leaving
@@ -336,6 +338,9 @@ class _GLBHandler(apgas.MalleableHandler):
     def _post_grow(self, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
         self.started.wait()
         members = [p.id for p in continued + added]
+        recovery = self.glb._recovery
+        if recovery is not None:  # restored work waits until the new places are set up
+            recovery.joining.update(p.id for p in added)
         for p in continued:  # first: a worker drops a thief that is not a member
             self._call(p.id, w.set_members, self.gid, members)
         try:
@@ -344,9 +349,12 @@ class _GLBHandler(apgas.MalleableHandler):
                     apgas.async_at(p.id, w.init_place, self.gid, self.glb.config, self.prototype,
                                    members, True, self.sample)
         except apgas.MultipleException as e:
-            if self.glb._recovery is None or not all(isinstance(x, apgas.DeadPlaceError)
-                                                     for x in e.exceptions):
+            if recovery is None or not all(isinstance(x, apgas.DeadPlaceError)
+                                           for x in e.exceptions):
                 raise
+        finally:
+            if recovery is not None:
+                recovery.joining.difference_update(p.id for p in added)
 
     def _call(self, place: int, fn: Callable[..., T], *args: Any) -> T | None:
         """``immediate_at``; resilient, a place lost meanwhile gives None (its work is

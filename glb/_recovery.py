@@ -29,6 +29,7 @@ class Recovery:
         self.store: Store = open_store(gid, prototype, w.arrive)
         self.store.targets = self._targets
         self.dead: set[int] = set()
+        self.joining: set[int] = set()  # members of a grow not set up yet: no work for them
         self._stop: Callable[[], None] | None = None
 
     @property
@@ -43,11 +44,15 @@ class Recovery:
             self._stop()
         close_store(self.gid)
 
-    def _targets(self) -> list[int]:
+    def _live(self) -> list[int]:
         """The live places of the computation, as place 0's GLB state knows them."""
         members = w.members(self.gid) or [0]
         live = {p.id for p in apgas.places()}
         return [m for m in members if m in live]
+
+    def _targets(self) -> list[int]:
+        """The live places that may take restored work (set up, not joining)."""
+        return [m for m in self._live() if m not in self.joining]
 
     def _died(self, place: int, host: str, reason: str) -> None:
         self.dead.add(place)
@@ -59,7 +64,7 @@ class Recovery:
         start = time.monotonic()
         if not self.store.recover(place):
             return
-        live = self._targets()
+        live = self._live()
         log.warning("GLB %d: place %d was lost; restoring its work at places %s",
                     self.gid, place, live)
         for p in live:  # its lifeline thieves and buddies are wired again

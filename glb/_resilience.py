@@ -181,7 +181,8 @@ class Store:
 
     def _give(self, place: int, pid: int, to: int) -> bool:
         piece = self.pieces.get(pid)
-        if piece is None or piece.owner != place or to in self.lost or self.fref is None:
+        if (piece is None or piece.owner != place or to in self.lost or to in self.retired
+                or self.fref is None):
             return False
         piece.owner = to  # from now on the piece is the thief's: lost with it, restored from here
         try:
@@ -194,8 +195,8 @@ class Store:
     def recover(self, place: int) -> bool:
         """Take a dead place's records and pieces back, once; True the first time."""
         with self.lock:
-            if place in self.lost or place == 0:
-                return False
+            if place in self.lost or place in self.retired or place == 0:
+                return False  # a place that left had its result taken with it
             self.lost.add(place)
             self.stats.places_lost += 1
             for key in [k for k in self.records if k[0] == place]:
@@ -210,13 +211,25 @@ class Store:
                 self.restored_result.fold(done)
             return True
 
-    def retire(self, place: int) -> None:
-        """A place left in a shrink: its result went to place 0 with it."""
+    def retire(self, place: int) -> bool:
+        """A place left in a shrink, its result in hand: True if that result is to be
+        kept, False if the place was declared dead first (its copies are restored
+        instead, and the result in hand would count its work twice)."""
         with self.lock:
+            if place in self.lost:
+                return False
             self.retired.add(place)
             self.done.pop(place, None)
             for key in [k for k in self.records if k[0] == place]:
                 del self.records[key]
+            # Pieces still its own were on their way when it left (it drops them on
+            # arrival): they go to the places that stay.
+            stray = [p for p in self.pieces.values() if p.owner == place]
+            for piece in stray:
+                piece.owner = None
+        if stray:
+            self.dispatch()
+        return True
 
     def orphans(self) -> int:
         """At the end of a round: every piece still here is an orphan. A live place
@@ -232,7 +245,7 @@ class Store:
         are left (the round had ended, or no place is live)."""
         with self.lock:
             orphans = [(pid, p) for pid, p in self.pieces.items() if p.owner is None]
-            targets = [t for t in self.targets() if t not in self.lost]
+            targets = [t for t in self.targets() if t not in self.lost and t not in self.retired]
             left = len(orphans)
             for pid, piece in orphans:
                 if self.fref is None or not targets:

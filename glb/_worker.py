@@ -5,6 +5,12 @@ Work only ever moves inside counted tasks (a worker's ``async_at`` of loot,
 or ``_deliver`` itself), so the computation's ``finish`` cannot end while a
 bag is on its way. Steal requests and lifeline registrations are short
 calls on the victim's immediate pool: they never wait behind busy workers.
+
+Why one module: the workers, the per-place state and the calls other places
+make (steal, deliver, arrive, leave) keep one set of invariants under one lock
+(``active``, ``stealing``, ``calls``, ``shared``, ``leaving``); a leave, for
+one, is correct only against the exact points where a worker ends. Split, each
+half would reach into the other's state.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class PlaceState:
         self.stealing = False    # the last worker is out stealing
         self.hungry = False      # a random steal found nothing: keep a piece in `shared`
         self.leaving = False
+        self.left = False        # the leave took the result: work arriving now is not done here
+        self.calls = 0           # resilient: ends and deliveries on their way to place 0
         self.targets: list[int] = []
         self.asked: set[int] = set()  # lifelines holding our registration, not yet answered
         self.forwarded = 0
@@ -182,7 +190,10 @@ class PlaceState:
         must send with ``ledger.end`` once the lock is released."""
         if bag is not None:
             bag.submit(result)
-        sealed = ledger.ended(result) if ledger is not None else None
+        sealed = None
+        if ledger is not None:
+            sealed = ledger.ended(result)
+            self.calls += 1  # a leave waits until place 0 has the end (see leave)
         self.result.fold(result)
         self.stats.units += units
         self.stats.busy_s += busy
@@ -281,7 +292,12 @@ def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> Non
         else:
             bag.merge(loot)
     if ledger is not None:
-        ledger.end(sealed)
+        try:
+            ledger.end(sealed)
+        finally:
+            with st.lock:
+                st.calls -= 1
+                st.lock.notify_all()
 
 
 def _send_away(st: PlaceState, bag: Any, ledger: Ledger | None) -> bool:
@@ -363,16 +379,27 @@ def arrive(gid: int, pid: int, kind: str, bag: Any, giver: int | None) -> None:
     """Counted, resilient: a piece sent by place 0 arrives, given by ``giver`` (None:
     restored). Loot joins ``shared``; a dead place's restored bag (it may hold a partial
     result) gets a worker of its own."""
+    st = state(gid)
+    with st.lock:
+        if st.left:  # place 0 takes the piece back when it retires this place
+            log.debug("GLB %d: piece %d reached place %d after it left; dropped", gid, pid, st.me)
+            return
+        if kind != LOOT:
+            st.active += 1
+        else:
+            st.calls += 1  # a leaving place forwards it through place 0
     bag = open_blob(bag)
     if kind == LOOT:
-        _deliver(gid, Held(pid, bag), giver)
+        try:
+            _deliver(gid, Held(pid, bag), giver)
+        finally:
+            with st.lock:
+                st.calls -= 1
+                st.lock.notify_all()
         return
     assert kind in (BAG, STATIC), kind
     if kind == STATIC:
         bag = bag.make_bag(bag.index, bag.count)
-    st = state(gid)
-    with st.lock:
-        st.active += 1
     _worker(gid, bag, took=pid)
 
 
@@ -432,7 +459,10 @@ def leave(gid: int, targets: list[int], start_coming: bool = False
 
     With ``start_coming`` (the place's start task was sent), also wait for that task
     to have run: as an immediate call, the leave may overtake it, and the work it
-    brings (a static share) must leave too, not be done after the result was taken."""
+    brings (a static share) must leave too, not be done after the result was taken.
+    Resilient, also wait until place 0 has every worker's end (else place 0 could
+    restore a record whose result is in this answer); work that arrives after the
+    answer is dropped here, and place 0 sends it elsewhere when it retires the place."""
     st = state(gid)
     with st.lock:
         st.leaving = True
@@ -441,8 +471,9 @@ def leave(gid: int, targets: list[int], start_coming: bool = False
         st.thieves.clear()
     with blocking(), st.lock:
         st.lock.wait_for(lambda: (st.start_ran or not start_coming) and st.active == 0
-                         and not st.stealing)
+                         and not st.stealing and st.calls == 0)
         result, st.result = st.result, copy.deepcopy(st.prototype)
+        st.left = True
     st.stats.moved_results += 1
     return result, thieves, collect_stats(st), _samples(st)
 

@@ -170,7 +170,7 @@ def test_plain_glb_still_fails_clearly_when_a_place_dies(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(int(os.environ.get("STRESS_SEEDS", 3))))
 def test_kills_during_random_grows_and_shrinks_lose_nothing(seed: int, malleable_address,
                                                              tmp_path: Path) -> None:
     """Random grow and shrink orders and, meanwhile, SIGKILLs of random places other than 0;
@@ -206,3 +206,32 @@ def test_kills_during_random_grows_and_shrinks_lose_nothing(seed: int, malleable
     result, resilience, replies = apgas.run(main, places=3, threads=2)
     assert result == interval_total(*INTERVAL), (replies, resilience)
     assert len(replies) >= 3, replies
+
+
+def _store_with_a_leaving_place() -> Any:
+    """Place 0's store after place 1 backed up a bag and ended one worker (done 5)."""
+    from glb._resilience import Store, _blob
+
+    store = Store(1, Total(), lambda *args: None)
+    store.backup(1, (1, 1), _blob(X10IntervalBag([(0, 10)])), [])
+    store.end(1, (1, 2), _blob(Total(5, 1)), [])
+    return store
+
+
+def test_a_place_that_left_and_then_died_is_counted_once_by_its_leave() -> None:
+    """The leave's answer is in hand when place 1 is declared dead: the answer counts,
+    the store restores nothing (else its work would count twice)."""
+    store = _store_with_a_leaving_place()
+    assert store.retire(1)
+    assert not store.recover(1)
+    assert (store.records, store.pieces, store.restored_result) == ({}, {}, Total())
+
+
+def test_a_place_declared_dead_before_its_leave_is_handled_is_restored_once() -> None:
+    """Place 1 is declared dead after it answered the leave but before place 0 took the
+    answer: the store restores its copies, and the answer must be dropped."""
+    store = _store_with_a_leaving_place()
+    assert store.recover(1)
+    assert store.retire(1) is False
+    assert store.restored_result == Total(5, 1)
+    assert [p.kind for p in store.pieces.values()] == ["bag"]
