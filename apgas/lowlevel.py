@@ -27,6 +27,7 @@ from ._serving import (
 )
 from ._timeline import MAX_SAMPLES, sample_interval
 from ._timeline import current as current_timeline
+from ._transport import _digest as payload_digest
 from ._trusted_paths import (
     UntrustedPath,
     make_trusted_dir,
@@ -42,6 +43,8 @@ from .errors import ApgasError
 
 __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "watch_deaths", "on_resize",
            "current_finish", "spawn_under",
+           # what the place-to-place MAC covers of a bulk payload (to measure its cost)
+           "payload_digest",
            "serve_connections",
            "read_line", "discard_rest", "LineTooLong",
            # fair service: who a peer is, its share of a server, logs it cannot flood
