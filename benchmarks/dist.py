@@ -567,27 +567,37 @@ def jacobi_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None
     inner *= 0.25
 
 
-def _jacobi_worker(rows: int, cols: int, sweeps: int, start: Any, out: Connection) -> None:
+def app_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None:
+    """The same sweep with the kernel of ``python -m apgas.dist.apps jacobi`` (numba
+    when installed: one pass over memory where numpy makes four)."""
+    from apgas.dist.apps import jacobi
+    jacobi.sweep(u, v[1:-1], 1, len(u))
+
+
+def _jacobi_worker(rows: int, cols: int, sweeps: int, start: Any, out: Connection,
+                   app: bool = False) -> None:
     """A process of :func:`bandwidth_ceiling`: ``sweeps`` sweeps over ``rows`` rows,
-    started together with the other processes; sends the seconds they took."""
+    started together with the other processes; sends the seconds they took. ``app``:
+    with the Jacobi app's kernel (:func:`app_sweep`) instead of numpy's."""
     u = np.ones((rows + 2, cols), np.float64)
     v = u.copy()
-    jacobi_sweep(u, v)  # warm: pages touched, code loaded
+    kernel = app_sweep if app else jacobi_sweep
+    kernel(u, v)  # warm: pages touched, code loaded (and compiled)
     start.wait()
     began = time.perf_counter()
     for _ in range(sweeps):
-        jacobi_sweep(u, v)
+        kernel(u, v)
         u, v = v, u
     out.send(time.perf_counter() - began)
     out.close()
 
 
-def _side_by_side(rows: Sequence[int], cols: int, sweeps: int) -> list[float]:
+def _side_by_side(rows: Sequence[int], cols: int, sweeps: int, app: bool = False) -> list[float]:
     """Each process's seconds, the processes (one per entry of ``rows``) started together."""
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Barrier(len(rows))
     pipes = [ctx.Pipe(duplex=False) for _ in rows]
-    procs = [ctx.Process(target=_jacobi_worker, args=(r, cols, sweeps, start, w), daemon=True)
+    procs = [ctx.Process(target=_jacobi_worker, args=(r, cols, sweeps, start, w, app), daemon=True)
              for r, (_, w) in zip(rows, pipes, strict=True)]
     for p in procs:
         p.start()
@@ -632,10 +642,11 @@ def bandwidth_ceiling(rows: int = 4096, cols: int = 4096, sweeps: int = 10, repe
             "nominal_gbs_alone": traffic / t1 / 1e9, "nominal_gbs_pair": traffic / t2 / 1e9}
 
 
-def bandwidth_once(rows: int, cols: int, sweeps: int) -> tuple[float, float]:
-    """One repeat of :func:`bandwidth_ceiling`: (alone, the slower of the pair) in seconds."""
-    return (_side_by_side([rows], cols, sweeps)[0],
-            max(_side_by_side([rows // 2, rows - rows // 2], cols, sweeps)))
+def bandwidth_once(rows: int, cols: int, sweeps: int, app: bool = False) -> tuple[float, float]:
+    """One repeat of :func:`bandwidth_ceiling`: (alone, the slower of the pair) in seconds;
+    ``app``: with the Jacobi app's kernel (the ceiling of that app)."""
+    return (_side_by_side([rows], cols, sweeps, app)[0],
+            max(_side_by_side([rows // 2, rows - rows // 2], cols, sweeps, app)))
 
 
 def render_ceiling(c: dict[str, Any]) -> str:
@@ -725,7 +736,8 @@ def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> 
         log.info("part 4: Jacobi, CG and N-body on 2 places against sequential, %d repeat(s)",
                  params.efficiency_repeats)
         eff = efficiency(params.mode, params.efficiency_repeats,
-                         lambda: bandwidth_once(rows_, cols, params.sweeps), log.info)
+                         lambda: bandwidth_once(rows_, cols, params.sweeps), log.info,
+                         lambda: bandwidth_once(rows_, cols, params.sweeps, app=True))
         report["efficiency"] = eff
         yield "Jacobi, CG and N-body: efficiency on 2 places\n" + render_efficiency(eff)
 
