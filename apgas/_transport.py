@@ -144,16 +144,13 @@ def _nbytes(frame: Frame) -> int:
 def _digest(frames: Sequence[Frame], sizes: Sequence[int]) -> bytes | None:
     """What the MAC covers of the payload besides its body: None for one frame under
     4 KiB (MACed itself), else a BLAKE3-256 hash of the frames, their number and their
-    lengths. BLAKE3 is collision resistant like BLAKE2b, and 5-6 times faster here
-    (5.8 against 1.0 GB/s on one core), which is what bulk data (arrays) is bound by:
-    each end hashes every byte once."""
+    lengths (collision resistant; 5.8 GB/s a core where BLAKE2b does 1.0: bulk data)."""
     if len(sizes) == 1 and sizes[0] < _DIRECT_MAX:
         return None
     h = blake3(struct.pack(f"!{len(sizes) + 1}Q", len(sizes), *sizes))
     for frame in frames:
         h.update(frame)
-    digest: bytes = h.digest()
-    return digest
+    return h.digest()
 
 
 class _Mac:

@@ -78,92 +78,53 @@ array, its new blocks while they are assembled, the bare floor's buffers
 beside the array) plus 1 GiB of headroom. A size that does not fit in
 ``MemAvailable`` is skipped with a printed reason. Progress goes to the log
 (INFO), the tables to stdout, everything to the JSON file (default
-docs/results/dist.json). Times are reported, never asserted on.
+bench-results/dist.json; the committed figures: ``--json docs/results/dist.json``).
+Times are reported, never asserted on.
 ``--tiny`` (16 MiB, one repeat, small grid) is the smoke test of
 tests/test_bench_dist.py.
 
-Why one module (over 500 lines) for parts 1-3: they are one benchmark, run by
-one command into one JSON report, and their floors (the bare and signed
-transfers, the bandwidth ceiling) are measured in the same run as the figures
-they judge. Part 4 lives in the package-private :mod:`benchmarks._dist_efficiency`
-(its sizes, its runs, its compute ceiling), driven from here with part 3's
-ceiling kernel (:func:`bandwidth_once`).
+The parts live in package-private modules, this one drives them and keeps
+part 1: :mod:`benchmarks._dist_floor` (the bare and signed transfers),
+:mod:`benchmarks._dist_actions` (part 2), :mod:`benchmarks._dist_ceiling`
+(part 3), :mod:`benchmarks._dist_efficiency` (part 4) and
+:mod:`benchmarks._dist_common` (sizes and the arrays' test pattern).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import logging
-import multiprocessing
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import Connection
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-import zmq
 
 import apgas
-from apgas import lowlevel
 from apgas.dist import BlockArray
 from apgas.dist._layout import Layout, even, overlaps
-from apgas.lowlevel import payload_digest
-from apgas.order import send_order
 from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks._dist_actions import DMR_PAPER, DMR_TABLE2, actions, render_actions
+from benchmarks._dist_ceiling import bandwidth_ceiling, bandwidth_once, render_ceiling
+from benchmarks._dist_common import CHECK_MAX, COLS, ROW_BYTES, GiB, MiB, check, fill_here, mib
 from benchmarks._dist_efficiency import efficiency, render_efficiency
+from benchmarks._dist_floor import BareFloor
 
 log = logging.getLogger("benchmarks.dist")
 
-MiB = 1 << 20
-GiB = 1 << 30
-COLS = 1024                          # float64 columns: one row is 8 KiB
-ROW_BYTES = COLS * 8
 PLACES = 8                           # part 1 starts them all at once
 TRANSITIONS: tuple[tuple[int, int], ...] = ((1, 2), (2, 4), (4, 8), (8, 4), (4, 2), (2, 1))
-ORDERS: tuple[tuple[str, int, int], ...] = (   # (verb, n, places after)
-    ("grow", 1, 2), ("grow", 2, 4), ("grow", 4, 8),
-    ("shrink", 4, 4), ("shrink", 2, 2), ("shrink", 1, 1))
 RATIO_TARGET = 0.5                   # redistribution GB/s / bare pyzmq GB/s
 BARE_CHUNK = 16 * MiB                # frames of the bare floor
-_MAC_KEY = b"benchmarks.dist: a key for the signed floor"
-
-
-def _sign(frame: Any) -> bytes:
-    """A frame's MAC as the places' transport takes it: its digest (``apgas.lowlevel.payload_digest``, BLAKE3)
-    under keyed BLAKE2b."""
-    nbytes = memoryview(frame).nbytes
-    digest = payload_digest([frame], [nbytes]) or bytes(frame)
-    return hashlib.blake2b(digest, key=_MAC_KEY, digest_size=32).digest()
 PEAK_FACTOR = 3                      # peak memory of a size S: about 3 S ...
 HEADROOM = 1 * GiB                   # ... plus this
-ORDER_TIMEOUT_S = 300.0
-CHECK_MAX = 16 * MiB                 # arrays this small are gathered and compared after each step
-DEFAULT_JSON = Path("docs/results/dist.json")
+DEFAULT_JSON = Path("bench-results/dist.json")
 
-DMR_PAPER = ("S. Iserte, R. Mayo, E. S. Quintana-Orti, V. Beltran, A. J. Pena: DMR API: Improving "
-             "cluster productivity by turning applications into malleable, Parallel Computing "
-             "(2018), Table 2 (../shared/papers/dmr-api-slurm-malleability.txt)")
-#: DMR's Table 2: actions of a 400-job workload (s), synchronous and asynchronous scheduling
-DMR_TABLE2: dict[str, dict[str, dict[str, float]]] = {
-    "expand": {"synchronous": {"quantity": 50, "min": 0.367, "max": 0.530, "average": 0.423,
-                               "std": 0.146},
-               "asynchronous": {"quantity": 107, "min": 0.366, "max": 40.418, "average": 8.820,
-                                "std": 12.688}},
-    "shrink": {"synchronous": {"quantity": 194, "min": 0.233, "max": 0.541, "average": 0.425,
-                               "std": 0.498},
-               "asynchronous": {"quantity": 303, "min": 0.334, "max": 0.555, "average": 0.422,
-                                "std": 0.049}},
-    "no action": {"synchronous": {"min": 0.0010, "max": 0.2078, "average": 0.0094, "std": 0.0102},
-                  "asynchronous": {"min": 0.0003, "max": 0.1140, "average": 0.0137,
-                                   "std": 0.0112}},
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,10 +189,6 @@ def fitting(sizes: Sequence[int], part: str, skipped: list[dict[str, Any]]) -> l
     return kept
 
 
-def mib(size: int) -> str:
-    return f"{size / GiB:g} GiB" if size >= GiB else f"{size / MiB:g} MiB"
-
-
 # -- the layouts ---------------------------------------------------------------------------------
 
 def moved_rows(old: Layout, new: Layout) -> int:
@@ -240,112 +197,7 @@ def moved_rows(old: Layout, new: Layout) -> int:
                for qid, first, last, _, _ in overlaps(start, stop, new) if qid != pid)
 
 
-# -- the bare floor --------------------------------------------------------------------------------
-
-def _bare_peer(endpoint: str) -> None:
-    """The receiving process: for each ``total`` announced, keep every frame until
-    ``total`` bytes have come, then answer; ends on a negative announcement. With
-    ``mac``, each frame comes after its keyed BLAKE2b digest, which is checked."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    try:
-        while True:
-            words = sock.recv().split()
-            total, mac = int(words[0]), words[1:] == [b"mac"]
-            if total < 0:
-                return
-            kept: list[zmq.Frame] = []
-            got = 0
-            ok = True
-            while got < total:
-                if mac:
-                    digest, frame = sock.recv_multipart(copy=False)
-                    ok &= _sign(frame.buffer) == digest.bytes
-                else:
-                    frame = sock.recv(copy=False)
-                kept.append(frame)
-                got += len(frame)
-            sock.send(b"ok" if ok else b"bad")
-            del kept
-    finally:
-        sock.close()
-        ctx.term()
-
-
-class BareFloor:
-    """pyzmq alone: this process sends numpy buffers zero-copy to a second one."""
-
-    def __init__(self) -> None:
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.PAIR)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        self._proc = multiprocessing.get_context("spawn").Process(
-            target=_bare_peer, args=(f"tcp://127.0.0.1:{port}",), daemon=True)
-        self._proc.start()
-        self._buffer = np.ones(0, np.uint8)
-        self.transfer(1)  # connected and answering
-
-    def reserve(self, nbytes: int) -> None:
-        """Make (and touch) the send buffer for transfers of up to ``nbytes``."""
-        if self._buffer.nbytes < nbytes:
-            self._buffer = np.empty(0, np.uint8)
-            self._buffer = np.ones(nbytes, np.uint8)
-
-    def release(self) -> None:
-        self._buffer = np.empty(0, np.uint8)
-
-    def transfer(self, nbytes: int, mac: bool = False) -> float:
-        """Seconds to move ``nbytes`` into the other process's memory; with ``mac``, each
-        frame signed here and checked there, as the places' transport does (:func:`_sign`)."""
-        self.reserve(nbytes)
-        sock, data = self._sock, self._buffer.data
-        start = time.perf_counter()
-        sock.send(f"{nbytes} {'mac' if mac else 'bare'}".encode())
-        for lo in range(0, nbytes, BARE_CHUNK):
-            frame = data[lo:min(nbytes, lo + BARE_CHUNK)]
-            if mac:
-                sock.send(_sign(frame), zmq.SNDMORE)
-            sock.send(frame, copy=False)
-        if sock.recv() != b"ok":
-            raise RuntimeError("the bare floor's peer found a frame altered")
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.release()
-        try:
-            self._sock.send(b"-1")
-        except zmq.ZMQError:
-            pass
-        self._proc.join(10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
-        self._sock.close()
-        self._ctx.term()
-
-
 # -- part 1: redistribution ------------------------------------------------------------------------
-
-def _fill_here(a: BlockArray) -> None:
-    """Row i of ``a`` (all at this place) holds i."""
-    block = a.local()
-    block[:] = np.arange(len(block), dtype=block.dtype)[:, None]
-
-
-def _check(a: BlockArray) -> None:
-    """RuntimeError unless row i of ``a`` holds i everywhere (made by :func:`_fill_here`)."""
-    rows = a.shape[0]
-    if a.shape[0] * ROW_BYTES <= CHECK_MAX:
-        ok = bool(np.array_equal(a.gather(), np.broadcast_to(np.arange(rows, dtype=np.float64)[:, None],
-                                                              a.shape)))
-    else:
-        ok = a.sum() == COLS * rows * (rows - 1) // 2
-    if not ok:
-        raise RuntimeError(f"{a!r} lost or misplaced rows on the way ({a.layout})")
-
 
 def redistribution(sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
     """Part 1, at place 0 of a run of ``PLACES`` places: per size and transition, the
@@ -361,7 +213,7 @@ def redistribution(sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
             bare.reserve(top)
             for rep in range(repeats):
                 a = BlockArray.zeros((rows, COLS), np.float64, places=[0])
-                _fill_here(a)
+                fill_here(a)
                 for p, q in TRANSITIONS:
                     key = (size, p, q)
                     old, new = a.layout, even(rows, list(range(q)))
@@ -377,14 +229,14 @@ def redistribution(sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
                         else:
                             took[what] = bare.transfer(nbytes, mac=what == "mac")
                     if size <= CHECK_MAX:
-                        _check(a)
+                        check(a)
                     got = samples.setdefault(key, {"redistribute_s": [], "bare_s": [], "mac_s": []})
                     for what, seconds in took.items():
                         got[f"{what}_s"].append(seconds)
                     log.info("%s %d->%d, repeat %d/%d: %s moved; GB/s: redistribute %.2f, bare "
                              "%.2f, bare signed %.2f", mib(size), p, q, rep + 1, repeats, mib(nbytes),
                              *(nbytes / took[w] / 1e9 for w in ("redistribute", "bare", "mac")))
-                _check(a)
+                check(a)
                 a.free()
             bare.release()
     finally:
@@ -435,230 +287,6 @@ def render_bandwidth(rows: list[dict[str, Any]], repeats: int) -> str:
                  f"{met} of {len(rows)} transitions; bare signed: the bare floor with every frame "
                  "signed and checked as the places' transport does (BLAKE3 digest, keyed BLAKE2b MAC)")
     return "\n".join(lines)
-
-
-# -- part 2: resize actions --------------------------------------------------------------------------
-
-class _Newest(apgas.MalleableHandler):
-    """Releases the newest places."""
-
-    def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
-        return apgas.places()[-n:]
-
-
-class _Clock:
-    """A resize listener that notes when it is called (inside the order, at place 0)."""
-
-    def __init__(self) -> None:
-        self.at = 0.0
-
-    def after_grow(self, added: list[apgas.Place]) -> None:
-        self.at = time.perf_counter()
-
-    def before_shrink(self, leaving: list[apgas.Place]) -> None:
-        self.at = time.perf_counter()
-
-
-def _actions_main(sizes: Sequence[int], repeats: int) -> dict[int, dict[str, dict[str, list[float]]]]:
-    """Part 2, at place 0 of a malleable run of 1 place: per size and order, the order's
-    wall time and the re-spread's."""
-    communicator = apgas.define_malleable_handler(_Newest())
-    address = getattr(communicator, "address", None)  # the socket communicator's
-    if address is None:
-        raise RuntimeError(f"the communicator {communicator!r} takes no orders on a socket")
-    before, after = _Clock(), _Clock()
-    lowlevel.on_resize(before)   # before the arrays' follower (made with the first array) ...
-    found: dict[int, dict[str, dict[str, list[float]]]] = {}
-    hosts = 0
-    timed = False  # whether ``after`` listens (once the follower does)
-    for rep in range(repeats):
-        for size in sizes:
-            a: BlockArray | None = None
-            if size:
-                a = BlockArray.zeros((size // ROW_BYTES, COLS), np.float64, follow=True)
-                _fill_here(a)
-                if not timed:
-                    lowlevel.on_resize(after)   # ... and after it
-                    timed = True
-            for verb, n, then in ORDERS:
-                words = [verb, str(n)]
-                if verb == "grow":
-                    words += [f"dist{hosts + i}" for i in range(n)]
-                    hosts += n
-                before.at = after.at = 0.0
-                start = time.perf_counter()
-                reply = send_order(address, words, ORDER_TIMEOUT_S)
-                took = time.perf_counter() - start
-                if not reply or reply[0].startswith("error") or len(apgas.places()) != then:
-                    raise RuntimeError(f"order {' '.join(words)!r}: reply {reply}, "
-                                       f"{len(apgas.places())} places, expected {then}")
-                moving = after.at - before.at if a is not None and after.at and before.at else None
-                got = found.setdefault(size, {}).setdefault(f"{verb} {n}", {"order_s": [], "data_s": []})
-                got["order_s"].append(took)
-                if moving is not None:
-                    got["data_s"].append(moving)
-                log.info("%s, %s %d (-> %d places), repeat %d/%d: %.3f s%s", mib(size) if size
-                         else "no array", verb, n, then, rep + 1, repeats, took,
-                         "" if moving is None else f", of which moving the data {moving:.3f} s")
-            if a is not None:
-                _check(a)
-                a.free()
-    return found
-
-
-def actions(sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
-    """Part 2 in a run of its own (malleable, every host name this machine)."""
-    old = os.environ.get("APGAS_LOCAL_HOSTS")
-    os.environ["APGAS_LOCAL_HOSTS"] = "*"
-    try:
-        found = apgas.run(lambda: _actions_main(sizes, repeats), places=1,
-                          malleable_listen="127.0.0.1:0")
-    finally:
-        if old is None:
-            os.environ.pop("APGAS_LOCAL_HOSTS", None)
-        else:
-            os.environ["APGAS_LOCAL_HOSTS"] = old
-    rows = []
-    for verb, n, then in ORDERS:
-        key = f"{verb} {n}"
-        row: dict[str, Any] = {"order": key, "from": then - n if verb == "grow" else then + n,
-                               "to": then, "dmr": DMR_TABLE2["expand" if verb == "grow" else "shrink"]
-                               ["synchronous"], "sizes": {}}
-        for size in sizes:
-            got = found[size][key]
-            row["sizes"][str(size)] = {
-                "order_s": got["order_s"], "order_median_s": statistics.median(got["order_s"]),
-                "order_best_s": min(got["order_s"]), "data_s": got["data_s"],
-                "data_median_s": statistics.median(got["data_s"]) if got["data_s"] else None}
-        rows.append(row)
-    return rows
-
-
-def render_actions(rows: list[dict[str, Any]], sizes: Sequence[int], repeats: int) -> str:
-    cols = [("no array" if s == 0 else f"{mib(s)}: order (moving the data)") for s in sizes]
-    lines = ["| order | places | " + " | ".join(cols) + " | DMR Table 2, sync.: average (min-max) |",
-             "| --- | --- | " + " | ".join("---" for _ in cols) + " | --- |"]
-    for r in rows:
-        cells = []
-        for s in sizes:
-            f = r["sizes"][str(s)]
-            cell = f"{f['order_median_s']:.3f} s"
-            if f["data_median_s"] is not None:
-                cell += f" ({f['data_median_s']:.3f} s)"
-            cells.append(cell)
-        d = r["dmr"]
-        lines.append(f"| {r['order']} | {r['from']}->{r['to']} | " + " | ".join(cells) +
-                     f" | {'expand' if r['order'].startswith('grow') else 'shrink'} "
-                     f"{d['average']:.3f} s ({d['min']:.3f}-{d['max']:.3f}) |")
-    lines.append(f"\nmedians of {repeats} repeat(s); order sent to its complete reply; DMR: "
-                 "400-job workload on MareNostrum, Slurm's decision included (Iserte et al., "
-                 "Parallel Computing 2018, Table 2)")
-    return "\n".join(lines)
-
-
-# -- part 3: the memory-bandwidth ceiling ------------------------------------------------------------
-
-def jacobi_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None:
-    """One 5-point Jacobi sweep of the interior of ``u`` into ``v``, without temporaries."""
-    inner = v[1:-1, 1:-1]
-    np.add(u[:-2, 1:-1], u[2:, 1:-1], out=inner)
-    inner += u[1:-1, :-2]
-    inner += u[1:-1, 2:]
-    inner *= 0.25
-
-
-def app_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None:
-    """The same sweep with the kernel of ``python -m apgas.dist.apps jacobi`` (numba
-    when installed: one pass over memory where numpy makes four)."""
-    from apgas.dist.apps import jacobi
-    jacobi.sweep(u, v[1:-1], 1, len(u))
-
-
-def _jacobi_worker(rows: int, cols: int, sweeps: int, start: Any, out: Connection,
-                   app: bool = False) -> None:
-    """A process of :func:`bandwidth_ceiling`: ``sweeps`` sweeps over ``rows`` rows,
-    started together with the other processes; sends the seconds they took. ``app``:
-    with the Jacobi app's kernel (:func:`app_sweep`) instead of numpy's."""
-    u = np.ones((rows + 2, cols), np.float64)
-    v = u.copy()
-    kernel = app_sweep if app else jacobi_sweep
-    kernel(u, v)  # warm: pages touched, code loaded (and compiled)
-    start.wait()
-    began = time.perf_counter()
-    for _ in range(sweeps):
-        kernel(u, v)
-        u, v = v, u
-    out.send(time.perf_counter() - began)
-    out.close()
-
-
-def _side_by_side(rows: Sequence[int], cols: int, sweeps: int, app: bool = False) -> list[float]:
-    """Each process's seconds, the processes (one per entry of ``rows``) started together."""
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(len(rows))
-    pipes = [ctx.Pipe(duplex=False) for _ in rows]
-    procs = [ctx.Process(target=_jacobi_worker, args=(r, cols, sweeps, start, w, app), daemon=True)
-             for r, (_, w) in zip(rows, pipes, strict=True)]
-    for p in procs:
-        p.start()
-    try:
-        for _, w in pipes:
-            w.close()
-        return [float(r.recv()) for r, _ in pipes]
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-
-
-def bandwidth_ceiling(rows: int = 4096, cols: int = 4096, sweeps: int = 10, repeats: int = 5,
-                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The memory-bandwidth ceiling of two places on this machine.
-
-    A numpy 5-point Jacobi sweep (stream-like: each sweep reads one ``rows x cols``
-    float64 grid and writes the other) run ``sweeps`` times alone in one process
-    on the whole grid, then as two processes side by side on ``rows // 2`` rows
-    each, ``repeats`` times, interleaved. ``ratio`` = t(alone) / (2 x t(pair)),
-    t(pair) the slower process's time, from the medians (``ratio_best`` from the
-    best times): the parallel efficiency a memory-bound kernel can reach on two
-    places here (ideal 1.0). ``nominal_gbs`` counts 16 bytes a grid point and
-    sweep (one read, one write), the traffic of a perfect cache."""
-    alone: list[float] = []
-    pair: list[float] = []
-    for rep in range(repeats):
-        a, p = bandwidth_once(rows, cols, sweeps)
-        alone.append(a)
-        pair.append(p)
-        if progress is not None:
-            progress(f"ceiling, repeat {rep + 1}/{repeats}: alone {alone[-1]:.3f} s, "
-                     f"pair {pair[-1]:.3f} s, ratio {alone[-1] / (2 * pair[-1]):.2f}")
-    traffic = 16.0 * rows * cols * sweeps
-    t1, t2 = statistics.median(alone), statistics.median(pair)
-    return {"kernel": "numpy 5-point Jacobi sweep", "rows": rows, "cols": cols, "sweeps": sweeps,
-            "repeats": repeats, "alone_s": alone, "pair_s": pair, "alone_median_s": t1,
-            "pair_median_s": t2, "ratio": t1 / (2 * t2), "ratio_best": min(alone) / (2 * min(pair)),
-            "nominal_gbs_alone": traffic / t1 / 1e9, "nominal_gbs_pair": traffic / t2 / 1e9}
-
-
-def bandwidth_once(rows: int, cols: int, sweeps: int, app: bool = False) -> tuple[float, float]:
-    """One repeat of :func:`bandwidth_ceiling`: (alone, the slower of the pair) in seconds;
-    ``app``: with the Jacobi app's kernel (the ceiling of that app)."""
-    return (_side_by_side([rows], cols, sweeps, app)[0],
-            max(_side_by_side([rows // 2, rows - rows // 2], cols, sweeps, app)))
-
-
-def render_ceiling(c: dict[str, Any]) -> str:
-    return "\n".join([
-        f"memory-bandwidth ceiling ({c['kernel']}, {c['rows']} x {c['cols']}, {c['sweeps']} sweeps, "
-        f"medians of {c['repeats']}):",
-        f"  alone, whole grid:           {c['alone_median_s']:.3f} s  "
-        f"({c['nominal_gbs_alone']:.2f} GB/s nominal)",
-        f"  two processes, half each:    {c['pair_median_s']:.3f} s  "
-        f"({c['nominal_gbs_pair']:.2f} GB/s nominal, both together)",
-        f"  ratio t(alone) / (2 t(pair)): {c['ratio']:.2f} median, {c['ratio_best']:.2f} best "
-        f"(ideal 1.0)"])
 
 
 # -- command line -------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ or ``_deliver`` itself), so the computation's ``finish`` cannot end while a
 bag is on its way. Steal requests and lifeline registrations are short
 calls on the victim's immediate pool: they never wait behind busy workers.
 
-Why one module: the workers, the per-place state and the calls other places
-make (steal, deliver, arrive, leave) keep one set of invariants under one lock
+Why one module, over the 500-line mark. One module: the workers, the per-place
+state and the calls other places make (steal, deliver, arrive, leave) keep one
+set of invariants under one lock
 (``active``, ``stealing``, ``calls``, ``shared``, ``leaving``); a leave, for
 one, is correct only against the exact points where a worker ends. Split, each
 half would reach into the other's state.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from apgas.dist._layout import even
-from benchmarks import dist
+from benchmarks import _dist_actions, dist
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,7 +50,7 @@ def test_tiny_run_writes_valid_json(tmp_path):
 
     act = report["actions"]
     assert act["sizes"] == [0, 16 * dist.MiB]
-    assert [r["order"] for r in act["rows"]] == [f"{v} {n}" for v, n, _ in dist.ORDERS]
+    assert [r["order"] for r in act["rows"]] == [f"{v} {n}" for v, n, _ in _dist_actions.ORDERS]
     for r in act["rows"]:
         assert r["dmr"]["average"] in (0.423, 0.425)
         assert r["sizes"]["0"]["order_median_s"] > 0 and r["sizes"]["0"]["data_median_s"] is None
