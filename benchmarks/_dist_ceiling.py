@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from benchmarks._dist_common import side_by_side
 
 __all__ = ["jacobi_sweep", "app_sweep", "bandwidth_ceiling", "bandwidth_once", "render_ceiling"]
 
@@ -31,8 +32,8 @@ def app_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None:
     jacobi.sweep(u, v[1:-1], 1, len(u))
 
 
-def _jacobi_worker(rows: int, cols: int, sweeps: int, start: Any, out: Connection,
-                   app: bool = False) -> None:
+def _jacobi_worker(rows: int, cols: int, sweeps: int, app: bool, start: Any,
+                   out: Connection) -> None:
     """A process of :func:`bandwidth_ceiling`: ``sweeps`` sweeps over ``rows`` rows,
     started together with the other processes; sends the seconds they took. ``app``:
     with the Jacobi app's kernel (:func:`app_sweep`) instead of numpy's."""
@@ -47,27 +48,6 @@ def _jacobi_worker(rows: int, cols: int, sweeps: int, start: Any, out: Connectio
         u, v = v, u
     out.send(time.perf_counter() - began)
     out.close()
-
-
-def _side_by_side(rows: Sequence[int], cols: int, sweeps: int, app: bool = False) -> list[float]:
-    """Each process's seconds, the processes (one per entry of ``rows``) started together."""
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(len(rows))
-    pipes = [ctx.Pipe(duplex=False) for _ in rows]
-    procs = [ctx.Process(target=_jacobi_worker, args=(r, cols, sweeps, start, w, app), daemon=True)
-             for r, (_, w) in zip(rows, pipes, strict=True)]
-    for p in procs:
-        p.start()
-    try:
-        for _, w in pipes:
-            w.close()
-        return [float(r.recv()) for r, _ in pipes]
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
 
 
 def bandwidth_ceiling(rows: int = 4096, cols: int = 4096, sweeps: int = 10, repeats: int = 5,
@@ -102,8 +82,9 @@ def bandwidth_ceiling(rows: int = 4096, cols: int = 4096, sweeps: int = 10, repe
 def bandwidth_once(rows: int, cols: int, sweeps: int, app: bool = False) -> tuple[float, float]:
     """One repeat of :func:`bandwidth_ceiling`: (alone, the slower of the pair) in seconds;
     ``app``: with the Jacobi app's kernel (the ceiling of that app)."""
-    return (_side_by_side([rows], cols, sweeps, app)[0],
-            max(_side_by_side([rows // 2, rows - rows // 2], cols, sweeps, app)))
+    return (side_by_side(_jacobi_worker, [(rows, cols, sweeps, app)], 30)[0],
+            max(side_by_side(_jacobi_worker, [(rows // 2, cols, sweeps, app),
+                                              (rows - rows // 2, cols, sweeps, app)], 30)))
 
 
 def render_ceiling(c: dict[str, Any]) -> str:

@@ -30,10 +30,9 @@ driver of the parts.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -41,6 +40,7 @@ import numpy as np
 
 import apgas
 from apgas.dist.apps import cg, jacobi, nbody
+from benchmarks._dist_common import side_by_side
 
 __all__ = ["SIZES", "efficiency", "compute_ceiling", "compute_once", "ratios", "render_efficiency"]
 
@@ -123,26 +123,6 @@ def _nbody_worker(rows: slice, n: int, times: int, start: Any, out: Connection) 
     out.close()
 
 
-def _side_by_side(parts: Sequence[slice], n: int, times: int) -> list[float]:
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(len(parts))
-    pipes = [ctx.Pipe(duplex=False) for _ in parts]
-    procs = [ctx.Process(target=_nbody_worker, args=(rows, n, times, start, w), daemon=True)
-             for rows, (_, w) in zip(parts, pipes, strict=True)]
-    for p in procs:
-        p.start()
-    try:
-        for _, w in pipes:
-            w.close()
-        return [float(r.recv()) for r, _ in pipes]
-    finally:
-        for p in procs:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
-                p.join()
-
-
 def compute_ceiling(n: int, times: int, repeats: int,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """N-body's ceiling on two places: ``times`` accelerations of all ``n`` bodies in
@@ -164,8 +144,9 @@ def compute_ceiling(n: int, times: int, repeats: int,
 def compute_once(n: int, times: int) -> tuple[float, float]:
     """One repeat of :func:`compute_ceiling`: (alone, the slower of the pair) in seconds."""
     half = n // 2
-    return (_side_by_side([slice(0, n)], n, times)[0],
-            max(_side_by_side([slice(0, half), slice(half, n)], n, times)))
+    return (side_by_side(_nbody_worker, [(slice(0, n), n, times)], 60)[0],
+            max(side_by_side(_nbody_worker, [(slice(0, half), n, times),
+                                             (slice(half, n), n, times)], 60)))
 
 
 def ratios(kernel: str, problem: dict[str, int], alone: list[float], pair: list[float]

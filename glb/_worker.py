@@ -204,6 +204,12 @@ class PlaceState:
         self.lock.notify_all()
         return sealed
 
+    def call_done(self) -> None:
+        """A call to place 0 counted in ``calls`` has ended (a leave may be waiting)."""
+        with self.lock:
+            self.calls -= 1
+            self.lock.notify_all()
+
     # -- stealing -------------------------------------------------------------------------
     def steal(self) -> Any:
         """Up to ``w`` random steal attempts; loot or None."""
@@ -296,9 +302,7 @@ def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> Non
         try:
             ledger.end(sealed)
         finally:
-            with st.lock:
-                st.calls -= 1
-                st.lock.notify_all()
+            st.call_done()
 
 
 def _send_away(st: PlaceState, bag: Any, ledger: Ledger | None) -> bool:
@@ -394,9 +398,7 @@ def arrive(gid: int, pid: int, kind: str, bag: Any, giver: int | None) -> None:
         try:
             _deliver(gid, Held(pid, bag), giver)
         finally:
-            with st.lock:
-                st.calls -= 1
-                st.lock.notify_all()
+            st.call_done()
         return
     assert kind in (BAG, STATIC), kind
     if kind == STATIC:
