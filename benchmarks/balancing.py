@@ -1,4 +1,4 @@
-"""Balancing beyond the cores: GLB against static splits and Dask on 8 to 64 workers of sleeping work.
+"""Balancing beyond the cores: GLB against static splits, Dask and Ray on 8 to 64 workers of sleeping work.
 
     python -m benchmarks.balancing [--places 8,16,32,64] [--quick] [--json FILE] [--plot FILE]
 
@@ -26,6 +26,10 @@ measures how well the work is spread. For each worker count P:
   256 was the best cutoff at 64 workers in trial runs (64: a 10-minute stall
   once, and 0.22 efficiency; 128: 0.37; 256: 0.38-0.41; 1024: a slow tail);
   a driver loop on the client (``as_completed``) managed 0.07-0.22.
+- **Ray, dynamic** (``benchmarks._ray_peers``, a local Ray of P CPUs, so up
+  to P worker processes): the same expansion as Dask's in a ``@ray.remote``
+  task, which submits its stacks as new tasks and returns (its count, their
+  refs); the driver follows the refs with ``ray.wait``. Left out without Ray.
 
 Dask runs 2 worker processes (one a core) of P/2 threads each: the units
 sleep (the GIL is free) and the kernel is numba ``nogil``, so a thread is a
@@ -52,6 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import _ray_peers
 from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.balancing")
@@ -174,7 +179,7 @@ def run_dask(params: dict, workers: int, piece_counts: tuple[int, ...]) -> tuple
             nodes = sum(client.gather(futures))
             static.append((time.perf_counter() - start, nodes))
         root = synthetic.make_bag(params).inner.rows()
-        limit = 60 + 20 * synthetic.node_count(params) * synthetic.unit_seconds(params) / workers
+        limit = _limit(params, workers)
         start = time.perf_counter()
         try:
             nodes, tasks = client.submit(expand_tree, root, params, CUTOFF, FANOUT,
@@ -228,7 +233,7 @@ def subtree_sizes(params: dict, level: Any) -> list[int]:
 
 # -- the measurement ----------------------------------------------------------------------------------
 
-def measure(params: dict, places: int, dask: bool = True) -> list[dict]:
+def measure(params: dict, places: int, dask: bool = True, ray: bool = True) -> list[dict]:
     """Every system on ``places`` workers; one row each."""
     unit = params["unit_ms"] / 1000.0
     expected = _expected(params)
@@ -253,9 +258,18 @@ def measure(params: dict, places: int, dask: bool = True) -> list[dict]:
         for (s, n), per in zip(static, PER_WORKER, strict=True):
             row("Dask", per * places, s, n, b[f"bound_{per}"])
         row("Dask, dynamic", None, seconds, nodes, None, {"tasks": tasks, "cutoff": CUTOFF, "fanout": FANOUT})
+    if ray:
+        seconds, nodes, tasks = _ray_peers.balancing_run(params, places, CUTOFF, FANOUT, _limit(params, places))
+        row("Ray, dynamic", None, seconds, nodes, None, {"tasks": tasks, "cutoff": CUTOFF, "fanout": FANOUT})
     for r in rows:
         r["shape_bound"] = b["shape_bound"]
     return rows
+
+
+def _limit(params: dict, workers: int) -> float:
+    """Seconds a dynamic run may take: 20 times the perfect balance, and a minute."""
+    from glb.apps import synthetic
+    return 60 + 20 * synthetic.node_count(params) * synthetic.unit_seconds(params) / workers
 
 
 def _expected(params: dict) -> int:
@@ -314,6 +328,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"a tree of 15,849 nodes, 0.25 ms units, {','.join(map(str, QUICK_PLACES))} "
                              "workers: a smoke test")
     parser.add_argument("--no-dask", action="store_true", help="leave Dask out")
+    parser.add_argument("--no-ray", action="store_true", help="leave Ray out")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="default: %(default)s")
     parser.add_argument("--plot", type=Path, default=None, help="also draw a PNG here")
     args = parser.parse_args(argv)
@@ -345,15 +360,18 @@ def main(argv: list[str] | None = None, measure_fn: Callable[..., list[dict]] = 
         log.warning("no Dask rows (or --no-dask): they need %s", install_hint(["distributed"]))
     params = tree_params(args.quick, args.unit_ms)
     before = machine_info()
+    ray = not (_ray_peers.SKIPPED or args.no_ray)
+    if _ray_peers.SKIPPED and not args.no_ray:
+        log.warning("no Ray rows: %s", _ray_peers.SKIPPED)
     rows: list[dict] = []
     for places in args.places:
-        rows.extend(measure_fn(params, places, dask))
+        rows.extend(measure_fn(params, places, dask) if ray else measure_fn(params, places, dask, ray=False))
     print(render(rows))
     write_json(args.json, {"machine": before, "load_average_after": os.getloadavg(),
                            "command": ["python", "-m", "benchmarks.balancing",
                                        *(argv if argv is not None else sys.argv[1:])],
                            "params": params, "glb_args": list(GLB_ARGS), "cutoff": CUTOFF, "fanout": FANOUT,
-                           "rows": rows}, log)
+                           "rows": rows, "ray_skipped": "--no-ray" if args.no_ray else _ray_peers.SKIPPED}, log)
     if args.plot:
         plot(rows, args.plot)
         log.info("wrote %s", args.plot)

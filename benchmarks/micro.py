@@ -18,6 +18,13 @@ ping-pong (target: at most 2x, median and p99) and the batch over the pool
 with as many processes (target: at least 1x): the batch on places 0 and 1
 against ``Pool(2)``, and on all 4 places against ``Pool(4)``.
 
+Ray (``benchmarks._ray_peers``) is measured in the same run too: a local Ray
+of 4 CPUs lives through the measurement run, and each repeat times, beside
+``at`` and the finish, an actor method's round trip (``ray.get(a.noop.remote())``),
+a task's (``ray.get(noop.remote())``) and task throughput 2 and 4 at a time;
+Ray's start-up (until 4 actors answered) is timed beside ``apgas.run``. A third
+table gives each as Ray / the runtime's figure. Without Ray, its rows say skipped.
+
 Code that waits on the runtime runs under a deadline, so that a lost
 message makes one run fail (it is retried and counted) instead of hanging
 the benchmark.
@@ -39,6 +46,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import apgas
+from benchmarks import _ray_peers
 from benchmarks._common import (
     Metric,
     Samples,
@@ -84,6 +92,8 @@ class Params:
     dask_rtt_calls: int
     dask_tasks: int
     dask_batch_tasks: int
+    ray_rtt_calls: int
+    ray_tasks: int
 
     @property
     def startup_attempts(self) -> int:
@@ -95,10 +105,12 @@ def make_params(repeats: int | None, quick: bool) -> Params:
     """Full sizes, or small ones for a smoke test (``--quick``)."""
     if quick:
         return Params(repeats=repeats or 1, warmup_calls=20, rtt_calls=200, uncounted_tasks=2_000,
-                      batch_tasks=1_000, dask_rtt_calls=50, dask_tasks=500, dask_batch_tasks=1_000)
+                      batch_tasks=1_000, dask_rtt_calls=50, dask_tasks=500, dask_batch_tasks=1_000,
+                      ray_rtt_calls=200, ray_tasks=1_000)
     # Dask does ~10 ms per round trip and < 1,000 tasks/s here: its counts are smaller
     return Params(repeats=repeats or 5, warmup_calls=200, rtt_calls=2_000, uncounted_tasks=50_000,
-                  batch_tasks=50_000, dask_rtt_calls=300, dask_tasks=5_000, dask_batch_tasks=10_000)
+                  batch_tasks=50_000, dask_rtt_calls=300, dask_tasks=5_000, dask_batch_tasks=10_000,
+                  ray_rtt_calls=2_000, ray_tasks=10_000)
 
 
 # -- metrics --------------------------------------------------------------------------
@@ -270,9 +282,12 @@ def _floor_repeat(echo: Echo, params: Params, samples: Samples) -> None:
         add_sample(samples, f"pool{workers}_tasks_s", rate)
 
 
-def _repeat(target: apgas.Place, params: Params, samples: Samples, echo: Echo) -> None:
+def _repeat(target: apgas.Place, params: Params, samples: Samples, echo: Echo,
+            ray: _ray_peers.MicroRay) -> None:
     """One repeat of every measurement."""
     _floor_repeat(echo, params, samples)
+    with deadline(PHASE_DEADLINE_S, "Ray's round trips and tasks"):
+        ray.repeat(params.ray_rtt_calls, params.ray_tasks, samples)
     with deadline(PHASE_DEADLINE_S, "the round trips"):
         latency_samples(samples, _round_trips(target, params.rtt_calls))
     with deadline(PHASE_DEADLINE_S, "the uncounted tasks"):
@@ -291,11 +306,11 @@ def _measure_main(params: Params) -> Samples:
     with deadline(PHASE_DEADLINE_S, "the warm-up"):
         _warm_up(target, params)
     samples: Samples = {}
-    with Echo() as echo:
+    with Echo() as echo, _ray_peers.MicroRay(PLACES, params.warmup_calls) as ray:
         echo.bare(params.warmup_calls)
         echo.pickled(params.warmup_calls, noop)
         for i in range(params.repeats):
-            _repeat(target, params, samples, echo)
+            _repeat(target, params, samples, echo, ray)
             log.info("apgas repeat %d/%d: %s", i + 1, params.repeats, _latest(samples))
     return samples
 
@@ -452,14 +467,19 @@ def main(argv: list[str] | None = None) -> int:
     measured, measure_failures = apgas_measure(params)
     log.info("dask (%d repeats)", params.repeats)
     dask_samples = dask_measure(params)
+    log.info("ray startup (%d repeats)%s", params.repeats, f": {_ray_peers.SKIPPED}" if _ray_peers.SKIPPED else "")
+    ray = _ray_peers.micro_summary({**startup, **measured, **_ray_peers.startup_samples(params.repeats, PLACES)},
+                                   PLACES)
     failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
     rows = summarize({**startup, **measured}, dask_samples)
     floor = floor_summary(measured, PLACES)
     write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows, "floor": floor}, log)
+                           "failures": failures, "results": rows, "floor": floor, "ray": ray}, log)
     print(render_table(rows, failures, params))
     print()
     print(render_floor(floor, PLACES))
+    print()
+    print(_ray_peers.render_micro(ray))
     return 0
 
 

@@ -1,11 +1,11 @@
-"""The same UTS and Pi work through GLB, Dask distributed and multiprocessing.Pool.
+"""The same UTS and Pi work through GLB, Dask distributed, Ray and multiprocessing.Pool.
 
     python -m benchmarks.peers [--trees T1,T3] [--apps uts,pi] [--quick] [--json FILE]
 
 Dask and the pool get the static splits a user would write: the app's own
 ``make_static_bag`` cut into one piece per core, and into 8 pieces per core
 (so that the pieces even out), each piece run to its end by the same numba
-kernel. GLB balances dynamically. All three run here, one after the other, on
+kernel. GLB balances dynamically. All run here, one after the other, on
 2 cores, beside the kernel alone on one core; the table gives times and the
 ratios to the best GLB run, and a summary line per case the best static split
 over the best GLB run.
@@ -15,6 +15,13 @@ T1 and T3). A static split of a UTS tree hands out the nodes of a level near
 the root (for a binomial tree, the root's 2000 children); in the geometric T1
 the subtrees even out, while in the binomial T3 one child of the root holds
 58% of the tree (99% in T3L), so a static split cannot beat that one piece.
+
+Ray (``benchmarks._ray_peers``, a local Ray of 2 CPUs) runs the same static
+pieces as tasks, and for UTS also dynamic tasks: a task counts up to 2^18
+nodes of its stack inline (about 6 ms), splits the rest as GLB splits a bag
+into up to 8 stacks, submits a task for each and returns (its count, their
+refs); the driver follows the refs with ``ray.wait``. Without Ray its rows
+are left out, and the JSON says why (``ray_skipped``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import _ray_peers
 from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.peers")
@@ -119,16 +127,16 @@ def cases(trees: list[str], apps: list[str], quick: bool) -> list[tuple[str, str
     return out
 
 
-def measure(label: str, app_name: str, args: list[str], dask: bool = True) -> list[dict]:
+def measure(label: str, app_name: str, args: list[str], dask: bool = True, ray: bool = True) -> list[dict]:
     from glb.apps.cli import build_parser, load_app
     app = load_app(app_name)
     ns = build_parser({app_name: app}).parse_args([app_name, *args])
     params = app.params(ns)
     rows = []
 
-    def row(system: str, kind: str, seconds: float, value: Any, correct: bool | None) -> None:
+    def row(system: str, kind: str, seconds: float, value: Any, correct: bool | None, **extra: Any) -> None:
         rows.append({"case": label, "app": app_name, "params": params, "system": system, "kind": kind,
-                     "seconds": seconds, "result": value, "correct": correct})
+                     "seconds": seconds, "result": value, "correct": correct, **extra})
 
     log.info("%s: the kernel alone on one core", label)
     rec = with_cli(app_name, [*args, "--sequential"])
@@ -144,6 +152,11 @@ def measure(label: str, app_name: str, args: list[str], dask: bool = True) -> li
             seconds, result = fn(app_name, params, pieces)
             value = app.value(result)
             row(f"{name} ({pieces} static pieces)", "static", seconds, value, app.check(params, value))
+    if ray:
+        log.info("%s: Ray, static pieces%s", label, " and dynamic tasks" if app_name == "uts" else "")
+        for system, kind, seconds, result, extra in _ray_peers.peer_runs(app_name, params, SPLITS, CORES):
+            value = app.value(result)
+            row(system, kind, seconds, value, app.check(params, value), **extra)
     best_glb = min(r["seconds"] for r in rows if r["kind"] == "glb")
     for r in rows:
         r["vs_best_glb"] = r["seconds"] / best_glb
@@ -158,11 +171,14 @@ def summarize(rows: list[dict]) -> list[dict]:
         glb = min((r for r in mine if r["kind"] == "glb"), key=lambda r: r["seconds"])
         static = min((r for r in mine if r["kind"] == "static"), key=lambda r: r["seconds"], default=None)
         seq = next((r for r in mine if r["kind"] == "sequential"), None)
+        dyn = min((r for r in mine if r["kind"] == "dynamic"), key=lambda r: r["seconds"], default=None)
         out.append({
             "case": label, "best_glb": glb["system"], "best_glb_seconds": glb["seconds"],
             "best_static": static and static["system"], "best_static_seconds": static and static["seconds"],
             "best_static_over_best_glb": static and static["seconds"] / glb["seconds"],
             "glb_speedup_over_kernel": seq and seq["seconds"] / glb["seconds"],
+            "best_dynamic": dyn and dyn["system"], "best_dynamic_seconds": dyn and dyn["seconds"],
+            "best_dynamic_over_best_glb": dyn and dyn["seconds"] / glb["seconds"],
             "all_correct": all(r["correct"] is not False for r in mine),
         })
     return out
@@ -181,7 +197,10 @@ def render(rows: list[dict], summary: list[dict]) -> str:
                   f"{s['best_glb_seconds']:.3f} s")
         speedup = "" if s["glb_speedup_over_kernel"] is None else \
             f"; GLB speed-up over the kernel alone {s['glb_speedup_over_kernel']:.2f}"
-        lines.append(f"{s['case']}: {static}{speedup}")
+        dynamic = "" if not s.get("best_dynamic") else (
+            f"; {s['best_dynamic']} {s['best_dynamic_seconds']:.3f} s = "
+            f"{s['best_dynamic_over_best_glb']:.2f}x the best GLB")
+        lines.append(f"{s['case']}: {static}{speedup}{dynamic}")
     return "\n".join(lines)
 
 
@@ -193,6 +212,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=Path("bench-results/peers.json"),
                         help="where to write the results (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="fewer Pi samples: a smoke test")
+    parser.add_argument("--no-ray", action="store_true", help="leave Ray out")
     args = parser.parse_args(argv)
     from glb.apps.uts.trees import TREES
     args.trees = [t for t in args.trees.split(",") if t]
@@ -215,14 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     dask = have_dask()
     if not dask:
         log.warning("no Dask rows: they need %s", install_hint(["distributed"]))
+    ray = not (_ray_peers.SKIPPED or args.no_ray)
+    if _ray_peers.SKIPPED and not args.no_ray:
+        log.warning("no Ray rows: %s", _ray_peers.SKIPPED)
     rows: list[dict] = []
     for label, app_name, app_args in cases(args.trees, args.apps, args.quick):
-        rows.extend(measure(label, app_name, app_args, dask))
+        rows.extend(measure(label, app_name, app_args, dask, ray))
     summary = summarize(rows)
     print(render(rows, summary))
     write_json(args.json, {"machine": machine_info(), "command": ["python", "-m", "benchmarks.peers",
                                                                   *(argv if argv is not None else sys.argv[1:])],
-                           "rows": rows, "summary": summary, "cores": CORES, "splits": SPLITS}, log)
+                           "rows": rows, "summary": summary, "cores": CORES, "splits": SPLITS,
+                           "ray_skipped": "--no-ray" if args.no_ray else _ray_peers.SKIPPED}, log)
     return 0 if all(s["all_correct"] for s in summary) else 1
 
 

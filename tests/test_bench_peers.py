@@ -60,7 +60,8 @@ def test_summary_and_table():
     assert summary[0] == {"case": "uts T3", "best_glb": "GLB 1x2", "best_glb_seconds": 2.0,
                           "best_static": "multiprocessing.Pool (16 static pieces)",
                           "best_static_seconds": 3.0, "best_static_over_best_glb": 1.5,
-                          "glb_speedup_over_kernel": 2.0, "all_correct": True}
+                          "glb_speedup_over_kernel": 2.0, "best_dynamic": None, "best_dynamic_seconds": None,
+                          "best_dynamic_over_best_glb": None, "all_correct": True}
     assert summary[1]["best_static"] is None and summary[1]["glb_speedup_over_kernel"] is None
     table = peers.render(rows, summary)
     assert "uts T3: best static split (multiprocessing.Pool (16 static pieces)) 3.000 s = 1.50x" in table
