@@ -61,7 +61,7 @@ except ImportError as e:  # the bench extra is missing
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 OBJECT_STORE_BYTES = 256 << 20     # Ray takes 30% of the memory by default; this is a shared machine
 LEFTOVER_WAIT_S = 15.0
-UTS_CUTOFF, UTS_FANOUT = 1 << 18, 8   # peers' dynamic UTS: nodes a task counts inline (~6 ms), tasks it spawns
+UTS_CUTOFF, UTS_FANOUT = 1 << 18, 8   # peers' dynamic UTS: nodes a task counts inline, tasks it spawns
 
 
 # -- a local Ray, and nothing left behind --------------------------------------------------------

@@ -18,7 +18,8 @@ the subtrees even out, while in the binomial T3 one child of the root holds
 
 Ray (``benchmarks._ray_peers``, a local Ray of 2 CPUs) runs the same static
 pieces as tasks, and for UTS also dynamic tasks: a task counts up to 2^18
-nodes of its stack inline (about 6 ms), splits the rest as GLB splits a bag
+nodes of its stack inline (6 ms of T1L, 50 ms of T3L; 2^16 took twice as
+long on T1L and T3L, 2^20 as long as 2^18), splits the rest as GLB splits a bag
 into up to 8 stacks, submits a task for each and returns (its count, their
 refs); the driver follows the refs with ``ray.wait``. Without Ray its rows
 are left out, and the JSON says why (``ray_skipped``).
