@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _ray_peers
+from ._balancing_sim import glb_figures, render_glb
 from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
 
 log = logging.getLogger("benchmarks.balancing")
@@ -124,15 +125,17 @@ def expand_tree(rows: Any, params: dict, cutoff: int, fanout: int) -> tuple[int,
 
 # -- the systems -------------------------------------------------------------------------------
 
-def run_glb(params: dict, places: int, static: bool, timeout: float = 900) -> tuple[float, int, bool | None]:
-    """``python -m glb.apps synthetic`` on ``places`` places; (seconds, nodes, correct)."""
+def run_glb(params: dict, places: int, static: bool, timeout: float = 900
+            ) -> tuple[float, int, bool | None, list[dict] | None]:
+    """``python -m glb.apps synthetic`` on ``places`` places; (seconds, nodes, correct,
+    ``glb.stats()`` a place)."""
     tree = [a for k, v in params.items() if k not in ("unit_ms",)
             for a in (f"--{k}", f"{v:g}" if isinstance(v, float) else str(v))]
     args = [*tree, "--unit-ms", str(params["unit_ms"]), "--places", str(places), "--workers", "1",
             *GLB_ARGS, *(["--static"] if static else [])]
     env = {**os.environ, "APGAS_JOIN_TIMEOUT": os.environ.get("APGAS_JOIN_TIMEOUT", "300")}
     rec = with_cli("synthetic", args, env=env, timeout=timeout)
-    return rec["seconds"], rec["result"], rec["correct"]
+    return rec["seconds"], rec["result"], rec["correct"], rec.get("glb_stats")
 
 
 _BARRIER: Any = None
@@ -248,8 +251,9 @@ def measure(params: dict, places: int, dask: bool = True, ray: bool = True) -> l
         log.info("%2d workers  %-28s %8.3f s  efficiency %.3f", places, system, seconds, rows[-1]["efficiency"])
 
     for static in (False, True):
-        seconds, nodes, _ = run_glb(params, places, static)
-        row("GLB, static start" if static else "GLB", places if static else None, seconds, nodes, None)
+        seconds, nodes, _, stats = run_glb(params, places, static)
+        row("GLB, static start" if static else "GLB", places if static else None, seconds, nodes, None,
+            glb_figures(params, places, static, stats, _glb_config()))
     counts = tuple(per * places for per in PER_WORKER)
     for (seconds, nodes), per in zip(run_pool(params, places, counts), PER_WORKER, strict=True):
         row("multiprocessing.Pool", per * places, seconds, nodes, b[f"bound_{per}"])
@@ -272,6 +276,12 @@ def _limit(params: dict, workers: int) -> float:
     return 60 + 20 * synthetic.node_count(params) * synthetic.unit_seconds(params) / workers
 
 
+def _glb_config() -> dict[str, Any]:
+    """GLB_ARGS as the model's keywords (n, w, lifeline)."""
+    given = dict(zip(GLB_ARGS[0::2], GLB_ARGS[1::2], strict=True))
+    return {"n": int(given["--n"]), "w": int(given["--w"]), "lifeline": given["--lifeline"]}
+
+
 def _expected(params: dict) -> int:
     from glb.apps import synthetic
     return synthetic.node_count(params)
@@ -288,7 +298,7 @@ def render(rows: list[dict]) -> str:
     for p in dict.fromkeys(r["places"] for r in rows):
         shape = next(r["shape_bound"] for r in rows if r["places"] == p)
         lines.append(f"{p} workers: no split of the level beats {shape:.2f} (total / (P x largest subtree))")
-    return "\n".join(lines)
+    return "\n".join([*lines, *render_glb(rows)])
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -81,6 +81,12 @@ class Bag(Protocol):
       only as pieces from ``split``.
 
     ``glb.testing.check_bag`` checks a bag against these rules.
+
+    A bag class may opt in to steals while it is processed, with
+    ``concurrent_split = True``: GLB may then call ``is_splittable()`` and
+    ``split(False)`` from another thread while ``process`` runs, and the bag
+    makes those two safe against ``process`` under a lock of its own (the
+    precise rule: :mod:`glb.bags`). Without it, nothing is called concurrently.
     """
 
     def process(self, n: int) -> int | None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
-__all__ = ["PlaceStats", "GLBStats"]
+__all__ = ["PlaceStats", "GLBStats", "SAMPLES"]
+
+#: latency samples a place keeps per kind (a uniform sample of them all beyond that)
+SAMPLES = 2048
 
 
 @dataclasses.dataclass
@@ -14,23 +18,40 @@ class PlaceStats:
     busy_s: float = 0.0          # time inside process()
     random_tried: int = 0        # random steal attempts made
     random_won: int = 0          # of them, with loot
+    lifeline_asked: int = 0      # registrations sent to lifelines
     lifeline_won: int = 0        # loot received through lifelines
     loot_given: int = 0          # pieces of work handed to other places
+    split_at_once: int = 0       # of them (and local), split off a bag while its worker processed it
     moved_bags: int = 0          # bags sent away because this place was leaving
     moved_results: int = 0       # partial results sent away because this place was leaving
     idle_s: float = 0.0          # worker time without work: workers * elapsed - busy
+    waited: int = 0              # dry spells that ended with work (stolen or delivered)
+    #: seconds from running dry to holding work again, per spell (a bounded uniform sample)
+    waits_s: list[float] = dataclasses.field(default_factory=list)
+    #: seconds of each random steal attempt's round trip (a bounded uniform sample)
+    steal_rtt_s: list[float] = dataclasses.field(default_factory=list)
 
     def add(self, other: PlaceStats) -> None:
         for f in dataclasses.fields(self):
             if f.name != "place":
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
+    def note(self, samples: list[float], value: float, seen: int) -> None:
+        """Keep ``value``, the ``seen``-th of its kind, in a uniform sample of at most SAMPLES."""
+        if len(samples) < SAMPLES:
+            samples.append(value)
+        else:
+            k = random.randrange(seen)
+            if k < SAMPLES:
+                samples[k] = value
+
 
 class GLBStats(list[PlaceStats]):
     """A list of :class:`PlaceStats`, one per place that took part; prints as a table."""
 
     COLUMNS = ("place", "units", "busy_s", "idle_s", "random_tried", "random_won",
-               "lifeline_won", "loot_given", "moved_bags", "moved_results")
+               "lifeline_asked", "lifeline_won", "loot_given", "split_at_once", "moved_bags",
+               "moved_results")
 
     def total(self) -> PlaceStats:
         total = PlaceStats(place=-1)

@@ -11,6 +11,33 @@ the splitting, merging, pickling and submitting follow the bag contract
             return Sum(sum(i * i for i in range(lo, hi)))
 
     total = GLB().compute_dynamic(Squares(0, 10**6), Sum())
+
+**Steals while a worker processes: ``concurrent_split``.** By default GLB calls a
+bag's methods from one thread at a time, the worker holding the bag, and a
+steal request that finds no piece ready waits for ``process(n)`` to return (a
+lifeline thief is served then; a random thief goes away empty-handed). A bag
+class that sets the class attribute ``concurrent_split = True`` allows more:
+while the worker thread is inside ``process(n)``, GLB may call
+``is_splittable()`` and then ``split(False)`` on that bag from another thread
+(the one serving a steal request, or another worker of the same place). Only
+these two methods, only while ``process`` runs, and from one such thread at a
+time: GLB holds its place lock around them, and never calls ``split(True)``,
+``merge``, ``submit``, ``is_empty`` or a second ``process`` while ``process``
+runs, nor while another thread splits. So the bag makes only ``process``
+safe against ``is_splittable()`` and ``split(False)``: typically ``process``
+takes its units out of the work under a lock of the bag's own, which
+``split(False)`` and ``is_splittable()`` take too, and does the units
+(computes, sleeps, waits) without it. ``process`` may then do fewer units
+than it meant to, even none, because a thief took them; what it did stays in
+the bag's partial result, which pieces still do not carry. The lock must not
+travel: leave it out in ``__getstate__`` and make a new one in
+``__setstate__`` (``glb.testing.check_bag`` gives a copied bag a new lock).
+GLB reads the flag from the class (``type(bag).concurrent_split is True``);
+a bag without it is never called concurrently, whatever it was written for.
+Resilient GLB ignores the flag: a piece must be registered at place 0 with a
+backup of the bag, which only the worker writes. ``RangeBag`` does not opt
+in, since its subclasses may override ``process``;
+``glb.apps.synthetic.SyntheticBag`` does, with the lock pattern above.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ is checked whatever the schedule. The first call that breaks a rule raises
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -213,6 +214,9 @@ class _Run:
         raise BagContractError(f"{message}\n  after: {'; '.join(self.calls) or 'no call'}")
 
 
+_LOCKS: dict[type, Any] = {type(threading.Lock()): threading.Lock, type(threading.RLock()): threading.RLock}
+
+
 def _copy_state(bag: Any) -> Any:
     """A deep copy of ``bag`` that bypasses its own pickling methods (``__getstate__``,
     ``__reduce__``), so that the pickle round trip is checked only where GLB makes one."""
@@ -221,7 +225,9 @@ def _copy_state(bag: Any) -> Any:
     twin = object.__new__(type(bag))
     memo: dict[int, Any] = {id(bag): twin}
     for name, value in getattr(bag, "__dict__", {}).items():
-        object.__setattr__(twin, name, copy.deepcopy(value, memo))
+        # a bag that opts in to concurrent_split holds a lock of its own: the copy gets a new one
+        fresh = _LOCKS.get(type(value))
+        object.__setattr__(twin, name, fresh() if fresh is not None else copy.deepcopy(value, memo))
     for klass in type(bag).__mro__:
         for name in (klass.__dict__.get("__slots__", ()) if isinstance(klass.__dict__.get("__slots__", ()), tuple) else ()):
             if name not in ("__dict__", "__weakref__") and hasattr(bag, name):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import threading
 import time
 
 MASK = (1 << 64) - 1
@@ -294,3 +296,112 @@ class GatedBag:
     def submit(self, result) -> None:
         if self.inner is not None:
             self.inner.submit(result)
+
+
+# -- steals during process: a bag that must not be split then, and one that opts in -------------
+
+class GuardedTreeBag(TreeBag):
+    """A :class:`TreeBag` written as users write bags (no lock, no opt-in) that fails
+    loudly if GLB calls any other method while its ``process`` runs, and naps at random
+    inside ``process`` so that steal requests come in meanwhile."""
+
+    def __init__(self, nodes=(), spin: int = 0, nap: float = 0.0003) -> None:
+        super().__init__(nodes, spin)
+        self.nap = nap
+        self.inside = False
+
+    def _check(self, what: str) -> None:
+        if self.inside:
+            raise RuntimeError(f"GuardedTreeBag.{what} called while process() runs")
+
+    def process(self, n: int) -> int:
+        self._check("process")
+        self.inside = True
+        try:
+            done = 0
+            while done < n and self.nodes:
+                done += TreeBag.process(self, 1)
+                if random.random() < 0.3:
+                    time.sleep(random.random() * self.nap)
+            return done
+        finally:
+            self.inside = False
+
+    def is_empty(self) -> bool:
+        self._check("is_empty")
+        return super().is_empty()
+
+    def is_splittable(self) -> bool:
+        self._check("is_splittable")
+        return super().is_splittable()
+
+    def split(self, take_all: bool) -> GuardedTreeBag | None:
+        self._check("split")
+        piece = super().split(take_all)
+        return None if piece is None else GuardedTreeBag(piece.nodes, self.spin, self.nap)
+
+    def merge(self, other: TreeBag) -> None:
+        self._check("merge")
+        super().merge(other)
+
+    def submit(self, result: Count) -> None:
+        self._check("submit")
+        super().submit(result)
+
+
+class LockedTreeBag(TreeBag):
+    """A :class:`TreeBag` that opts in to ``concurrent_split``: ``process`` takes each
+    node under the bag's own lock and naps at random without it, so GLB may split the
+    bag (``is_splittable``, ``split(False)``, under the same lock) from a steal request
+    while ``process`` runs."""
+
+    concurrent_split = True
+
+    def __init__(self, nodes=(), spin: int = 0, nap: float = 0.0003) -> None:
+        super().__init__(nodes, spin)
+        self.nap = nap
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+    def process(self, n: int) -> int:
+        done = 0
+        while done < n:
+            with self.lock:
+                if not self.nodes:
+                    break
+                done += TreeBag.process(self, 1)
+            if random.random() < 0.3:
+                time.sleep(random.random() * self.nap)   # unlocked: a thief may split now
+        return done
+
+    def is_splittable(self) -> bool:
+        with self.lock:
+            return len(self.nodes) >= 2
+
+    def split(self, take_all: bool) -> LockedTreeBag | None:
+        with self.lock:
+            piece = TreeBag.split(self, take_all)
+        return None if piece is None else LockedTreeBag(piece.nodes, self.spin, self.nap)
+
+    def merge(self, other: TreeBag) -> None:
+        with self.lock:
+            TreeBag.merge(self, other)
+
+
+class OptedInGuardedTreeBag(GuardedTreeBag):
+    """Opts in without the lock the opt-in asks for: GLB then calls it during ``process``
+    (the control case of the guarded bag's test)."""
+
+    concurrent_split = True
+
+    def split(self, take_all: bool) -> OptedInGuardedTreeBag | None:
+        piece = super().split(take_all)
+        return None if piece is None else OptedInGuardedTreeBag(piece.nodes, self.spin, self.nap)

@@ -116,6 +116,15 @@ def test_glb_counts_the_tree_exactly(tmp_path, places, mode):
     record = json.loads(out.read_text())
     assert record["result"] == uts.sequential(SMALL).nodes and record["correct"] is True
     assert record["places"] == places and record["params"]["unit_ms"] == 0.2
+    stats = record["glb_stats"]
+    assert sorted(s["place"] for s in stats) == list(range(places))
+    assert sum(s["units"] for s in stats) == record["result"]
+    figures = balancing.glb_figures(record["params"], places, bool(mode), stats,
+                                    {"n": 8, "w": 3, "lifeline": "hypercube"})
+    assert 0 < figures["sim_instant"] <= 1 and figures["idle_s"]["max"] >= figures["idle_s"]["median"]
+    assert figures["steals"]["random_failed"] >= 0 and figures["wait_ms"]["samples"] >= 0
+    line, = balancing.render_glb([{"places": places, "system": "GLB", **figures}])
+    assert "instant steals (model)" in line and "wait for work" in line
 
 
 # -- the harness's pieces, small and without timings --------------------------------------------
@@ -162,3 +171,21 @@ def test_harness_table_and_json(tmp_path):
     assert "no split of the level beats 0.50" in table and "0.45" in table
     with pytest.raises(SystemExit):
         balancing.parse_args(["--places", "1"])
+
+
+def test_the_simulation_counts_the_tree_and_stays_below_one():
+    from benchmarks._balancing_sim import simulate
+    params = {"type": "bin", "b0": 200.0, "q": 0.245, "m": 4, "seed": 11, "unit_ms": 1.0}
+    nodes = synthetic.node_count(params)
+    for at_once in (True, False):
+        r = simulate(params, 8, latency=0.002, at_once=at_once)
+        assert r["units"] == nodes
+        assert 0 < r["efficiency"] <= 1
+    ideal = simulate(params, 8, latency=0.0)
+    assert ideal["efficiency"] >= simulate(params, 8, latency=0.02)["efficiency"]
+
+
+def test_the_warm_up_leaves_no_deadline_behind():
+    """A stale deadline would let the next worker on this thread skip its first sleeps."""
+    synthetic.warm_up()
+    assert getattr(synthetic._clock, "deadline", None) is None

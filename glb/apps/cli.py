@@ -102,6 +102,7 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
         resilience = dataclasses.asdict(glb.resilience) if glb.resilience is not None else None
         return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
                 "init_seconds": start - begin, "resilience": resilience,
+                "glb_stats": [dataclasses.asdict(s) for s in stats],
                 "places": first_places, "final_places": len(apgas.places())}
 
     # forked places (those a grow adds too) come with the app imported and its kernels loaded
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
         "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "resilient": bool(ns.resilient),
         "resilience": record.get("resilience") if not ns.sequential else None,
+        # per place: units, steals (random and lifeline, tried and won), idle time, latency samples
+        "glb_stats": record.get("glb_stats") if not ns.sequential else None,
         "result": value, "correct": correct,
         "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
         "units": units, "unit_name": app.unit_name,

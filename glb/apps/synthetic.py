@@ -75,20 +75,38 @@ class SyntheticBag:
     """A :class:`~glb.apps.uts.UTSBag` whose ``process`` also sleeps ``unit`` seconds a node.
 
     ``owed`` nodes are counted already but not slept yet: the nodes above the
-    level a static share starts from (one worker sleeps them)."""
+    level a static share starts from (one worker sleeps them).
+
+    It opts in to ``concurrent_split`` (``glb.Bag``): ``process`` takes its nodes
+    out of the stack under the bag's own lock (microseconds) and sleeps without it,
+    so a steal request splits the bag during the sleep instead of waiting for the
+    chunk to end; ``split`` and ``is_splittable`` take the same lock."""
+
+    concurrent_split = True
 
     def __init__(self, inner: UTSBag, unit: float, owed: int = 0) -> None:
         self.inner = inner
         self.unit = unit
         self.owed = owed
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]   # a lock does not pickle; each copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def process(self, n: int) -> int:
-        if self.owed:
-            done = min(n, self.owed)
-            self.owed -= done
-        else:
-            done = self.inner.process(n)   # children first: the kernel takes microseconds
-        pace(done * self.unit)
+        with self._lock:
+            if self.owed:
+                done = min(n, self.owed)
+                self.owed -= done
+            else:
+                done = self.inner.process(n)   # children first: the kernel takes microseconds
+        pace(done * self.unit)   # unlocked: a thief may split the bag meanwhile
         if self.is_empty():
             rest()
         return done
@@ -99,6 +117,10 @@ class SyntheticBag:
         A leaf is one unit, less than the message that would carry it, and most
         nodes of a binomial tree are leaves: UTS's every-other-node split hands
         thieves crumbs that send them stealing again at once."""
+        with self._lock:
+            return self._split(take_all)
+
+    def _split(self, take_all: bool) -> SyntheticBag | None:
         if take_all or len(self.inner) < 2:
             piece = self.inner.split(take_all)
             return None if piece is None else SyntheticBag(piece, self.unit)
@@ -112,15 +134,19 @@ class SyntheticBag:
         return SyntheticBag(UTSBag(self.inner.tree, rows[given]), self.unit)
 
     def merge(self, other: SyntheticBag) -> None:
-        self.inner.merge(other.inner)
-        self.owed += other.owed
+        with self._lock:
+            self.inner.merge(other.inner)
+            self.owed += other.owed
         other.owed = 0
 
     def is_empty(self) -> bool:
-        return self.inner.is_empty() and not self.owed
+        with self._lock:
+            return self.inner.is_empty() and not self.owed
 
     def is_splittable(self) -> bool:
-        return len(self.inner) >= 2 and bool(parents(self.inner.rows(), *kernel_of(self.inner.tree)).any())
+        with self._lock:
+            inner = self.inner
+            return len(inner) >= 2 and bool(parents(inner.rows(), *kernel_of(inner.tree)).any())
 
     def submit(self, result: NodeCount) -> None:
         self.inner.submit(result)
@@ -201,7 +227,8 @@ def warm_up() -> float:
     bag = make_bag({**DEFAULT_TREE, "b0": 8.0, "unit_ms": 0.0})
     bag.process(1)
     bag.split(False)
-    return time.perf_counter() - start
+    rest()   # else this thread's deadline stays at the warm-up, and a worker on it later
+    return time.perf_counter() - start   # would do its first units without sleeping
 
 
 def node_count(params: Params) -> int:
