@@ -44,6 +44,12 @@ log = logging.getLogger("benchmarks.ray")
 SKIPPED: str | None = None
 """Why the Ray rows are left out (None: Ray can be used)."""
 
+# Read by Ray when imported: no usage statistics, and Ray's switch for running
+# without a cluster (meant for macOS and Windows, read everywhere): the node's
+# address is the loopback, and Ray's gRPC servers listen on it alone.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(RAY_ENV)
+
 try:
     import ray
 except ImportError as e:  # the bench extra is missing
@@ -58,7 +64,6 @@ except ImportError as e:  # the bench extra is missing
 
     ray = _NoRay()  # type: ignore[assignment]
 
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 OBJECT_STORE_BYTES = 256 << 20     # Ray takes 30% of the memory by default; this is a shared machine
 LEFTOVER_WAIT_S = 15.0
 UTS_CUTOFF, UTS_FANOUT = 1 << 18, 8   # peers' dynamic UTS: nodes a task counts inline, tasks it spawns
@@ -110,8 +115,8 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def local_ray(num_cpus: int) -> Iterator[None]:
-    """A local Ray of ``num_cpus`` CPUs for the block; shut down on every way out, and
-    any of its processes still there after ``LEFTOVER_WAIT_S`` killed by pid (logged)."""
+    """A local Ray of ``num_cpus`` CPUs on the loopback for the block; shut down on every way
+    out, and any of its processes still there after ``LEFTOVER_WAIT_S`` killed by pid (logged)."""
     if SKIPPED:
         raise RuntimeError(SKIPPED)
     os.environ.update(RAY_ENV)
@@ -122,6 +127,9 @@ def local_ray(num_cpus: int) -> Iterator[None]:
                  _temp_dir=tmp, object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False,
                  logging_level=logging.ERROR)
         started.update(ray_processes())
+        if (where := {n["NodeManagerAddress"] for n in ray.nodes()}) != {"127.0.0.1"}:
+            raise RuntimeError(f"Ray is on {where}, not on the loopback alone (was ray imported before "
+                               f"benchmarks._ray_peers set {RAY_ENV}?)")
         yield
     finally:
         started.update(ray_processes())

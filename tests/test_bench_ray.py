@@ -4,6 +4,7 @@ left behind. Skipped where Ray is not installed (it is in the bench extra, not d
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -102,10 +103,37 @@ def test_peers_measures_ray_beside_the_others(monkeypatch):
     assert "Ray, dynamic" in peers.render(rows, summary)
 
 
-def test_no_ray_process_survives_a_failure():
+def _listening(pids: set[int]) -> list[str]:
+    """Local addresses of the TCP sockets that ``pids`` listen on, from /proc."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):                # a worker may be gone by now
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if (link := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:["):
+                        inodes.add(link[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:   # LISTEN
+                out.append(fields[1])
+    return out
+
+
+def _loopback(hex_address: str) -> bool:
+    host = hex_address.split(":")[0]
+    if len(host) == 8:                                    # IPv4, little-endian
+        return host == "0100007F"
+    return host in ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+
+
+def test_no_ray_process_survives_a_failure_and_ray_listens_on_the_loopback_alone():
     with pytest.raises(KeyError):
         with _ray_peers.local_ray(1):
-            assert _ray_peers.ray_processes()
+            assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
             ray.get(_ray_peers.noop.remote())
+            addresses = _listening({*_ray_peers.ray_processes(), os.getpid()})
+            assert addresses and all(_loopback(a) for a in addresses), addresses
             raise KeyError("a harness failing with Ray up")
     assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
