@@ -74,7 +74,7 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     _runtime.install(rt)
     try:
         rt.launcher = grower
-        rt.transport.start()
+        rt.transport.start(rt.pool.lead)  # leader/followers: see apgas._pool
         if under_mpi:
             _mpi.start_ranks(rt, cfg.join_timeout)
         elif others:

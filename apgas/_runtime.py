@@ -414,7 +414,7 @@ class Runtime:
             err = ApgasError(f"the value returned by at() could not be pickled: {e!r}")
         self.transport.send(src, AT_REPLY, 0, req, ser.dumps((False, self.capture(err, portable=True))))
 
-    # -- messages (network thread) ------------------------------------------------
+    # -- messages (the receiving thread, one at a time) ------------------------------
     def _on_message(self, kind: int, src: int, a: int, b: int, body: memoryview,
                     buffers: list[memoryview]) -> None:
         if kind == TASK:
@@ -425,9 +425,9 @@ class Runtime:
                     if state is None:
                         state = self._remote[fref] = RemoteFinish()
                     state.live += 1
-            self.pool.submit(functools.partial(self._run_remote_task, fref, src, body, buffers))
+            self.pool.submit_received(functools.partial(self._run_remote_task, fref, src, body, buffers))
         elif kind == UNCOUNTED:
-            self.pool.submit(functools.partial(self._run_remote_uncounted, body, buffers))
+            self.pool.submit_received(functools.partial(self._run_remote_uncounted, body, buffers))
         elif kind == IMMEDIATE:
             self.immediate.submit(functools.partial(self._run_remote_uncounted, body, buffers))
         elif kind == REPORT:
@@ -440,8 +440,11 @@ class Runtime:
                 f.apply_report(src, spawned, completed, exceptions)
                 f.check()
         elif kind == AT:
-            pool = self.immediate if a else self.pool
-            pool.submit(functools.partial(self._serve_at, src, b, body, buffers))
+            job = functools.partial(self._serve_at, src, b, body, buffers)
+            if a:
+                self.immediate.submit(job)
+            else:
+                self.pool.submit_received(job)  # run by this thread if a worker takes over receiving
         elif kind == AT_REPLY:
             with self._lock:
                 pending = self._pending.get(b)

@@ -119,7 +119,7 @@ def serve(boot: dict[str, Any], watch_stdin: bool) -> int:
                                                                    boot["parent_endpoint"]))
     rt = Runtime(place_id, host, bytes.fromhex(boot["secret"]), config)
     install(rt)
-    rt.transport.start()
+    rt.transport.start(rt.pool.lead)  # leader/followers: see apgas._pool
     rt.transport.connect(0, boot["parent_endpoint"])
     rt.transport.send(0, JOIN, 0, 0, ser.dumps((rt.transport.endpoint, rt.pid, host)))
     if watch_stdin:

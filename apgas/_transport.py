@@ -1,9 +1,12 @@
 """ZeroMQ transport of one place: a ROUTER socket for what arrives, a DEALER
 per destination for what leaves.
 
-One network thread owns the ROUTER and hands every arriving message to the
-runtime. Senders use the destination's DEALER directly, under its lock (the
-memory barrier ZeroMQ asks for when a socket changes threads).
+One thread at a time owns the ROUTER and hands every arriving message to the
+runtime (:meth:`Transport.receive`): the transport's own network thread, or
+the threads of a worker pool taking turns (leader/followers, see
+:mod:`apgas._pool`; the pool's lock is the memory barrier ZeroMQ asks for
+when a socket changes threads). Senders use the destination's DEALER
+directly, under its lock (the same barrier).
 
 Frames on the wire: ``[mac + header + route + body]`` for a payload of one
 frame under 4 KiB (most messages: one frame, one send), else
@@ -78,7 +81,12 @@ runs local work directly); if it did, the message would go through a link
 like any other and be checked the same way.
 
 Messages between one pair of places arrive in the order they were sent (one
-TCP connection per pair); nothing else about order is promised. The chaos
+TCP connection per pair); nothing else about order is promised.
+
+Why one module of over 500 lines: the wire format, the numbering, the MAC
+and the receiver's checks are one protocol, each half of which is only
+correct against the other; the chaos hook must number messages as they
+are released, inside the same lock. The chaos
 test hook keeps exactly that promise and nothing more: it delays every
 message at random, so messages of different pairs overtake each other.
 """
@@ -236,9 +244,20 @@ class Transport:
         self._held_last: dict[int, float] = {}
         self._held_seq = 0
         self._thread = threading.Thread(target=self._loop, name=f"apgas-net-{place_id}", daemon=True)
+        self._receiving = False  # started, and not yet stopped
+        self._receiver = 0  # the ident of the thread that received last
+        self._stopped = threading.Event()  # set when receiving has stopped
 
-    def start(self) -> None:
-        self._thread.start()
+    def start(self, lead: Callable[[Callable[[], bool], Callable[[], bool]], None] | None = None
+              ) -> None:
+        """Start receiving: on a network thread of the transport's own, or with
+        ``lead(receive, waiting)``, by threads that take turns at calling
+        :meth:`receive` (:meth:`waiting` is for them too)."""
+        self._receiving = True
+        if lead is None:
+            self._thread.start()
+        else:
+            lead(self.receive, self.waiting)
         if self._watcher is not None:
             self._watcher.start()
         if self._chaos is not None:
@@ -314,11 +333,11 @@ class Transport:
         self._running = False
         with self._chaos_cond:
             self._chaos_cond.notify_all()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if self._receiving and threading.get_ident() != self._receiver:
             stop = self._ctx.socket(zmq.DEALER)  # wakes the blocking receive
             stop.connect(self._stop_endpoint)
             stop.send(b"stop")
-            self._thread.join(timeout=2.0)
+            self._stopped.wait(timeout=2.0)
             stop.close(linger=0)
         with self._links_lock:
             links = list(self._links.values())
@@ -418,23 +437,40 @@ class Transport:
 
     # -- receiving (network thread) -------------------------------------------------
     def _loop(self) -> None:
+        while self.receive():
+            pass
+
+    def receive(self) -> bool:
+        """Read one message and hand it to the handler if it passes the checks; False
+        once the transport is closing. Called by one thread at a time."""
+        self._receiver = threading.get_ident()
         recv = self._router.recv
         try:
-            while True:
-                # frame by frame: Frame.more is cheaper than recv_multipart's RCVMORE lookups
+            # frame by frame: Frame.more is cheaper than recv_multipart's RCVMORE lookups
+            frame = recv(copy=False)
+            frames = [frame]
+            while frame.more:
                 frame = recv(copy=False)
-                frames = [frame]
-                while frame.more:
-                    frame = recv(copy=False)
-                    frames.append(frame)
-                if not self._running:
-                    return
-                self._deliver(frames)
+                frames.append(frame)
         except zmq.ContextTerminated:
-            pass
+            return self._stop_receiving()
         except Exception:  # a bug here would hang every finish: make it loud
-            log.critical("network thread failed", exc_info=True)
+            log.critical("receiving failed", exc_info=True)
             raise
+        if not self._running:
+            return self._stop_receiving()
+        self._deliver(frames)
+        return True
+
+    def waiting(self) -> bool:
+        """Whether a message waits to be read; only for the thread that receives."""
+        events = self._router.getsockopt(zmq.EVENTS)
+        return isinstance(events, int) and bool(events & zmq.POLLIN)
+
+    def _stop_receiving(self) -> bool:
+        self._receiving = False
+        self._stopped.set()
+        return False
 
     def _deliver(self, frames: list[zmq.Frame]) -> None:
         # frames: [routing id, mac + header + route (+ body), *payload frames]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+import random
 import threading
+import time
 
 import pytest
 from conftest import eventually
@@ -62,3 +65,115 @@ def test_parked_spares_end_at_shutdown():
     assert parked == 1
     pool.shutdown()
     eventually(lambda: pool._parked == 0, "the parked spare to end", timeout=5)
+
+
+class _Wire:
+    """Messages for a pool's leader: ``receive`` delivers one (the handler may give
+    the pool a job), False once closed. Records which thread delivered and ran what."""
+
+    def __init__(self, pool: WorkerPool, handler) -> None:
+        self.pool, self.handler = pool, handler
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.delivered: list[tuple[int, int]] = []  # (message, delivering thread)
+        self.stopped = threading.Event()
+
+    def waiting(self) -> bool:
+        return not self.inbox.empty()
+
+    def receive(self) -> bool:
+        message = self.inbox.get()
+        if message is None:
+            self.stopped.set()
+            return False
+        self.delivered.append((message, threading.get_ident()))
+        self.handler(message)
+        return True
+
+
+def test_the_thread_that_receives_a_call_runs_it_and_another_receives():
+    pool = WorkerPool(2, "test-lf")
+    ran: dict[int, int] = {}
+    done = threading.Semaphore(0)
+
+    def job(n: int) -> None:
+        ran[n] = threading.get_ident()
+        done.release()
+
+    wire = _Wire(pool, lambda n: pool.submit_received(lambda: job(n)))
+    pool.lead(wire.receive, wire.waiting)
+    try:
+        for n in range(20):
+            wire.inbox.put(n)
+            assert done.acquire(timeout=5)
+        assert pool.wait_idle(5)
+        by = dict(wire.delivered)
+        # a worker was idle every time: each job ran on the thread that read its message
+        assert all(ran[n] == by[n] for n in range(20))
+        assert len(set(by.values())) >= 2, "the receiving never moved to another thread"
+    finally:
+        wire.inbox.put(None)
+        pool.shutdown()
+    assert wire.stopped.wait(5)
+
+
+def test_receiving_goes_on_while_every_worker_is_blocked():
+    pool = WorkerPool(1, "test-lf-busy")
+    release = threading.Event()
+    order: list[int] = []
+    started = threading.Semaphore(0)
+
+    def handler(n: int) -> None:
+        order.append(n)  # what delivery does keeps the order of the wire
+        if n < 3:
+            pool.submit_received(lambda: (started.release(), release.wait(10)))
+
+    wire = _Wire(pool, handler)
+    pool.lead(wire.receive, wire.waiting)
+    try:
+        for n in range(3):  # three jobs that block, on a pool of one worker: no spare is asked for
+            wire.inbox.put(n)
+        assert started.acquire(timeout=5)
+        for n in range(3, 50):
+            wire.inbox.put(n)
+        eventually(lambda: len(order) == 50, "every message delivered", timeout=5)
+        assert order == list(range(50))
+        release.set()
+        assert pool.wait_idle(5)
+    finally:
+        release.set()
+        wire.inbox.put(None)
+        pool.shutdown()
+    assert wire.stopped.wait(5)
+
+
+def test_random_delays_lose_no_job_and_keep_the_pool_size():
+    rng = random.Random(7)
+    pool = WorkerPool(2, "test-lf-random")
+    running = [0, 0]  # now, most at once
+    lock = threading.Lock()
+    ran: list[int] = []
+
+    def job(n: int, delay: float) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(delay)
+        with lock:
+            running[0] -= 1
+            ran.append(n)
+
+    wire = _Wire(pool, lambda m: pool.submit_received(lambda: job(*m)))
+    pool.lead(wire.receive, wire.waiting)
+    try:
+        for n in range(300):
+            wire.inbox.put((n, rng.choice((0.0, 0.0, 0.0005, 0.002))))
+            if rng.random() < 0.3:
+                time.sleep(rng.random() * 0.002)
+        eventually(lambda: len(ran) == 300, "every job run", timeout=20)
+        assert pool.wait_idle(5)
+        assert sorted(ran) == list(range(300))
+        assert running[1] <= 2, f"{running[1]} jobs at once on a pool of 2"
+    finally:
+        wire.inbox.put(None)
+        pool.shutdown()
+    assert wire.stopped.wait(5)
