@@ -346,13 +346,13 @@ def warm(what: str, hold_s: float) -> int:
     return os.getpid()
 
 
-def warm_workers(what: str, workers: int, rounds: int = 5) -> int:
-    """Warm tasks until ``workers`` worker processes ran one (or ``rounds`` rounds); how many did."""
+def warm_workers(what: str, workers: int, limit_s: float = 300.0) -> int:
+    """Rounds of ``workers`` warm tasks until that many worker processes ran one (Ray starts
+    2 at a time here: 64 take a minute on 2 busy cores), or for ``limit_s`` s; how many did."""
     pids: set[int] = set()
-    for _ in range(rounds):
+    end = time.monotonic() + limit_s
+    while len(pids) < workers and time.monotonic() < end:
         pids.update(ray.get([warm.remote(what, 0.5) for _ in range(workers)]))
-        if len(pids) >= workers:
-            break
     return len(pids)
 
 
