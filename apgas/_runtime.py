@@ -31,6 +31,7 @@ from . import _serialization as ser
 from ._config import Config, parse_chaos
 from ._finish import HomeFinish, RemoteFinish
 from ._heartbeat import parse_heartbeat
+from ._limits import check_start
 from ._place import Place
 from ._pool import WorkerPool, blocking
 from ._timeline import open_timeline
@@ -575,6 +576,7 @@ class Runtime:
 
         On failure the started places are killed and the table stays as it was.
         """
+        self._check_limits(hosts, launcher)
         wanted: dict[int, str] = {}
         for host in hosts:
             pid = self._next_place
@@ -601,6 +603,13 @@ class Runtime:
                 self.timeline.write("join", place=pid, host=host)
         return [self.places[pid] for pid in wanted]
 
+    def _check_limits(self, hosts: list[str], launcher: Launcher) -> None:
+        """LimitError, before any start, if the new places would pass a limit of the
+        machine at place 0 (:mod:`apgas._limits`)."""
+        local = len(hosts) if launcher.name == "local" else 0
+        check_start(len(hosts), len(self._table) + len(hosts), local,
+                    self.config.threads + self.config.immediate_threads)
+
     def bootstrap(self, place_id: int | None, host: str | None) -> dict[str, Any]:
         """Place 0: what a new place needs to join (it travels as one JSON line)."""
         return {
@@ -618,21 +627,29 @@ class Runtime:
         return place_id != 0 and getattr(self._children.get(place_id), "removable", True)
 
     def _await_joins(self, wanted: dict[int, str], deadline: float, timeout: float) -> str | None:
-        """Wait until every wanted place has joined; else say why not."""
+        """Wait until every wanted place has joined; else say why not. The deadline
+        moves on while places join: a thousand places on two cores take longer than
+        ``timeout`` in all, yet each joins within it of the one before."""
+        joined = 0
         with self._cond:
             while True:
                 missing = [pid for pid in wanted if pid not in self._joined]
                 if not missing:
                     return None
+                if len(wanted) - len(missing) > joined:
+                    joined = len(wanted) - len(missing)
+                    deadline = max(deadline, time.monotonic() + timeout)
                 for pid in missing:
                     code = self._children[pid].poll()
                     if code is not None:
                         return (f"place {pid} on host {wanted[pid]!r} exited with code {code} "
                                 f"before joining{_said(self._children[pid])}")
                 if time.monotonic() >= deadline:
-                    said = "".join(f"\nplace {p}{_said(self._children[p])}" for p in missing)
-                    return (f"places {missing} (hosts {[wanted[p] for p in missing]}) did not join "
-                            f"within {timeout} s (APGAS_JOIN_TIMEOUT){said}")
+                    said = "".join(f"\nplace {p}{_said(self._children[p])}" for p in missing[:8])
+                    more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+                    return (f"places {missing[:8]}{more} (hosts {[wanted[p] for p in missing[:8]]}"
+                            f"{more and ', ...'}) did not join within {timeout} s "
+                            f"(APGAS_JOIN_TIMEOUT){' of the last that did' if joined else ''}{said}")
                 self._cond.wait(0.05)
 
     def remove_places(self, ids: list[int]) -> list[str]:
@@ -702,10 +719,11 @@ class Runtime:
         self._install_table(table)
 
     def _abort_children(self, pids: Iterable[int]) -> None:
-        for pid in pids:
-            proc = self._children.pop(pid, None)
-            if proc is not None:
-                _reap(proc, 0)
+        """Kill the places of a failed start; one line for those that would not go."""
+        procs = [p for p in (self._children.pop(pid, None) for pid in pids) if p is not None]
+        for proc in procs:
+            _signal(proc)
+        _reap_all(procs, 0.0)
 
     def watch_children(self) -> None:
         """Place 0: a thread that notices places whose process ended."""
@@ -744,10 +762,14 @@ class Runtime:
         silent = (f"no answer to heartbeats for {timeout:g} s: its host is unreachable or its "
                   f"process does not run (APGAS_HEARTBEAT={self.config.heartbeat})")
         if self.id != 0:
+            def lose_place_zero() -> None:
+                # place 0's SHUTDOWN comes on another connection: it may follow the drop
+                if not self.stopped.wait(LOST_GRACE_S):
+                    self.stop_reason = f"lost place 0: {silent}"
+                    log.warning("stopping: %s", self.stop_reason)
+                    self.stopped.set()
             if pid == 0 and not self.stopped.is_set():
-                self.stop_reason = f"lost place 0: {silent}"
-                log.warning("stopping: %s", self.stop_reason)
-                self.stopped.set()
+                threading.Thread(target=lose_place_zero, name="apgas-lost-0", daemon=True).start()
             return
         threading.Thread(target=self._judge_loss, args=(pid, silent, timeout),
                          name=f"apgas-lost-{pid}", daemon=True).start()  # the watcher goes on
@@ -781,9 +803,7 @@ class Runtime:
         for pid in list(self.places):
             if pid != self.id:
                 self.transport.send(pid, SHUTDOWN, 0, 0)
-        deadline = time.monotonic() + 1.5
-        for proc in list(self._children.values()):
-            _reap(proc, max(0.01, deadline - time.monotonic()))
+        _reap_all(list(self._children.values()), 1.5)
         self._children.clear()
         self.close()
 
@@ -801,16 +821,45 @@ def _said(proc: PlaceProcess) -> str:
     return f"; it said:\n{text}" if text else ""
 
 
-def _reap(proc: PlaceProcess, grace: float) -> None:
-    """Wait ``grace`` seconds for a place process to exit, then kill it; close its pipe."""
+def _reap(proc: PlaceProcess, grace: float, quiet: bool = False) -> bool:
+    """Wait ``grace`` seconds for a place process to exit, then kill it; close its pipe.
+    False if it would not go (logged unless ``quiet``)."""
+    gone = True
     try:
         proc.wait(timeout=grace)
     except Exception:
         try:
             proc.kill()
             proc.wait(timeout=1.0)
-        except Exception:
-            log.error("place process %s could not be killed", getattr(proc, "pid", "?"))
+        except Exception as e:
+            gone = False
+            if not quiet:
+                log.error("place process %s could not be killed: %r", getattr(proc, "pid", "?"), e)
+    _close_stdin(proc)
+    return gone
+
+
+def _signal(proc: PlaceProcess) -> None:
+    """SIGKILL a place process (already gone: nothing)."""
+    try:
+        proc.kill()
+    except Exception:
+        pass
+
+
+def _reap_all(procs: list[PlaceProcess], grace: float) -> None:
+    """:func:`_reap` every process within ``grace`` s in all; one line names those that
+    would not go."""
+    deadline = time.monotonic() + grace
+    stuck = [proc for proc in procs
+             if not _reap(proc, max(0.01, deadline - time.monotonic()), quiet=True)]
+    if stuck:
+        pids = [getattr(proc, "pid", "?") for proc in stuck[:8]]
+        log.error("%d place process(es) could not be killed (pids %s%s)", len(stuck),
+                  ", ".join(map(str, pids)), ", ..." if len(stuck) > 8 else "")
+
+
+def _close_stdin(proc: PlaceProcess) -> None:
     stdin = getattr(proc, "stdin", None)
     if stdin is not None:
         try:

@@ -13,6 +13,7 @@ __all__ = [
     "ApgasError",
     "ConfigError",
     "DeadPlaceError",
+    "LimitError",
     "MultipleException",
     "RemoteError",
     "NotRunningError",
@@ -25,6 +26,24 @@ class ApgasError(RuntimeError):
 
 class ConfigError(ApgasError, ValueError):
     """A configuration value (keyword argument or ``APGAS_*`` variable) is invalid."""
+
+
+class LimitError(ApgasError):
+    """A limit of the operating system or of a library (open descriptors, ZeroMQ
+    sockets, processes, memory) would be passed: raised before places start.
+
+    ``limit`` names it (``RLIMIT_NOFILE``, ``ZMQ_MAX_SOCKETS``, ``RLIMIT_NPROC``,
+    ``kernel.pid_max``, ``MemAvailable``), ``value`` is its value; the message says
+    what the run needs and how to raise the limit."""
+
+    def __init__(self, limit: str, value: int, message: str) -> None:
+        self.limit = limit
+        self.value = value
+        self.message = message
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LimitError, (self.limit, self.value, self.message), self.__dict__)
 
 
 class NotRunningError(ApgasError):

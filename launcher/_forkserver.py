@@ -255,6 +255,14 @@ class ForkServer:
             self.proc.wait()
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` is readable within ``timeout`` s: ``poll``, as ``select`` fails on
+    descriptors above 1023, which place 0 of a thousand places holds."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, round(timeout * 1000))))
+
+
 def _stdout_fd() -> int:
     """Our stdout for the child (places print there), or /dev/null if it is closed."""
     try:
@@ -357,7 +365,7 @@ class ForkedPlace:
                     if pid:
                         self.returncode = os.waitstatus_to_exitcode(status)
                 except ChildProcessError:  # not ours after all: someone else has its status
-                    if self._pidfd < 0 or select.select([self._pidfd], [], [], 0)[0]:
+                    if self._pidfd < 0 or _readable(self._pidfd, 0.0):
                         self.returncode = UNKNOWN_EXIT
             return self.returncode
 
@@ -382,7 +390,7 @@ class ForkedPlace:
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(self.command, timeout or 0)
             if self._pidfd >= 0:  # readable once the process has ended
-                select.select([self._pidfd], [], [], 0.5 if left is None else min(0.5, left))
+                _readable(self._pidfd, 0.5 if left is None else min(0.5, left))
             else:
                 time.sleep(0.01)
         return self.returncode  # type: ignore[return-value]

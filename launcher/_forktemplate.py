@@ -46,14 +46,15 @@ def serve_forks(fd: int, run: Callable[[list[str]], int]) -> int:
     sock = socket.socket(fileno=fd)
     env: dict[str, str] = dict(os.environ)  # a request without one means: the last one
     middles: dict[int, tuple[object, int, int]] = {}  # its pidfd -> request id, pid, pid pipe
+    poller = select.poll()  # not select: a thousand requests in flight pass descriptor 1023
+    poller.register(sock, select.POLLIN)
     _send(sock, {"ready": os.getpid()})
     while True:
-        watched: list[socket.socket | int] = [sock, *middles]
-        ready = select.select(watched, [], [])[0]
-        for pidfd in ready:
-            if isinstance(pidfd, int) and pidfd in middles:
-                _send(sock, _middle_done(pidfd, *middles.pop(pidfd)))
-        if sock not in ready:
+        ready = {fd for fd, _ in poller.poll()}
+        for pidfd in ready & middles.keys():
+            poller.unregister(pidfd)
+            _send(sock, _middle_done(pidfd, *middles.pop(pidfd)))
+        if fd not in ready:
             continue
         try:
             data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
@@ -72,6 +73,7 @@ def serve_forks(fd: int, run: Callable[[list[str]], int]) -> int:
                 _send(sock, {"id": request["id"], "error": started})
             else:
                 middles[started[0]] = (request["id"], *started[1:])
+                poller.register(started[0], select.POLLIN)
         finally:
             for f in fds:
                 os.close(f)
