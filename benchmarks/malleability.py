@@ -2,6 +2,11 @@
 
     python -m benchmarks.malleability [--repeats R] [--json FILE] [--quick]
                                       [--sizes 4,16,64] [--step 8] [--methods fork,spawn]
+    python -m benchmarks.malleability --footprint [--sizes 64,128,256,512,1024] [--json FILE]
+
+``--footprint`` measures instead what a place costs, from 64 to 1,024 places
+(:mod:`benchmarks._footprint`: start time, descriptors, sockets, threads, RSS
+and PSS per place and at place 0, and the connections of a GLB run).
 
 Each repeat starts one malleable job (a small program under ``python``, one
 worker thread per place, ``APGAS_LOCAL_HOSTS='*'`` so that every host name is
@@ -41,6 +46,7 @@ from typing import Any
 from apgas import protocol
 from apgas.order import send_order
 from apgas.testing import FakeScheduler
+from benchmarks import _footprint
 from benchmarks._common import Samples, add_sample, machine_info, median, setup_logging, write_json
 
 log = logging.getLogger("benchmarks.malleability")
@@ -387,6 +393,10 @@ def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--step", type=int, default=STEP, help="places of the grow and the "
                         "shrink (default %(default)s)")
     parser.add_argument("--methods", default="", help=f"start methods (default {','.join(METHODS)})")
+    parser.add_argument("--footprint", action="store_true", help="measure what a place costs "
+                        "instead (default sizes 64,128,256,512,1024; JSON: "
+                        "bench-results/footprint.json)")
+    parser.add_argument("--no-glb", action="store_true", help="--footprint without the GLB run")
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -407,6 +417,8 @@ def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     setup_logging(log.name)
+    if args.footprint:
+        return footprint_main(args)
     params = make_params(args.repeats, args.quick, args.sizes, args.step, args.methods)
     info = machine_info()
     log.info("malleability: %s", params)
@@ -418,6 +430,18 @@ def main(argv: list[str] | None = None) -> int:
                log)
     print(render_table(rows, params, failures))
     return 0 if rows else 1
+
+
+def footprint_main(args: argparse.Namespace) -> int:
+    """``--footprint``: one job per size; the table, and JSON (bench-results/footprint.json)."""
+    path = args.json if args.json != Path("bench-results/malleability.json") else \
+        Path("bench-results/footprint.json")
+    _footprint.kill_on_signal()
+    info = machine_info()
+    rows = _footprint.measure(args.sizes or _footprint.SIZES, glb=not args.no_glb)
+    write_json(path, {"machine": info, "threads_per_place": _footprint.THREADS, "results": rows}, log)
+    print(_footprint.render_table(rows))
+    return 0 if rows and all("error" not in r for r in rows) else 1
 
 
 if __name__ == "__main__":
