@@ -111,6 +111,7 @@ from blake3 import blake3
 from ._config import is_wildcard
 from ._heartbeat import LinkWatcher
 from ._heartbeat import configure as configure_heartbeat
+from ._limits import zmq_context
 from .errors import ApgasError
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
@@ -221,7 +222,7 @@ class Transport:
         self._last_seq: dict[int, int] = {}  # source place -> last sequence number accepted
         self._unlogged: collections.Counter[str] = collections.Counter()
         self._summary_at = 0.0
-        self._ctx = zmq.Context()
+        self._ctx = zmq_context()  # MAX_SOCKETS from RLIMIT_NOFILE: libzmq's 1,023 ends near 340 places
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
@@ -232,6 +233,7 @@ class Transport:
         self.endpoint = f"tcp://{socket.getfqdn() if wildcard else interface}:{port}"
         self._stop_endpoint = f"inproc://apgas-stop-{id(self)}"
         self._router.bind(self._stop_endpoint)
+        self._stop = self._ctx.socket(zmq.DEALER)  # made now: close() works out of descriptors too
         self._links: dict[int, _Link] = {}
         self._generations: dict[int, int] = {}  # place -> links made to it so far
         self._links_lock = threading.Lock()
@@ -334,11 +336,10 @@ class Transport:
         with self._chaos_cond:
             self._chaos_cond.notify_all()
         if self._receiving and threading.get_ident() != self._receiver:
-            stop = self._ctx.socket(zmq.DEALER)  # wakes the blocking receive
-            stop.connect(self._stop_endpoint)
-            stop.send(b"stop")
+            self._stop.connect(self._stop_endpoint)  # wakes the blocking receive
+            self._stop.send(b"stop")
             self._stopped.wait(timeout=2.0)
-            stop.close(linger=0)
+        self._stop.close(linger=0)
         with self._links_lock:
             links = list(self._links.values())
             self._links.clear()
