@@ -27,6 +27,7 @@ actors, ``ray.get`` and ``ray.wait``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -34,7 +35,7 @@ import signal
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks._common import Samples, add_sample, fmt, median, percentile
@@ -306,11 +307,12 @@ def uts_expand(params: dict, stack: Any, cutoff: int, fanout: int) -> tuple[int,
 
 
 @ray.remote
-def synthetic_expand(stack: Any, params: dict, cutoff: int, fanout: int) -> tuple[int, list]:
-    """``uts_expand`` for the sleeping tree of ``benchmarks.balancing`` (its Dask task's expansion)."""
-    from benchmarks.balancing import expand
+def synthetic_expand(expand: Callable[..., tuple[int, list]], stack: Any, params: dict, cutoff: int,
+                     fanout: int) -> tuple[int, list]:
+    """``uts_expand`` for the sleeping tree of ``benchmarks.balancing``, whose Dask task's
+    expansion ``expand`` is (passed in: this module imports no harness)."""
     done, stacks = expand(stack, params, cutoff, fanout)
-    return done, [synthetic_expand.remote(s, params, cutoff, fanout) for s in stacks]
+    return done, [synthetic_expand.remote(expand, s, params, cutoff, fanout) for s in stacks]
 
 
 def count_tree(first: Any, timeout: float | None = None) -> tuple[int, int]:
@@ -333,49 +335,45 @@ def count_tree(first: Any, timeout: float | None = None) -> tuple[int, int]:
 
 
 @ray.remote
-def warm(what: str, hold_s: float) -> int:
-    """Load ``what``'s kernels in this worker (``synthetic`` or a peers app), hold it
-    ``hold_s`` s so that the other warm tasks go to other workers; its pid."""
-    if what == "synthetic":
-        from benchmarks.balancing import warm as warm_synthetic
-        warm_synthetic()
-    else:
-        from benchmarks.peers import warm as warm_app
-        warm_app(what)
+def warm(load: Callable[[], Any], hold_s: float) -> int:
+    """Load kernels in this worker (``load()``: a harness's warm-up), hold it ``hold_s`` s
+    so that the other warm tasks go to other workers; its pid."""
+    load()
     time.sleep(hold_s)
     return os.getpid()
 
 
-def warm_workers(what: str, workers: int, limit_s: float = 300.0) -> int:
+def warm_workers(load: Callable[[], Any], workers: int, limit_s: float = 300.0) -> int:
     """Rounds of ``workers`` warm tasks until that many worker processes ran one (Ray starts
     2 at a time here: 64 take a minute on 2 busy cores), or for ``limit_s`` s; how many did."""
     pids: set[int] = set()
     end = time.monotonic() + limit_s
     while len(pids) < workers and time.monotonic() < end:
-        pids.update(ray.get([warm.remote(what, 0.5) for _ in range(workers)]))
+        pids.update(ray.get([warm.remote(load, 0.5) for _ in range(workers)]))
     return len(pids)
 
 
 @ray.remote
-def run_share(app_name: str, params: dict, index: int, count: int) -> Any:
-    """Static piece ``index`` of ``count``, run to its end (``benchmarks.peers.run_share``)."""
-    from benchmarks.peers import run_share as share
+def run_share(share: Callable[..., Any], app_name: str, params: dict, index: int, count: int) -> Any:
+    """Static piece ``index`` of ``count``, run to its end by ``share``
+    (``benchmarks.peers.run_share``, passed in: this module imports no harness)."""
     return share(app_name, params, index, count)
 
 
-def peer_runs(app_name: str, params: dict, splits: tuple[int, ...], cores: int,
+def peer_runs(harness: Any, app_name: str, params: dict, splits: tuple[int, ...], cores: int,
               cutoff: int = UTS_CUTOFF, fanout: int = UTS_FANOUT) -> list[tuple[str, str, float, Any, dict]]:
     """Ray's runs of one peers case on a Ray of ``cores`` CPUs: the static splits as tasks,
-    and for UTS the tree of dynamic tasks; (system, kind, seconds, result, extra) each."""
-    from benchmarks.peers import fold_all
+    and for UTS the tree of dynamic tasks; (system, kind, seconds, result, extra) each.
+    ``harness`` is ``benchmarks.peers`` (its ``warm``, ``run_share`` and ``fold_all``)."""
     out = []
     with local_ray(cores):
-        warm_workers(app_name, cores)
+        warm_workers(functools.partial(harness.warm, app_name), cores)
         for pieces in splits:
             start = time.perf_counter()
-            parts = ray.get([run_share.remote(app_name, params, i, pieces) for i in range(pieces)])
+            parts = ray.get([run_share.remote(harness.run_share, app_name, params, i, pieces)
+                             for i in range(pieces)])
             out.append((f"Ray ({pieces} static pieces)", "static", time.perf_counter() - start,
-                        fold_all(app_name, params, parts), {}))
+                        harness.fold_all(app_name, params, parts), {}))
         if app_name == "uts":
             from glb.apps import uts
             root = uts.make_bag(params).rows()
@@ -386,18 +384,21 @@ def peer_runs(app_name: str, params: dict, splits: tuple[int, ...], cores: int,
     return out
 
 
-def balancing_run(params: dict, workers: int, cutoff: int, fanout: int, limit: float) -> tuple[float, int, int]:
+def balancing_run(harness: Any, params: dict, workers: int, cutoff: int, fanout: int,
+                  limit: float) -> tuple[float, int, int]:
     """The sleeping tree as dynamic tasks on a Ray of ``workers`` CPUs; (seconds, nodes, tasks),
-    0 nodes if it took longer than ``limit`` s."""
+    0 nodes if it took longer than ``limit`` s. ``harness`` is ``benchmarks.balancing``
+    (its ``warm`` and ``expand``)."""
     from glb.apps import synthetic
     with local_ray(workers):
-        warmed = warm_workers("synthetic", workers)
+        warmed = warm_workers(harness.warm, workers)
         if warmed < workers:
             log.warning("Ray: %d of %d workers warmed before the run", warmed, workers)
         root = synthetic.make_bag(params).inner.rows()
         start = time.perf_counter()
         try:
-            nodes, tasks = count_tree(synthetic_expand.remote(root, params, cutoff, fanout), limit)
+            nodes, tasks = count_tree(synthetic_expand.remote(harness.expand, root, params, cutoff, fanout),
+                                      limit)
         except TimeoutError:
             log.warning("Ray, dynamic: no result after %.0f s; counted as 0 nodes", limit)
             nodes, tasks = 0, 0

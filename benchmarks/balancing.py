@@ -47,6 +47,7 @@ the node count against the plain UTS kernel. Timings are not asserted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import multiprocessing
 import os
@@ -263,7 +264,7 @@ def measure(params: dict, places: int, dask: bool = True, ray: bool = True) -> l
             row("Dask", per * places, s, n, b[f"bound_{per}"])
         row("Dask, dynamic", None, seconds, nodes, None, {"tasks": tasks, "cutoff": CUTOFF, "fanout": FANOUT})
     if ray:
-        seconds, nodes, tasks = _ray_peers.balancing_run(params, places, CUTOFF, FANOUT, _limit(params, places))
+        seconds, nodes, tasks = _ray_peers.balancing_run(importlib.import_module("benchmarks.balancing"), params, places, CUTOFF, FANOUT, _limit(params, places))
         row("Ray, dynamic", None, seconds, nodes, None, {"tasks": tasks, "cutoff": CUTOFF, "fanout": FANOUT})
     for r in rows:
         r["shape_bound"] = b["shape_bound"]

@@ -28,6 +28,7 @@ are left out, and the JSON says why (``ray_skipped``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import multiprocessing
 import sys
@@ -155,7 +156,7 @@ def measure(label: str, app_name: str, args: list[str], dask: bool = True, ray: 
             row(f"{name} ({pieces} static pieces)", "static", seconds, value, app.check(params, value))
     if ray:
         log.info("%s: Ray, static pieces%s", label, " and dynamic tasks" if app_name == "uts" else "")
-        for system, kind, seconds, result, extra in _ray_peers.peer_runs(app_name, params, SPLITS, CORES):
+        for system, kind, seconds, result, extra in _ray_peers.peer_runs(importlib.import_module("benchmarks.peers"), app_name, params, SPLITS, CORES):
             value = app.value(result)
             row(system, kind, seconds, value, app.check(params, value), **extra)
     best_glb = min(r["seconds"] for r in rows if r["kind"] == "glb")

@@ -66,20 +66,20 @@ def test_skipped_without_ray(monkeypatch):
 
 
 def test_uts_through_ray_tasks_counts_the_trees_exactly():
-    rows = _ray_peers.peer_runs("uts", {"tree": "T3"}, (2, 5), 2)
+    rows = _ray_peers.peer_runs(peers, "uts", {"tree": "T3"}, (2, 5), 2)
     assert [(system, kind) for system, kind, *_ in rows] == [
         ("Ray (2 static pieces)", "static"), ("Ray (5 static pieces)", "static"), ("Ray, dynamic", "dynamic")]
     assert all(result.nodes == uts.PUBLISHED["T3"] for _, _, _, result, _ in rows)
     assert rows[-1][4]["tasks"] > 1
     # a cutoff far below the tree's size: many generations of tasks, still exact
-    small = _ray_peers.peer_runs("uts", SMALL, (), 2, cutoff=50, fanout=3)
+    small = _ray_peers.peer_runs(peers, "uts", SMALL, (), 2, cutoff=50, fanout=3)
     [(_, _, _, result, extra)] = small
     assert result.nodes == uts.sequential(SMALL).nodes and extra["tasks"] > 10
 
 
 def test_pi_through_ray_tasks():
     params = {"samples": 2_000_000, "chunk": 1 << 14, "seed": 0}
-    rows = _ray_peers.peer_runs("pi", params, (2, 16), 2)
+    rows = _ray_peers.peer_runs(peers, "pi", params, (2, 16), 2)
     assert [system for system, *_ in rows] == ["Ray (2 static pieces)", "Ray (16 static pieces)"]
     for _, _, seconds, result, _ in rows:
         assert seconds > 0 and result.samples == params["samples"]
@@ -88,7 +88,7 @@ def test_pi_through_ray_tasks():
 
 def test_the_sleeping_tree_through_ray_tasks():
     params = {**balancing.QUICK_TREE, "unit_ms": 0.01}
-    seconds, nodes, tasks = _ray_peers.balancing_run(params, 3, balancing.CUTOFF, balancing.FANOUT, 120)
+    seconds, nodes, tasks = _ray_peers.balancing_run(balancing, params, 3, balancing.CUTOFF, balancing.FANOUT, 120)
     assert nodes == synthetic.node_count(params) and tasks > 1 and seconds > 0
 
 
