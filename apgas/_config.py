@@ -101,6 +101,14 @@ def _parse_hosts(name: str, value: Any) -> tuple[str, ...]:
     return hosts
 
 
+def default_heartbeat(places_per_core: float) -> str:
+    """``1:10``, stretched in proportion beyond 64 places a core: place 0's ZeroMQ I/O
+    thread answers every place's pings, and 512 places a core left it silent for 10 s
+    (a 1,024-place GLB run on 2 cores lost place 0 at ``1:10`` and ran at ``2:60``)."""
+    factor = max(1.0, places_per_core / 64)
+    return f"{factor:g}:{10 * factor:g}"
+
+
 def load_config(overrides: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] | None = None) -> Config:
     """Build the configuration; ``overrides`` are ``run()``'s keyword arguments."""
@@ -161,6 +169,10 @@ def load_config(overrides: Mapping[str, Any] | None = None,
 
         parse_heartbeat(str(found[1]))
         values["heartbeat"] = str(found[1])
+    else:
+        hosts = len(set(values.get("hosts", ()))) or 1
+        per_core = values.get("places", 1) / hosts / (os.cpu_count() or 1)
+        values["heartbeat"] = default_heartbeat(per_core)
     for field in ("interface", "python", "chaos", "communicator", "ssh", "srun", "timeline"):
         found = pick(field)
         if found is not None:

@@ -156,3 +156,15 @@ def test_heartbeat_settings_are_checked(monkeypatch):
         monkeypatch.setenv("APGAS_HEARTBEAT", bad)
         with pytest.raises(apgas.ConfigError, match=f"APGAS_HEARTBEAT must be .*got '{bad}'"):
             apgas.run(lambda: None)
+
+
+def test_the_default_heartbeat_stretches_with_places_a_core(monkeypatch):
+    from apgas._config import default_heartbeat, load_config
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert default_heartbeat(0.5) == default_heartbeat(64) == "1:10"
+    assert load_config({"places": 128}, {}).heartbeat == "1:10"  # 64 a core
+    assert load_config({"places": 1024}, {}).heartbeat == "8:80"  # place 0 answers 1,024 pings
+    assert load_config({"places": 1024, "hosts": "a,b,c,d"}, {}).heartbeat == "2:20"
+    assert load_config({"places": 1024}, {"APGAS_HEARTBEAT": "1:10"}).heartbeat == "1:10"  # as given
+    assert parse_heartbeat(load_config({"places": 1000}, {}).heartbeat) == (7.8125, 78.125)
