@@ -12,20 +12,26 @@ is parked for a while rather than ended: a worker that makes many short
 
 Leader/followers (:meth:`WorkerPool.lead`): one thread of the pool, the
 leader, receives messages; the others wait for jobs. When a message brings
-a job and a worker is idle, the leader makes that worker the new leader and
-runs the job itself (:meth:`WorkerPool.submit_received`), so a call is run
-by the thread that read it: no hand-off between the receipt and the run.
-Only the leader delivers messages, one at a time, so what the runtime does
-on delivery keeps the order of the wire. When no worker is idle, the job is
-queued as any other and the leader goes on receiving: someone always
-receives, whatever the jobs do.
+a call, a worker waits for jobs and nothing else is queued or waits to be
+read, the leader offers the receiving to the workers (through the job
+queue) and runs the call itself (:meth:`WorkerPool.submit_received`): no
+hand-off between the receipt and the run. A worker that takes the offer
+receives from then on; if none took it by the end of the call, the leader
+takes it back and receives on (a short call then costs no thread switch at
+all). Only the leader delivers messages, one at a time, so what the runtime
+does on delivery keeps the order of the wire. When no worker waits, the job
+is queued as any other and the leader goes on receiving. While a call runs
+on the leader, an offer not yet taken sits in the queue: a call that blocks
+gets a spare thread for it (:func:`blocking`), one that computes delays the
+receiving by as long, which happens only when a job was queued between the
+check and the offer.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,28 +45,23 @@ SPARE_PARKED_S = 10.0  # s a retired spare waits to be needed again before it en
 Job = Callable[[], None]
 
 
-class _Idle:
-    """A thread waiting for a job; a held lock is the cheapest one-shot wake-up."""
+class _Lead:
+    """The receiving, offered to an idle worker through the job queue; the leader that
+    offered it takes it back if nobody took it by the end of the job it runs."""
 
-    __slots__ = ("latch", "job")
+    __slots__ = ("state",)
+    OFFERED, TAKEN, REVOKED = range(3)
 
-    def __init__(self) -> None:
-        self.latch = threading.Lock()
-        self.latch.acquire()
-        self.job: Job | None = None  # None: stop
-
-
-def _lead_token() -> None:  # the job "become the leader": never run as a job
-    raise AssertionError("the leader token is not a job")
+    def __init__(self, state: int) -> None:
+        self.state = state  # under the pool's lock
 
 
 class WorkerPool:
     def __init__(self, size: int, name: str) -> None:
         self.size = size
         self._name = name
+        self._queue: queue.SimpleQueue[Job | _Lead | None] = queue.SimpleQueue()  # None: stop
         self._lock = threading.Lock()
-        self._jobs: collections.deque[Job] = collections.deque()
-        self._idle_threads: list[_Idle] = []  # waiting for a job; the last one idled first taken
         self._threads = 0  # threads that run jobs (the leader is not one of them)
         self._blocked = 0
         self._serial = 0
@@ -70,6 +71,8 @@ class WorkerPool:
         self._claims = 0  # parked spares called back, not yet awake
         self._closing = False
         self._wake = threading.Condition(self._lock)
+        self._getting: list[None] = []  # one entry per worker waiting for a job (atomic list ops)
+        self._revoked = 0  # offers of the receiving taken back and still queued
         self._receive: Callable[[], bool] | None = None  # the leader's, once lead() was called
         self._waiting: Callable[[], bool] = bool
         with self._lock:
@@ -79,17 +82,9 @@ class WorkerPool:
     def submit(self, job: Job) -> None:
         with self._lock:
             self._unfinished += 1
-            self._give(job)
-
-    def _give(self, job: Job) -> None:  # holds self._lock
-        if self._idle_threads:
-            waiter = self._idle_threads.pop()
-            waiter.job = job
-            waiter.latch.release()
-            return
-        self._jobs.append(job)
-        if self._threads - self._blocked < self.size:
-            self._spawn()  # workers wait in blocking(): a spare takes the job
+            if not self._getting and self._threads - self._blocked < self.size:
+                self._spawn()  # workers wait in blocking(): a spare takes the job
+        self._queue.put(job)
 
     def lead(self, receive: Callable[[], bool], waiting: Callable[[], bool]) -> None:
         """Start receiving: one more thread calls ``receive()`` until it returns False.
@@ -97,28 +92,28 @@ class WorkerPool:
         ``receive`` reads and delivers one message; while it delivers, the
         thread may be given a job by :meth:`submit_received`. ``waiting()``
         says whether more messages wait to be read: then the leader queues the
-        job and reads on (a stream of tasks is worked off by the workers while
-        one thread reads, without a hand-over per message).
+        job and reads on.
         """
         self._receive = receive
         self._waiting = waiting
         self._serial += 1
-        threading.Thread(target=self._start_leading, name=f"{self._name}-{self._serial}",
-                         daemon=True).start()
+        threading.Thread(target=self._work, args=(_Lead(_Lead.TAKEN),),
+                         name=f"{self._name}-{self._serial}", daemon=True).start()
 
     def submit_received(self, job: Job) -> None:
-        """Submit a job of the message being delivered; on the leader with a worker
-        idle, that worker leads from now on and the job runs here once delivered."""
-        with self._lock:
-            self._unfinished += 1
-            if getattr(_local, "leading", False) and self._idle_threads \
-                    and getattr(_local, "inline", None) is None and not self._waiting():
-                waiter = self._idle_threads.pop()  # leaves the workers, this thread joins them:
-                waiter.job = _lead_token  # _threads, which counts the workers, stays
-                waiter.latch.release()
-                _local.inline = job
-            else:
-                self._give(job)
+        """Submit a job of the message being delivered. On the leader, with a worker
+        waiting for jobs and no other message waiting, the receiving is offered to the
+        workers and the job runs here once delivered (no hand-off before it runs)."""
+        if getattr(_local, "leading", False) and self._getting and _local.inline is None \
+                and self._queue.qsize() <= self._revoked and not self._waiting():
+            # the offer queues behind no job (a revoked offer ahead is skipped)
+            with self._lock:
+                self._unfinished += 1
+            _local.inline = job
+            _local.offer = offer = _Lead(_Lead.OFFERED)
+            self._queue.put(offer)
+        else:
+            self.submit(job)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until every submitted job has ended; False on timeout."""
@@ -129,20 +124,19 @@ class WorkerPool:
         """Ask every thread to stop after the jobs already queued; does not wait.
         The leader stops when its ``receive`` returns False."""
         with self._lock:
+            count = self._threads
             self._closing = True
             self._wake.notify_all()
-            for waiter in self._idle_threads:
-                waiter.job = None
-                waiter.latch.release()
-            self._idle_threads.clear()
+        for _ in range(count):
+            self._queue.put(None)
 
     @contextlib.contextmanager
     def _blocking(self) -> Iterator[None]:
         with self._lock:
             self._blocked += 1
             # a spare only for jobs that wait: a short wait (a steal's at()) costs no thread
-            # wake-up, and a job queued later gets its spare from _give
-            if self._jobs and self._threads - self._blocked < self.size:
+            # wake-up, and a job queued later gets its spare from submit()
+            if not self._queue.empty() and self._threads - self._blocked < self.size:
                 self._spawn()
         try:
             yield
@@ -175,39 +169,33 @@ class WorkerPool:
         finally:
             self._parked -= 1
 
-    def _next(self, me: _Idle) -> Job | None:
-        """The next job, the leader token, or None to stop."""
-        with self._lock:
-            if self._jobs:
-                return self._jobs.popleft()
-            if self._closing:
-                return None
-            self._idle_threads.append(me)
-        me.latch.acquire()
-        job, me.job = me.job, None
-        return job
-
-    def _start_leading(self) -> None:
-        self._work(_lead_token)
-
     def _lead(self) -> bool:
-        """Receive until a message gives this thread a job; run it, then True (work on).
-        False once receiving has stopped."""
+        """Receive until a message gives this thread a job and a worker takes over; True
+        once the job ran (this thread then works on), False once receiving stopped."""
         receive = self._receive
-        assert receive is not None, "a leader token is only given once lead() was called"
+        assert receive is not None, "the receiving is only offered once lead() was called"
         _local.leading = True
         try:
-            while receive():
-                job = _local.inline
-                if job is not None:
-                    break
-            else:
-                return False
+            while True:
+                while receive():
+                    job = _local.inline
+                    if job is not None:
+                        break
+                else:
+                    return False
+                offer, _local.inline, _local.offer = _local.offer, None, None
+                _local.leading = False
+                self._run(job)
+                with self._lock:
+                    if offer.state == _Lead.TAKEN:
+                        return True  # a worker receives now (the swap keeps _threads)
+                    offer.state = _Lead.REVOKED  # nobody took it: this thread receives on
+                    self._revoked += 1  # until a worker takes it out of the queue
+                    self._job_ended()
+                _local.leading = True
         finally:
             _local.leading = False
             _local.inline = None
-        self._run(job)
-        return True
 
     def _run(self, job: Job) -> None:
         try:
@@ -215,24 +203,36 @@ class WorkerPool:
         except BaseException:  # jobs catch their own errors; this is a last resort
             log.exception("a job of %s failed", self._name)
 
-    def _work(self, first: Job | None = None) -> None:
+    def _job_ended(self) -> None:  # holds self._lock
+        self._unfinished -= 1
+        if self._unfinished == 0:
+            self._idle.notify_all()
+
+    def _work(self, first: _Lead | None = None) -> None:
         _local.pool = self
         _local.inline = None
-        me = _Idle()
+        get, getting = self._queue.get, self._getting
         while True:
-            job = first or self._next(me)
-            first = None
+            if first is None:
+                getting.append(None)
+                job = get()
+                getting.pop()
+            else:
+                job, first = first, None
             if job is None:
                 break
-            if job is _lead_token:
+            if isinstance(job, _Lead):
+                with self._lock:
+                    if job.state == _Lead.REVOKED:
+                        self._revoked -= 1
+                        continue  # its leader received on
+                    job.state = _Lead.TAKEN
                 if not self._lead():
                     return  # receiving stopped; a leader is not counted in _threads
             else:
                 self._run(job)
             with self._lock:
-                self._unfinished -= 1
-                if self._unfinished == 0:
-                    self._idle.notify_all()
+                self._job_ended()
                 if self._threads - self._blocked > self.size:
                     self._threads -= 1
                     if not self._park():

@@ -426,9 +426,9 @@ class Runtime:
                     if state is None:
                         state = self._remote[fref] = RemoteFinish()
                     state.live += 1
-            self.pool.submit_received(functools.partial(self._run_remote_task, fref, src, body, buffers))
+            self.pool.submit(functools.partial(self._run_remote_task, fref, src, body, buffers))
         elif kind == UNCOUNTED:
-            self.pool.submit_received(functools.partial(self._run_remote_uncounted, body, buffers))
+            self.pool.submit(functools.partial(self._run_remote_uncounted, body, buffers))
         elif kind == IMMEDIATE:
             self.immediate.submit(functools.partial(self._run_remote_uncounted, body, buffers))
         elif kind == REPORT:
@@ -445,7 +445,9 @@ class Runtime:
             if a:
                 self.immediate.submit(job)
             else:
-                self.pool.submit_received(job)  # run by this thread if a worker takes over receiving
+                # run by this thread if a worker takes over receiving: the reply is awaited.
+                # Tasks are queued: a stream of them would wait for each new leader to wake
+                self.pool.submit_received(job)
         elif kind == AT_REPLY:
             with self._lock:
                 pending = self._pending.get(b)

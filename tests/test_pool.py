@@ -97,12 +97,15 @@ def test_the_thread_that_receives_a_call_runs_it_and_another_receives():
 
     def job(n: int) -> None:
         ran[n] = threading.get_ident()
+        time.sleep(0.005 * (n % 2))  # long enough for an idle worker to take the receiving
         done.release()
 
     wire = _Wire(pool, lambda n: pool.submit_received(lambda: job(n)))
     pool.lead(wire.receive, wire.waiting)
     try:
         for n in range(20):
+            # both workers wait for jobs (the last job's thread may still be counting it)
+            eventually(lambda: len(pool._getting) == 2, "two idle workers", timeout=5)
             wire.inbox.put(n)
             assert done.acquire(timeout=5)
         assert pool.wait_idle(5)
