@@ -23,8 +23,8 @@ from benchmarks._common import Metric, Samples, fmt, median
 
 __all__ = ["Echo", "pool_rate", "floor_summary", "render_floor", "MESSAGE_BYTES"]
 
-AT_OVER_BARE_TARGET = 2.0
-BATCH_OVER_POOL_TARGET = 1.0
+AT_OVER_BARE_TARGET = 1.5  # issue 32
+BATCH_OVER_POOL_TARGET = 2.0  # issue 32: a finish against Pool.map(chunksize=1)
 
 
 def floor_metrics(places: int) -> list[Metric]:
