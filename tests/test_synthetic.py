@@ -156,7 +156,7 @@ def test_harness_pool_and_dask_smoke():
 
 
 def test_harness_table_and_json(tmp_path):
-    def fake(params, places, dask):
+    def fake(params, places, dask, ray=True):
         return [{"places": places, "system": "GLB", "pieces": None, "seconds": 1.0, "nodes": 10,
                  "efficiency": 0.9, "bound": None, "correct": True, "shape_bound": 0.5},
                 {"places": places, "system": "Dask", "pieces": places, "seconds": 2.0, "nodes": 10,
