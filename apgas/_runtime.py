@@ -561,7 +561,7 @@ class Runtime:
         on (not for places that leave in a shrink); returns a function that stops it.
 
         It runs on the thread that learnt of the death (the link watcher, the child
-        watcher or the network thread), after every waiting ``at`` has failed: it must
+        watcher or the receiving thread), after every waiting ``at`` has failed: it must
         not block or call other places; start a thread for longer work."""
         self._death_watchers.append(watcher)
 

@@ -436,7 +436,7 @@ class Transport:
             while self._held:
                 self._send_now(*heapq.heappop(self._held)[2:])
 
-    # -- receiving (network thread) -------------------------------------------------
+    # -- receiving (one thread at a time: the own network thread, or a pool's leader) ----
     def _loop(self) -> None:
         while self.receive():
             pass
