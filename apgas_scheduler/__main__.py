@@ -29,8 +29,8 @@ from apgas.lowlevel import parse_address
 
 from .client import SchedulerError, SchedulerUnreachable, request, submit
 from .jobs import JobFileError, load_job_file
+from .live.state import StateError
 from .policies import get_policy, policy_names
-from .state import StateError
 
 log = logging.getLogger("scheduler")
 
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where serve --dashboard listens")
     url.add_argument("--key-file", default=None, metavar="PATH",
                      help="the operator's key (default: ~/.apgas/scheduler.key)")
-    from . import compare as cmp
+    from .sim import compare as cmp
     simulate = sub.add_parser("simulate", help="simulate one policy on a trace or a generated workload")
     cmp.add_workload_arguments(simulate)
     cmp.add_policy_arguments(simulate)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from .daemon import Scheduler
+    from .live.daemon import Scheduler
 
     nodes = ns.nodes
     if nodes is None:
@@ -258,8 +258,8 @@ def _serve(ns: argparse.Namespace) -> int:
 
 
 def _dashboard_url(ns: argparse.Namespace) -> int:
-    from .access import dashboard_token, default_key_file
-    from .dashboard import dashboard_url
+    from .live.access import dashboard_token, default_key_file
+    from .live.dashboard import dashboard_url
 
     path = ns.key_file or default_key_file()
     try:
@@ -340,7 +340,7 @@ def _status_table(status: dict[str, Any]) -> str:
 
 
 def _simulate(ns: argparse.Namespace) -> int:
-    from . import compare as cmp
+    from .sim import compare as cmp
 
     names = [ns.policy] if ns.command == "simulate" else [p for p in ns.policies.split(",") if p]
     known = cmp.all_policy_names()
@@ -389,7 +389,7 @@ def _report(ns: argparse.Namespace) -> int:
     if ns.html:
         from apgas.lowlevel import render_page
 
-        from .views import dashboard_model
+        from .live.views import dashboard_model
 
         model = dashboard_model(events, title=f"apgas scheduler report: {ns.events}")
         Path(ns.html).write_text(render_page(model), encoding="utf-8")

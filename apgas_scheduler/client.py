@@ -28,7 +28,7 @@ from typing import Any
 from apgas import auth
 from apgas.lowlevel import owner_name, peer_is_local, peer_uid
 
-from . import access
+from .live import access
 
 __all__ = ["request", "submit", "new_request_key", "SchedulerError", "SchedulerUnreachable"]
 

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 from apgas import protocol
 
 from ._model import Decision, Grow, JobView, Shrink, Start
-from .planning import JobQueue, Policy
+from .policies.planning import JobQueue, Policy
 
 __all__ = ["Engine", "Tracked", "Node"]
 

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .state import DB_NAME, read_db_events
+from .live.state import DB_NAME, read_db_events
 from .stats import JobTimes, mean, summarize
 
 __all__ = ["read_events", "node_intervals", "compute_metrics", "gantt"]

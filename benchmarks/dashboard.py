@@ -203,11 +203,11 @@ def _static_shots(directory: Path, timeline: Path, shots: Path) -> None:
 def model_cost(jobs: int, nodes: int = 64) -> dict[str, Any]:
     """What one model of a long log costs: a simulated batch of ``jobs``
     malleable jobs (the simulator's events are the live scheduler's kinds)."""
-    from apgas_scheduler.dashboard import COST_FACTOR, MIN_GAP
+    from apgas_scheduler.live.dashboard import COST_FACTOR, MIN_GAP
+    from apgas_scheduler.live.views import dashboard_model
     from apgas_scheduler.policies import get_policy
-    from apgas_scheduler.simulator import Simulator
-    from apgas_scheduler.views import dashboard_model
-    from apgas_scheduler.workload import apgas_job_batch
+    from apgas_scheduler.sim.simulator import Simulator
+    from apgas_scheduler.sim.workload import apgas_job_batch
 
     batch = apgas_job_batch(0, jobs=jobs, nodes=nodes, spread=60.0 * jobs, share=1.0)
     events = Simulator(nodes, get_policy("malleable"), record_events=True).run(batch).events

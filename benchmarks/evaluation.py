@@ -4,7 +4,7 @@
     python -m benchmarks.evaluation --real-traces [--trace-jobs 10000] [--traces DIR] [--out DIR]
 
 1. MEBF against EASY backfilling (the MEBF study): a KIT-like workload
-   (``apgas_scheduler.workload.kit_like``; the real KIT trace is not here) of 1,000
+   (``apgas_scheduler.sim.workload.kit_like``; the real KIT trace is not here) of 1,000
    and 5,000 jobs on 512 nodes, arrivals scaled by 0.75 ("intensive"), every
    job malleable (min = pref/2, max = 5 pref), medium scalability (rho in
    0.1-0.2), reconfiguration cost alpha = 1 s per node changed, beta = 10 s,
@@ -46,11 +46,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from apgas_scheduler import workload as wl
-from apgas_scheduler.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
-from apgas_scheduler.mebf import MEBF
 from apgas_scheduler.policies import get_policy
-from apgas_scheduler.simulator import Reconfig, Simulator
+from apgas_scheduler.policies.mebf import MEBF
+from apgas_scheduler.sim import workload as wl
+from apgas_scheduler.sim.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
+from apgas_scheduler.sim.simulator import Reconfig, Simulator
 from benchmarks._common import machine_info, require
 
 

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.policies import get_policy
 from benchmarks._common import machine_info, median, parse_args, require, setup_logging, write_json
 

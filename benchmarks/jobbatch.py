@@ -23,7 +23,7 @@ malleable jobs as moldable ones (with as many nodes as they may have);
 minAgree starts them at their minimum and grows and shrinks them.
 
 How it is measured. Each (seed, share, policy, repeat) gets a fresh
-in-process ``apgas_scheduler.daemon.Scheduler`` on ``--nodes`` virtual nodes
+in-process ``apgas_scheduler.live.daemon.Scheduler`` on ``--nodes`` virtual nodes
 (every node is this machine, ``APGAS_LOCAL_HOSTS='*'``), an event log and an
 output folder in a temporary directory. A thread submits the jobs at their
 times; the run ends when every job has ended (or after ``--timeout``
@@ -86,8 +86,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.metrics import compute_metrics, gantt, read_events
 from apgas_scheduler.policies import get_policy
 from benchmarks._common import machine_info, require, setup_logging, write_json

@@ -166,8 +166,9 @@ class Serve:
 
 def run(plan: Plan, work: Path) -> dict[str, Any]:
     """The scenario in ``work`` (an empty directory of ours); its figures."""
-    from apgas_scheduler import client, containment
-    from apgas_scheduler.state import StateStore
+    from apgas_scheduler import client
+    from apgas_scheduler.live import containment
+    from apgas_scheduler.live.state import StateStore
 
     (work / "marks").mkdir()
     serve = Serve(work, plan.nodes)

@@ -4,7 +4,7 @@
     python -m benchmarks.simspeed --real-traces [--traces DIR] [--trace-sizes 10000,100000,0]
         [--trace-policies fcfs,easy,...] [--traces-json FILE] [--skip-synthetic]
 
-The workload is ``apgas_scheduler.workload.kit_like`` (seeded), half of its jobs
+The workload is ``apgas_scheduler.sim.workload.kit_like`` (seeded), half of its jobs
 malleable (min = pref/2, max = 5 pref, rho in 0.0-0.3) with a
 reconfiguration cost (which MEBF's feasibility test also uses); the MEBF
 family runs with each expand policy (Handoff, the default, then Spare and
@@ -33,12 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apgas_scheduler import swf
-from apgas_scheduler import workload as wl
-from apgas_scheduler.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
-from apgas_scheduler.mebf import MEBF_POLICIES
 from apgas_scheduler.policies import get_policy, policy_names
-from apgas_scheduler.simulator import Reconfig, Simulator
+from apgas_scheduler.policies.mebf import MEBF_POLICIES
+from apgas_scheduler.sim import swf
+from apgas_scheduler.sim import workload as wl
+from apgas_scheduler.sim.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
+from apgas_scheduler.sim.simulator import Reconfig, Simulator
 from benchmarks._common import machine_info
 
 

@@ -89,8 +89,8 @@ def job() -> None:
 
 def drive() -> int:
     """Start a scheduler here, run this file as its evolving job, print the record."""
-    from apgas_scheduler.daemon import Scheduler
     from apgas_scheduler.jobs import JobSpec
+    from apgas_scheduler.live.daemon import Scheduler
     from apgas_scheduler.metrics import compute_metrics, read_events
     from apgas_scheduler.policies import get_policy
 

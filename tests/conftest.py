@@ -163,7 +163,7 @@ def fake_scheduler(monkeypatch, malleable_address):
 @pytest.fixture
 def make_scheduler(tmp_path):
     """Start a scheduler in this process on ``nodes`` fake node names (all this machine)."""
-    from apgas_scheduler.daemon import Scheduler
+    from apgas_scheduler.live.daemon import Scheduler
     from apgas_scheduler.policies import get_policy
 
     running: list[Scheduler] = []

@@ -15,7 +15,7 @@ def order(address, line: str | bytes, timeout: float = 60) -> list[str]:
     return send_order(address, line, timeout)
 
 
-_SCHEDULER_ORDER_PORTS = range(27100, 28100)  # apgas_scheduler.daemon.ORDER_PORT_BASE and the 1000 after
+_SCHEDULER_ORDER_PORTS = range(27100, 28100)  # apgas_scheduler.live.daemon.ORDER_PORT_BASE and the 1000 after
 
 
 def _ephemeral_low() -> int:

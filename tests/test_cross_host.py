@@ -177,8 +177,8 @@ def test_a_host_cut_off_the_network_fails_within_the_heartbeat_and_leaves_nothin
 
 def test_the_scheduler_runs_and_resizes_jobs_whose_first_node_is_another_host(
         vcluster, tmp_path, monkeypatch):
-    from apgas_scheduler.daemon import Scheduler
     from apgas_scheduler.jobs import JobSpec
+    from apgas_scheduler.live.daemon import Scheduler
     from apgas_scheduler.policies import get_policy
 
     vc = vcluster

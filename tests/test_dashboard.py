@@ -18,9 +18,9 @@ from test_scheduler_live import bench, job, wait_ended, wait_for
 
 from apgas import auth
 from apgas._webview import render_page
-from apgas_scheduler import access
-from apgas_scheduler.dashboard import MAX_STREAMS
-from apgas_scheduler.views import dashboard_model
+from apgas_scheduler.live import access
+from apgas_scheduler.live.dashboard import MAX_STREAMS
+from apgas_scheduler.live.views import dashboard_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

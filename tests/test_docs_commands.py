@@ -61,7 +61,7 @@ from pathlib import Path
 
 import pytest
 
-from apgas_scheduler import access
+from apgas_scheduler.live import access
 from benchmarks._common import communicate_or_kill
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.metrics import compute_metrics, read_events
 from apgas_scheduler.policies import get_policy
 

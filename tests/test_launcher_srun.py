@@ -110,7 +110,7 @@ def test_srun_outside_an_allocation_says_so(monkeypatch):
 SCHEDULER_IN_ALLOCATION = """
 import json, os, sys, time
 sys.path.insert(0, "tests")
-from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.policies import get_policy
 import launcher

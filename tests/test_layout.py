@@ -147,3 +147,46 @@ def test_the_ready_line_is_written_only_in_the_protocol_module():
                    if "APGAS-Ready" in path.read_text()
                    and path != ROOT / "apgas" / "protocol.py")
     assert found == [], "build and parse the protocol's lines with apgas.protocol"
+
+
+SCHEDULER_ROOT = {"__init__", "__main__", "_model", "engine", "stats", "metrics", "jobs", "client"}
+"""What every part of the scheduler shares; everything else lives in a part."""
+
+SCHEDULER_PARTS = {"policies": {"policies"}, "sim": {"policies", "sim"},
+                   "live": {"policies", "live"}, "slurm": {"policies", "slurm"}}
+"""Which parts each part may import: policies only themselves (and the root), the
+simulator and the daemon the policies but never each other."""
+
+
+def test_the_scheduler_package_has_the_shape_of_its_architecture():
+    pkg = ROOT / "apgas_scheduler"
+    root = {p.stem for p in pkg.glob("*.py")}
+    assert root == SCHEDULER_ROOT, "a module of one part belongs in its part's package"
+    parts = {p.name for p in pkg.iterdir() if (p / "__init__.py").exists()}
+    assert parts == set(SCHEDULER_PARTS)
+    known = modules()
+    wrong = []
+    for name, path in known.items():
+        part = name.split(".")[1] if name.count(".") >= 1 else ""
+        if not name.startswith("apgas_scheduler.") or part not in SCHEDULER_PARTS:
+            continue
+        for target in imports(name, path, known):
+            if target.startswith("apgas_scheduler.") and target.count(".") >= 1:
+                other = target.split(".")[1]
+                if other in SCHEDULER_PARTS and other not in SCHEDULER_PARTS[part]:
+                    wrong.append(f"{name} -> {target}")
+    assert wrong == []
+
+
+def test_the_scheduler_root_imports_no_part_but_the_policies_and_the_event_log():
+    """The engine, the model and the metrics sit below the parts: they may use the
+    policies' base class and read the daemon's event log, nothing else of a part."""
+    known = modules()
+    allowed = {"apgas_scheduler.policies.planning", "apgas_scheduler.live.state",
+               "apgas_scheduler.live.access"}
+    wrong = sorted(f"{name} -> {target}" for name, path in known.items()
+                   if name.startswith("apgas_scheduler") and name.count(".") <= 1
+                   and name.split(".")[-1] in SCHEDULER_ROOT - {"__main__"}
+                   for target in imports(name, path, known)
+                   if target.count(".") >= 2 and target not in allowed)
+    assert wrong == []

@@ -19,7 +19,7 @@ import pytest
 from conftest import alive, wait_gone
 from test_scheduler_live import job, wait_for
 
-from apgas_scheduler import containment
+from apgas_scheduler.live import containment
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -180,7 +180,7 @@ def test_a_start_that_fails_leaves_no_cgroup(mode, tmp_path):
 
 DAEMON = """
 import json, subprocess, sys
-from apgas_scheduler import containment
+from apgas_scheduler.live import containment
 h = containment.start(7, [sys.executable, "-c", sys.argv[1], sys.argv[2]],
                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL)
@@ -248,7 +248,7 @@ def test_the_srun_launcher_names_steps_after_the_job(monkeypatch):
 
 SCHEDULER_IN_ALLOCATION = """
 import json, os, subprocess, sys, time
-from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.policies import get_policy
 import launcher

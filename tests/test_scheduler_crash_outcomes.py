@@ -1,6 +1,6 @@
 """Issue 30, item 5: a scheduler crash loses no job's exit status.
 
-A job's first process (``apgas_scheduler/_job_exec.py``) stays as its
+A job's first process (``apgas_scheduler/live/_job_exec.py``) stays as its
 program's parent, the supervisor, and records how the program ended in the
 state directory's ``outcomes``; a daemon that was SIGKILLed and started again
 records the true outcome of a job that ended meanwhile, and of a job it
@@ -23,8 +23,8 @@ import pytest
 from conftest import alive, eventually, wait_gone
 from test_scheduler_live import job
 
-from apgas_scheduler import containment
 from apgas_scheduler.client import request
+from apgas_scheduler.live import containment
 from benchmarks import scheduler_crash
 from benchmarks.scheduler_crash import MEANWHILE, Plan, Serve
 
@@ -224,7 +224,7 @@ def test_a_program_that_fails_at_once_has_started_all_the_same(tmp_path):
 
 LEAVER = """
 import json, os, subprocess, sys
-from apgas_scheduler import containment
+from apgas_scheduler.live import containment
 h = containment.start(5, ["/bin/sh", "-c", "setsid sleep 30 & echo $! > " + sys.argv[2] + "; exit 4"],
                       outcome_dir=sys.argv[1], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL)

@@ -1,4 +1,4 @@
-"""List scheduling of evolving jobs (apgas_scheduler.listsched): schedules worked out
+"""List scheduling of evolving jobs (apgas_scheduler.sim.listsched): schedules worked out
 by hand for tiny cases, the paper's claim against the rigid baseline on
 seeded random workloads, and property tests of what every schedule must keep
 (including that the base fit completes each job as early as a brute-force
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apgas_scheduler.listsched import (
+from apgas_scheduler.sim.listsched import (
     PAPER_VARIANTS,
     EvolvingJob,
     Schedule,

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-import apgas_scheduler.asks as asks
+import apgas_scheduler.live.asks as asks
 from apgas import auth
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.metrics import compute_metrics, read_events
 
 ROOT = Path(__file__).resolve().parent.parent

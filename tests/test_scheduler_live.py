@@ -15,10 +15,10 @@ import pytest
 from orders import free_port
 
 from apgas import auth
-from apgas_scheduler import access
 from apgas_scheduler.client import SchedulerError, request
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live import access
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.metrics import compute_metrics, read_events
 from apgas_scheduler.policies import get_policy
 
@@ -202,7 +202,7 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
     id (or the next port free here); on another one at that node's address,
     and is told the scheduler's host name (the scheduler listens on every
     interface here); a message without a job id is matched by that address."""
-    from apgas_scheduler.daemon import Job
+    from apgas_scheduler.live.daemon import Job
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "here")
     sched = Scheduler(["here", "far", "lost"], get_policy("malleable"), host="0.0.0.0", port=0,
                       launcher="ssh", output_dir=tmp_path, node_addresses={"far": "192.0.2.7"},
@@ -266,8 +266,8 @@ def test_garbage_on_the_port_is_refused_and_the_scheduler_goes_on(make_scheduler
 def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_scheduler, tmp_path):
     """Same policy object, same batch: the simulator, fed the run times measured live,
     starts the same jobs on as many nodes in the same order."""
-    from apgas_scheduler.simulator import Simulator
-    from apgas_scheduler.workload import SimJob
+    from apgas_scheduler.sim.simulator import Simulator
+    from apgas_scheduler.sim.workload import SimJob
 
     sched = make_scheduler(nodes=3, policy="easy")
     batch = [("a", 2, 2, 1.2), ("b", 3, 3, 0.4), ("c", 1, 1, 2.0), ("d", 1, 1, 0.3),
@@ -290,7 +290,7 @@ def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_sc
 
 SCHEDULER_IN_ALLOCATION = """
 import json, os, sys, time
-from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.policies import get_policy
 import launcher

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apgas_scheduler._model import CLASSES, Grow, JobView, Shrink, Start
-from apgas_scheduler.dmr import DMR, DMR_POLICIES
-from apgas_scheduler.mebf import MEBF, MEBF_POLICIES
 from apgas_scheduler.policies import EasyBackfilling, Policy
+from apgas_scheduler.policies.dmr import DMR, DMR_POLICIES
+from apgas_scheduler.policies.mebf import MEBF, MEBF_POLICIES
 
 NOW = 100.0
 EXPANDS = ("handoff", "spare", "intensive")

@@ -19,12 +19,12 @@ import pytest
 
 from apgas import auth, protocol
 from apgas_scheduler.client import SchedulerError, request
-from apgas_scheduler.daemon import Scheduler
 from apgas_scheduler.engine import Engine, Tracked
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live.daemon import Scheduler
+from apgas_scheduler.live.views import dashboard_model
 from apgas_scheduler.metrics import compute_metrics, read_events
 from apgas_scheduler.policies import get_policy
-from apgas_scheduler.views import dashboard_model
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apgas_scheduler._model import CLASSES, Grow, JobView, Shrink, Start
-from apgas_scheduler.dmr import DMR, dmr_answer
 from apgas_scheduler.policies import (
     FCFS,
     GATE,
@@ -21,6 +20,7 @@ from apgas_scheduler.policies import (
     get_policy,
     grant_requests,
 )
+from apgas_scheduler.policies.dmr import DMR, dmr_answer
 
 NOW = 100.0
 

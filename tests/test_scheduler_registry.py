@@ -10,11 +10,12 @@ import sys
 import pytest
 from conftest import install_distribution
 
-from apgas_scheduler import policies, registry
-from apgas_scheduler.simulator import Simulator
+from apgas_scheduler import policies
+from apgas_scheduler.policies import registry
+from apgas_scheduler.sim.simulator import Simulator
 
 PLUGIN = '''
-from apgas_scheduler.classic import FCFS
+from apgas_scheduler.policies.classic import FCFS
 
 
 class Greedy(FCFS):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from apgas_scheduler._model import Grow, Shrink, Start
 from apgas_scheduler.policies import get_policy, policy_names
-from apgas_scheduler.simulator import Reconfig, Simulator, runtime_on
-from apgas_scheduler.workload import SimJob, read_swf
+from apgas_scheduler.sim.simulator import Reconfig, Simulator, runtime_on
+from apgas_scheduler.sim.workload import SimJob, read_swf
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -85,7 +85,7 @@ class _Warnings(logging.Handler):
 
 def simulate(total, jobs, policy, **options):
     handler = _Warnings()
-    logger = logging.getLogger("apgas_scheduler.simulator")
+    logger = logging.getLogger("apgas_scheduler.sim.simulator")
     logger.addHandler(handler)
     propagate, logger.propagate = logger.propagate, False  # collected here, not by pytest
     try:

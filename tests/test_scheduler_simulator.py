@@ -9,7 +9,7 @@ import pytest
 from apgas_scheduler._model import Grow, Shrink, Start
 from apgas_scheduler.metrics import compute_metrics
 from apgas_scheduler.policies import get_policy
-from apgas_scheduler.simulator import Reconfig, Simulator, runtime_on
+from apgas_scheduler.sim.simulator import Reconfig, Simulator, runtime_on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +148,8 @@ def test_policy_options_reach_the_policies():
     import argparse
     import math
 
-    from apgas_scheduler import compare as cmp
-    from apgas_scheduler.mebf import MEBF
+    from apgas_scheduler.policies.mebf import MEBF
+    from apgas_scheduler.sim import compare as cmp
 
     ns = argparse.Namespace(resize_interval=30.0, alpha=0.01, beta=0.05, process_cost=0.5,
                             expand_policy="spare")
@@ -230,7 +230,7 @@ def test_evolving_timeline_queries_match_a_segment_by_segment_scan():
     scheduler give what the plain left-to-right scans give."""
     import random
 
-    from apgas_scheduler.listsched import _Timeline
+    from apgas_scheduler.sim.listsched import _Timeline
 
     def fit(tl, ts, d, limit):
         k = max(i for i, t in enumerate(tl.times) if t <= ts)

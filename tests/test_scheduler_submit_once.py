@@ -16,9 +16,9 @@ from orders import free_address
 
 from apgas_scheduler import client
 from apgas_scheduler.client import SchedulerError, SchedulerUnreachable, request
-from apgas_scheduler.daemon import Scheduler
+from apgas_scheduler.live.daemon import Scheduler
+from apgas_scheduler.live.state import DB_NAME, StateStore
 from apgas_scheduler.policies import get_policy
-from apgas_scheduler.state import DB_NAME, StateStore
 from benchmarks.scheduler_crash import Serve
 
 pytestmark = pytest.mark.timeout(60)

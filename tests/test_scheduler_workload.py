@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apgas_scheduler.workload import (
+from apgas_scheduler.sim.workload import (
     APGAS_TABLE,
     APGAS_WORK_UNIT,
     MEBF_INTENSIVE,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from apgas.errors import ConfigError
-from apgas_scheduler import slurm, slurmctl
+from apgas_scheduler import slurm
+from apgas_scheduler.slurm import commands as slurmctl
 
 
 class Runtime:

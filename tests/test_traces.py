@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from apgas_scheduler import swf
-from apgas_scheduler import workload as wl
 from apgas_scheduler.policies import get_policy, policy_names
-from apgas_scheduler.simulator import Simulator
-from apgas_scheduler.workload import WorkloadError, read_swf, swf_header, write_swf
+from apgas_scheduler.sim import swf
+from apgas_scheduler.sim import workload as wl
+from apgas_scheduler.sim.simulator import Simulator
+from apgas_scheduler.sim.workload import WorkloadError, read_swf, swf_header, write_swf
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -483,7 +483,7 @@ def test_read_line_enforces_size_deadline_and_close():
 
 SERVERS = {
     "scheduler": """
-        from apgas_scheduler.daemon import Scheduler
+        from apgas_scheduler.live.daemon import Scheduler
         from apgas_scheduler.policies import get_policy
         s = Scheduler(["n0"], get_policy("fcfs"), port=0, output_dir=sys.argv[2],
                       socket_path=sys.argv[2] + "/scheduler.sock")  # it is killed: not in /tmp

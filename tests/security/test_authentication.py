@@ -20,9 +20,9 @@ from launch_prog import Newest
 import apgas
 from apgas import auth
 from apgas.order import send_order
-from apgas_scheduler import access
 from apgas_scheduler.client import request
 from apgas_scheduler.jobs import JobSpec
+from apgas_scheduler.live import access
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import apgas
 from apgas._config import load_config
 from apgas.errors import ConfigError
 from apgas_scheduler.jobs import MAX_NODES, MAX_WALLTIME, JobFileError, parse_job
-from apgas_scheduler.requests import MAX_DEPTH, RequestError, nesting, parse_request
+from apgas_scheduler.live.requests import MAX_DEPTH, RequestError, nesting, parse_request
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -154,7 +154,7 @@ def test_a_grow_past_max_places_is_refused_and_the_job_goes_on(monkeypatch):
 def test_the_scheduler_leaves_the_place_bound_to_the_job(tmp_path, monkeypatch):
     """A job may run several places per node, so max_nodes does not bound its places;
     the engine bounds the scheduler's grows by max_nodes instead."""
-    from apgas_scheduler.daemon import Scheduler
+    from apgas_scheduler.live.daemon import Scheduler
     from apgas_scheduler.policies import get_policy
 
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")

@@ -28,7 +28,7 @@ from conftest import eventually
 from apgas import _peers, _serving, auth
 from apgas.lowlevel import peer_is_local, peer_key, peer_uid
 from apgas_scheduler.client import request
-from apgas_scheduler.dashboard import HEAD_DEADLINE, PER_CLIENT
+from apgas_scheduler.live.dashboard import HEAD_DEADLINE, PER_CLIENT
 
 pytestmark = pytest.mark.timeout(120)
 SYSTEM_PY = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"

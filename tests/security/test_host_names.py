@@ -154,7 +154,7 @@ def test_srun_refuses_options_as_hosts(monkeypatch):
 
 def test_scheduler_refuses_such_node_names_and_goes_on_serving(tmp_path, monkeypatch):
     from apgas_scheduler.client import SchedulerError, request
-    from apgas_scheduler.daemon import Scheduler
+    from apgas_scheduler.live.daemon import Scheduler
     from apgas_scheduler.policies import get_policy
 
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")

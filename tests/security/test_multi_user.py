@@ -28,11 +28,11 @@ from test_authentication import SYSTEM_PY, as_nobody
 
 from apgas import auth
 from apgas.lowlevel import UntrustedPath
-from apgas_scheduler import access
 from apgas_scheduler.client import SchedulerError, request
 from apgas_scheduler.jobs import parse_job
-from apgas_scheduler.records import Job
-from apgas_scheduler.state import StateStore
+from apgas_scheduler.live import access
+from apgas_scheduler.live.records import Job
+from apgas_scheduler.live.state import StateStore
 
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks come from "
@@ -111,7 +111,7 @@ def test_a_jobs_loader_variables_act_only_as_its_user(shared_sched, shared_dir, 
 
 def test_the_first_process_of_a_job_sees_nothing_of_the_job(tmp_path):
     """What the scheduler starts as root has a fixed environment; the job's comes after the switch."""
-    from apgas_scheduler import containment
+    from apgas_scheduler.live import containment
 
     out = tmp_path / "environ"
     fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o644)

@@ -13,9 +13,9 @@ from typing import Any
 from apgas import protocol
 from apgas.lowlevel import loggable
 
-from ._model import Grow, Shrink
+from .._model import Grow, Shrink
+from ..policies.planning import GATE
 from .core import SchedulerCore, log
-from .planning import GATE
 from .records import Job
 
 __all__ = ["AsksMixin", "READY_WAIT"]

@@ -10,9 +10,9 @@ from typing import Any
 
 from apgas import auth
 
+from ..engine import Tracked
+from ..jobs import JobSpec
 from .containment import JobProcess
-from .engine import Tracked
-from .jobs import JobSpec
 
 __all__ = ["Job"]
 

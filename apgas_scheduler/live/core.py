@@ -17,10 +17,10 @@ from typing import Any
 from apgas import protocol
 from apgas.lowlevel import open_append
 
+from ..engine import Engine
+from ..jobs import JobSpec
+from ..policies.planning import Policy
 from . import access
-from .engine import Engine
-from .jobs import JobSpec
-from .planning import Policy
 from .records import Job
 from .state import StateStore
 from .views import down_nodes

@@ -26,7 +26,7 @@ from typing import Any
 
 from apgas.lowlevel import make_trusted_dir, trusted_file
 
-from .jobs import JobSpec, parse_job
+from ..jobs import JobSpec, parse_job
 
 __all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
 

@@ -27,14 +27,14 @@ import launcher as launchers
 from apgas import auth
 from apgas.lowlevel import Config, make_trusted_dir
 
+from .._model import Grow, Start
+from ..jobs import JobSpec
+from ..policies.planning import Policy
 from . import access, containment
-from ._model import Grow, Start
 from .asks import READY_WAIT, AsksMixin
 from .core import log
 from .dashboard import Dashboard
-from .jobs import JobSpec
 from .orders import ORDER_TIMEOUT, OrdersMixin
-from .planning import Policy
 from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, ProcessesMixin, ending
 from .records import Job
 from .server import MAX_LINE, ServerMixin

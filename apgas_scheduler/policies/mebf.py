@@ -70,7 +70,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ._model import Decision, Grow, JobView, Shrink, Start
+from .._model import Decision, Grow, JobView, Shrink, Start
 from .planning import Policy, by_minimum, easy, in_transit
 
 __all__ = ["MEBF", "MEBF_POLICIES", "mebf_size", "model_easy", "ReconfigCost"]

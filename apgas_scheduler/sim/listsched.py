@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .stats import TAU, JobTimes, mean, summarize
+from ..stats import TAU, JobTimes, mean, summarize
 
 __all__ = [
     "EvolvingJob", "Schedule", "schedule_evolving", "schedule_rigid_baseline",

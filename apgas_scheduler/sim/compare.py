@@ -2,8 +2,8 @@
 
 Used by ``python -m apgas_scheduler simulate`` (one policy) and ``compare``
 (several). Workloads come from an SWF trace or a generator of
-``apgas_scheduler.workload``; evolving jobs with profiles go to the list
-scheduler of ``apgas_scheduler.listsched`` (policies ``evolving*``), everything else
+``apgas_scheduler.sim.workload``; evolving jobs with profiles go to the list
+scheduler of ``apgas_scheduler.sim.listsched`` (policies ``evolving*``), everything else
 to the discrete-event ``Simulator`` with the live policies.
 """
 
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..policies import get_policy, policy_names
+from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
 from . import swf
 from . import workload as wl
-from .mebf import EXPAND_POLICIES, MEBF_POLICIES
-from .policies import get_policy, policy_names
 from .simulator import Reconfig, Simulator
 
 DEFAULT_SERIAL_FRACTION = 0.05

@@ -24,14 +24,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ._model import Grow, Start
-from .engine import Engine, Tracked
-from .planning import Policy
-from .stats import TAU, JobTimes, summarize  # noqa: F401 (TAU: where it was)
+from .._model import Grow, Start
+from ..engine import Engine, Tracked
+from ..policies.planning import Policy
+from ..stats import TAU, JobTimes, summarize  # noqa: F401 (TAU: where it was)
 
 __all__ = ["Reconfig", "Simulator", "SimResult", "runtime_on"]
 
-log = logging.getLogger("apgas_scheduler.simulator")
+log = logging.getLogger("apgas_scheduler.sim.simulator")
 
 MAX_PASSES_PER_INSTANT = 1000
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .metrics import Interval, _ordered, compute_metrics, node_intervals
+from ..metrics import Interval, _ordered, compute_metrics, node_intervals
 
 __all__ = ["dashboard_model", "down_nodes", "TIMING_WINDOW"]
 

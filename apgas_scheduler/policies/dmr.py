@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ._model import Decision, Grow, JobView, Shrink
+from .._model import Decision, Grow, JobView, Shrink
 from .planning import Policy, easy, grant_requests, in_transit, moldable_size, with_grants
 
 __all__ = ["DMR", "DMR_POLICIES", "dmr_answer"]

@@ -1,9 +1,9 @@
 """What the scheduling policies share: the ``Policy`` base class, EASY's
 reservation, the sizes of moldable jobs, and the grants of evolving requests.
 
-``apgas_scheduler.classic`` (the live four and evolving EASY), ``apgas_scheduler.mebf``
-and ``apgas_scheduler.dmr`` build on this module and nothing else of each other, so
-the registry in ``apgas_scheduler.registry`` can import them all without a cycle.
+``apgas_scheduler.policies.classic`` (the live four and evolving EASY), ``apgas_scheduler.policies.mebf``
+and ``apgas_scheduler.policies.dmr`` build on this module and nothing else of each other, so
+the registry in ``apgas_scheduler.policies.registry`` can import them all without a cycle.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from ._model import Decision, Grow, JobView, Shrink, Start
+from .._model import Decision, Grow, JobView, Shrink, Start
 
 __all__ = [
     "Policy", "easy", "moldable_size", "min_agree_size", "grant_requests", "with_grants",

@@ -27,7 +27,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from ._model import CLASSES
+from .._model import CLASSES
 from .swf import WorkloadError, job_records, swf_header, trace_cluster
 
 __all__ = [
@@ -100,7 +100,7 @@ class SimJob:
         return self.preferred * self.runtime
 
 
-# -- SWF (reading: apgas_scheduler.swf) ------------------------------------------------------
+# -- SWF (reading: apgas_scheduler.sim.swf) ------------------------------------------------------
 
 def read_swf(path: str | PathLike[str], *, procs_per_node: int = 1, max_jobs: int | None = None,
              stats: dict[str, float] | None = None) -> list[SimJob]:

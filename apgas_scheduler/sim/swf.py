@@ -4,7 +4,7 @@ name), streamed line by line, and every problem reported with the file, the
 line and its cause (:class:`WorkloadError`).
 
 :func:`job_records` turns the job lines into rigid job records, which
-:func:`apgas_scheduler.workload.read_swf` makes ``SimJob`` s of;
+:func:`apgas_scheduler.sim.workload.read_swf` makes ``SimJob`` s of;
 :func:`swf_header` reads the ``; Key: value`` comments and
 :func:`trace_cluster` the cluster size they give (``MaxNodes``, ``MaxProcs``).
 """

@@ -5,7 +5,7 @@ with one place per node), the program's evolving calls act on the job itself,
 as the DMR API's Slurm plug-in does (Iserte et al.):
 
 - ``apgas.request_grow(n)``: Slurm is asked for ``n`` more whole nodes, which
-  join the job (:mod:`apgas_scheduler.slurmctl`), and one place is started on
+  join the job (:mod:`apgas_scheduler.slurm.commands`), and one place is started on
   each with ``srun``. When Slurm gives none within ``APGAS_SLURM_GROW_TIMEOUT``
   seconds, or refuses, the request is refused with Slurm's reason
   (:class:`apgas.GrowRefused`) and the waiting allocation is cancelled.
@@ -13,7 +13,7 @@ as the DMR API's Slurm plug-in does (Iserte et al.):
   runs as for any shrink), then the nodes left without a place go back to
   Slurm (``scontrol update ... NodeList=``).
 - ``apgas.check_status(min, max, preferred, factor)``: DMR's decision, by the
-  same code as the scheduler's ``dmr`` policy (:func:`apgas_scheduler.dmr.dmr_answer`),
+  same code as the scheduler's ``dmr`` policy (:func:`apgas_scheduler.policies.dmr.dmr_answer`),
   from Slurm's view of the partition: its idle nodes, the pending jobs that
   could start and the running ones; then carried out as above.
 
@@ -41,9 +41,9 @@ from apgas.errors import ApgasError, ConfigError
 from apgas.lowlevel import Config
 from apgas.malleable import MalleableCommunicator
 
-from . import slurmctl
-from ._model import Grow, JobView, Shrink
-from .dmr import dmr_answer
+from .._model import Grow, JobView, Shrink
+from ..policies.dmr import dmr_answer
+from . import commands as slurmctl
 
 if TYPE_CHECKING:
     from apgas._malleability import Orders

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from ._model import Decision, Grow, JobView, Shrink, Start
+from .._model import Decision, Grow, JobView, Shrink, Start
 from .planning import (
     JobQueue,
     Policy,
@@ -175,7 +175,7 @@ class EvolvingEasy(Policy):
        jobs start at their minimum and ask for more themselves.
 
     It never grows or shrinks a job on its own. A job's ``Evolving;Check``
-    is answered with the DMR rules (:func:`apgas_scheduler.dmr.dmr_answer`).
+    is answered with the DMR rules (:func:`apgas_scheduler.policies.dmr.dmr_answer`).
     """
 
     name = "evolving"

@@ -35,9 +35,9 @@ from apgas.lowlevel import (
     serve_connections,
 )
 
+from ..jobs import JobFileError, parse_job
 from . import access
 from .core import SchedulerCore, log
-from .jobs import JobFileError, parse_job
 from .records import Job
 from .requests import MAX_REQUEST, parse_request
 
