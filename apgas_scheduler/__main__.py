@@ -170,7 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--policies", required=True, help="comma-separated policy names")
     compare.add_argument("--json", default=None)
     compare.add_argument("--plot", default=None, help="PNG: turnaround, slowdown, utilization over time")
-    report = sub.add_parser("report", help="metrics and a Gantt chart from an event log")
+    report = sub.add_parser("report", help="metrics and a Gantt chart from an event log",
+                            description="Metrics of a run from its event log: the totals and "
+                                        "by_class, each job class's figures (no incentive: that "
+                                        "needs a second run with the malleable jobs rigid, which "
+                                        "only simulate and compare make).")
     report.add_argument("events", help="a JSON-lines event log (--log), or the scheduler's "
                                        "state directory or its scheduler.db")
     report.add_argument("--gantt", default=None, help="write a Gantt chart PNG here")
@@ -353,6 +357,10 @@ def _simulate(ns: argparse.Namespace) -> int:
     runs = cmp.compare(jobs, names, ns)
     print(_workload_line(jobs, ns))
     print(cmp.table(runs))
+    for extra in (cmp.class_table([(r["policy"], r["metrics"]) for r in runs]),
+                  cmp.incentive_table(runs)):
+        if extra:
+            print(f"\n{extra}")
     if ns.json:
         if ns.command == "simulate":
             Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
@@ -397,8 +405,14 @@ def _report(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(metrics, indent=2))
     else:
+        from .sim.compare import class_table
+
         for key, value in metrics.items():
-            print(f"{key:<24} {value}")
+            if key != "by_class":
+                print(f"{key:<24} {value}")
+        by_class = class_table([(None, metrics)])
+        if by_class:
+            print(f"\n{by_class}")
     return 0
 
 

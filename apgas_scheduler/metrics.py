@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .live.state import DB_NAME, read_db_events
-from .stats import JobTimes, mean, summarize
+from .stats import JobTimes, mean, summarize, summarize_by_class
 
 __all__ = ["read_events", "node_intervals", "compute_metrics", "gantt"]
 
@@ -128,17 +128,26 @@ def compute_metrics(events: Iterable[dict[str, Any]],
                     intervals: dict[str, list[Interval]] | None = None) -> dict[str, Any]:
     """Makespan, utilisation, waiting and turnaround times, resize counts and
     the node-overlap check of a run (times in seconds, None when undefined);
-    ``intervals``: the events' :func:`node_intervals`, if the caller has them."""
+    ``intervals``: the events' :func:`node_intervals`, if the caller has them.
+
+    ``by_class``: the figures of each class present among the submitted jobs
+    (the ``class`` of their ``submit`` event; see
+    :func:`~apgas_scheduler.stats.summarize_by_class`), with
+    ``reconfigurations`` their grows and shrinks."""
     ordered = _ordered(events)
     submit: dict[int, float] = {}
     start: dict[int, float] = {}
     end: dict[int, float] = {}
+    classes: dict[int, str] = {}
     states: Counter[str] = Counter()
     resizes: dict[str, list[float | None]] = {"grow": [], "shrink": []}
+    resized: Counter[int] = Counter()
     for e in ordered:
         kind, t = e.get("event"), float(e["t"])
         if kind == "submit":
             submit.setdefault(e["job"], t)
+            if e.get("class"):
+                classes.setdefault(e["job"], str(e["class"]))
         elif kind == "start":
             start.setdefault(e["job"], t)
         elif kind == "end":
@@ -146,6 +155,7 @@ def compute_metrics(events: Iterable[dict[str, Any]],
             states[e.get("state", "unknown")] += 1
         elif kind in resizes:
             resizes[kind].append(e.get("duration"))
+            resized[e["job"]] += 1
 
     intervals = node_intervals(ordered) if intervals is None else intervals
     used = capacity = None
@@ -153,8 +163,9 @@ def compute_metrics(events: Iterable[dict[str, Any]],
         lo, hi = min(submit.values()), max(end.values())
         capacity = _capacity(ordered, lo, hi)
         used = sum(max(0.0, min(b, hi) - max(a, lo)) for ivs in intervals.values() for a, b, _ in ivs)
-    summary = summarize([JobTimes(t, start.get(j), end.get(j)) for j, t in submit.items()],
-                        used=used, capacity=capacity)
+    times = [JobTimes(t, start.get(j), end.get(j), cls=classes.get(j), reconfigs=resized[j])
+             for j, t in submit.items()]
+    summary = summarize(times, used=used, capacity=capacity)
 
     def mean_duration(kind: str) -> float | None:
         return mean([float(d) for d in resizes[kind] if d is not None])
@@ -171,6 +182,7 @@ def compute_metrics(events: Iterable[dict[str, Any]],
         "mean_grow_seconds": mean_duration("grow"),
         "mean_shrink_seconds": mean_duration("shrink"),
         "max_overlap_violations": _overlaps(intervals),
+        "by_class": summarize_by_class(times),
     }
 
 

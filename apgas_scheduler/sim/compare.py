@@ -4,7 +4,9 @@ Used by ``python -m apgas_scheduler simulate`` (one policy) and ``compare``
 (several). Workloads come from an SWF trace or a generator of
 ``apgas_scheduler.sim.workload``; evolving jobs with profiles go to the list
 scheduler of ``apgas_scheduler.sim.listsched`` (policies ``evolving*``), everything else
-to the discrete-event ``Simulator`` with the live policies.
+to the discrete-event ``Simulator`` with the live policies, and, when the
+workload has malleable jobs, a second time with them rigid for the incentive
+(``apgas_scheduler.sim.incentive``) unless ``--no-incentive``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from ..policies import get_policy, policy_names
 from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
 from . import swf
 from . import workload as wl
+from .incentive import run_with_incentive
 from .simulator import Reconfig, Simulator
 
 DEFAULT_SERIAL_FRACTION = 0.05
@@ -28,10 +32,14 @@ DEFAULT_SERIAL_FRACTION = 0.05
 
 __all__ = ["add_workload_arguments", "add_policy_arguments", "check_options", "build_workload",
            "cluster_of",
-           "simulate", "compare", "table"]
+           "simulate", "compare", "table", "class_table", "incentive_table"]
 
 KEYS = ("makespan", "utilization", "mean_wait", "mean_turnaround", "mean_slowdown",
         "mean_bounded_slowdown", "reconfigurations")
+CLASS_COLUMNS = ("mean_wait", "mean_turnaround", "mean_slowdown", "mean_bounded_slowdown",
+                 "reconfigurations")
+INCENTIVE_COLUMNS = ("mean_turnaround", "mean_turnaround_as_rigid", "ratio", "change_pct",
+                     "mean_wait", "mean_wait_as_rigid")
 
 
 def evolving_names() -> dict[str, Any]:
@@ -64,6 +72,10 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
                         "MaxNodes of the trace's header when a whole number)")
     p.add_argument("--malleable-share", type=float, default=0.0,
                    help="share of jobs made malleable (min = pref/2, max = 5 pref)")
+    p.add_argument("--no-incentive", action="store_true",
+                   help="skip the incentive: by default a workload with malleable jobs is "
+                        "simulated again with them rigid at their preferred size, to compare "
+                        "their mean turnaround (twice the simulation time)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--arrival-scale", type=float, default=1.0,
                    help="multiply submit times (below 1: heavier load)")
@@ -236,9 +248,12 @@ def simulate(jobs: list[Any], policy: str, ns: argparse.Namespace) -> dict[str, 
         metrics = schedule.metrics(jobs, ns.nodes)
         timeline = _steps(schedule.usage)
     else:
-        sim = Simulator(ns.nodes, make_policy(policy, ns), reconfig=reconfig_of(ns),
-                        model=ns.model, interval=ns.interval)
-        result = sim.run(jobs)
+        sim_options = {"reconfig": reconfig_of(ns), "model": ns.model, "interval": ns.interval}
+        if getattr(ns, "no_incentive", False):
+            result = Simulator(ns.nodes, make_policy(policy, ns), **sim_options).run(jobs)
+        else:
+            result = run_with_incentive(ns.nodes, lambda: make_policy(policy, ns), jobs,
+                                        **sim_options)
         metrics, timeline = result.metrics, result.timeline
     return {"policy": policy_label(policy, ns), "metrics": metrics,
             "seconds": time.perf_counter() - started, "timeline": timeline}
@@ -260,15 +275,52 @@ def compare(jobs: list[Any], policies: list[str], ns: argparse.Namespace) -> lis
     return [simulate(jobs, p, ns) for p in policies]
 
 
+def _cells(figures: dict[str, Any], keys: Sequence[str]) -> str:
+    values = [figures.get(k) for k in keys]
+    return "".join(f"{'-':>18}" if v is None else f"{v:>18.3f}" if isinstance(v, float) else f"{v:>18}"
+                   for v in values)
+
+
+def _heads(keys: Sequence[str]) -> str:
+    def head(key: str) -> str:
+        name = key.replace("mean_", "")
+        return f"rigid {name.removesuffix('_as_rigid')}" if name.endswith("_as_rigid") else name
+
+    return "".join(f"{head(k):>18}" for k in keys)
+
+
 def table(runs: list[dict[str, Any]]) -> str:
-    head = f"{'policy':<22}" + "".join(f"{k.replace('mean_', ''):>18}" for k in KEYS) + f"{'sim s':>8}"
+    head = f"{'policy':<22}" + _heads(KEYS) + f"{'sim s':>8}"
     lines = [head]
     for r in runs:
-        cells = []
-        for k in KEYS:
-            v = r["metrics"].get(k)
-            cells.append(f"{'-':>18}" if v is None else f"{v:>18.3f}" if isinstance(v, float) else f"{v:>18}")
-        lines.append(f"{r['policy']:<22}" + "".join(cells) + f"{r['seconds']:>8.2f}")
+        lines.append(f"{r['policy']:<22}" + _cells(r["metrics"], KEYS) + f"{r['seconds']:>8.2f}")
+    return "\n".join(lines)
+
+
+def class_table(rows: Sequence[tuple[str | None, dict[str, Any]]]) -> str:
+    """One row per (label, class) of each metrics' ``by_class`` (a label None:
+    no policy column, as ``report`` prints it); "" when none has one."""
+    lines = []
+    for label, metrics in rows:
+        for cls, figures in (metrics.get("by_class") or {}).items():
+            lines.append(("" if label is None else f"{label:<22}") + f"{cls:<10}{figures['jobs']:>8}"
+                         + _cells(figures, CLASS_COLUMNS))
+    if not lines:
+        return ""
+    first = "" if all(label is None for label, _ in rows) else f"{'policy':<22}"
+    return "\n".join([first + f"{'class':<10}{'jobs':>8}" + _heads(CLASS_COLUMNS), *lines])
+
+
+def incentive_table(runs: list[dict[str, Any]]) -> str:
+    """The runs' incentive (``metrics["incentive"]``): the malleable jobs against
+    the same jobs submitted rigid; "" when no run has one."""
+    found = [(r["policy"], r["metrics"]["incentive"]) for r in runs if r["metrics"].get("incentive")]
+    if not found:
+        return ""
+    lines = ["incentive: the malleable jobs against the same jobs submitted rigid",
+             f"{'policy':<22}{'jobs':>8}" + _heads(INCENTIVE_COLUMNS)]
+    lines += [f"{label:<22}{figures['jobs']:>8}" + _cells(figures, INCENTIVE_COLUMNS)
+              for label, figures in found]
     return "\n".join(lines)
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..stats import TAU, JobTimes, mean, summarize
+from ..stats import TAU, JobTimes, mean, summarize, summarize_by_class
 
 __all__ = [
     "EvolvingJob", "Schedule", "schedule_evolving", "schedule_rigid_baseline",
@@ -109,13 +109,16 @@ class Schedule:
         machine (the sum of its step durations), so that time lost in expanded
         steps counts against the schedule like waiting does; the bounded
         slowdown counts a run time below :data:`TAU` as ``TAU`` and is at least 1.
+        ``by_class``: the same per class (a job's ``cls``, else "evolving": the
+        jobs here all bring profiles), without reconfigurations.
         """
         jobs = list(jobs)
         used = sum((b - a) * n for a, b, _, n in self.usage)
         held = sum((b - a) * n for a, b, _, n in self.reserved)
-        summary = summarize([JobTimes(float(j.submit), self.starts[j.id], self.ends[j.id],
-                                      sum(float(d) for d, _ in j.profile)) for j in jobs],
-                            used=used, nodes=nodes)
+        times = [JobTimes(float(j.submit), self.starts[j.id], self.ends[j.id],
+                          sum(float(d) for d, _ in j.profile), cls=getattr(j, "cls", "evolving"))
+                 for j in jobs]
+        summary = summarize(times, used=used, nodes=nodes)
         return {
             "jobs": len(jobs),
             "makespan": summary["makespan"],
@@ -129,6 +132,7 @@ class Schedule:
             "mean_bounded_slowdown": summary["mean_bounded_slowdown"],
             "mean_completion": mean([self.ends[j.id] for j in jobs]),
             "last_completion": max(self.ends.values()) if jobs else None,
+            "by_class": summarize_by_class(times),
         }
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from .._model import Grow, Start
 from ..engine import Engine, Tracked
 from ..policies.planning import Policy
-from ..stats import TAU, JobTimes, summarize  # noqa: F401 (TAU: where it was)
+from ..stats import TAU, JobTimes, summarize, summarize_by_class  # noqa: F401 (TAU: where it was)
 
 __all__ = ["Reconfig", "Simulator", "SimResult", "runtime_on"]
 
@@ -85,6 +85,11 @@ class _State:
 
 @dataclasses.dataclass
 class SimResult:
+    """``metrics``: the run's figures (``stats.summarize``), with ``by_class``
+    the same per job class present (``stats.summarize_by_class``, over every
+    job submitted and not left out); a run in which no job ended has only
+    ``jobs`` (0) and ``rejected``. ``jobs``: id -> submit, start, end, reconfigs."""
+
     metrics: dict[str, Any]
     jobs: dict[int, dict[str, Any]]
     decisions: list[tuple[float, Any]]
@@ -271,16 +276,18 @@ class Simulator:
         states = list(self._states.values())
         records = {s.job.id: {"submit": s.job.submit, "start": s.track.start, "end": s.track.end,
                               "reconfigs": s.reconfigs} for s in states}
+        times = [JobTimes(s.job.submit, s.track.start, s.track.end, cls=s.job.cls,
+                          reconfigs=s.reconfigs) for s in states]
         done = [s for s in states if s.track.end is not None]
         if not done:
             metrics: dict[str, Any] = {"jobs": 0, "rejected": rejected}
             return SimResult(metrics, records, self.decisions, self.events, self.timeline)
-        summary = summarize([JobTimes(s.job.submit, s.track.start, s.track.end) for s in states],
-                            used=self._busy_area, nodes=self.total)
+        summary = summarize(times, used=self._busy_area, nodes=self.total)
         metrics = {
             "jobs": len(done), "rejected": rejected, "nodes": self.total,
             "policy": self.policy.name, **summary,
             "reconfigurations": sum(s.reconfigs for s in done),
             "reconfiguration_seconds": sum(s.reconfig_seconds for s in done),
+            "by_class": summarize_by_class(times),
         }
         return SimResult(metrics, records, self.decisions, self.events, self.timeline)
