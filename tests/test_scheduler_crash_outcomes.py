@@ -311,7 +311,7 @@ def test_a_shared_schedulers_outcomes_are_roots_alone(make_scheduler, tmp_path):
     """A job of nobody's, under a root scheduler, that tries to write a record into
     the state's outcome directory: refused; its own end is recorded as it was."""
     sched = make_scheduler(nodes=1, policy="fcfs", socket_mode=0o666)
-    outcomes = sched._outcomes
+    outcomes = sched.processes.outcomes
     assert outcomes is not None and outcomes.stat().st_uid == 0
     script = (f"echo '{{}}' > {outcomes}/job-forged.exit; echo rc=$?; ls {outcomes}; echo ls=$?; "
               "exit 3")

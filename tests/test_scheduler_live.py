@@ -210,20 +210,20 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
     try:
         spec = job("m", [PY, "-c", "pass"], "malleable", 1, 3)
         local, far, lost = Job(1, spec, 0.0), Job(5, spec, 0.0), Job(6, spec, 0.0)
-        env = sched._order_env(local, "here")
+        env = sched.processes.order_env(local, "here")
         assert env["APGAS_SCHEDULER"] == f"0.0.0.0:{sched.address[1]}"
         assert env["APGAS_MALLEABLE_LISTEN"] == f"0.0.0.0:{local.listen[1]}"  # type: ignore[index]
         assert 30001 <= local.listen[1] <= 31000  # type: ignore[index]
-        env = sched._order_env(far, "far")
+        env = sched.processes.order_env(far, "far")
         assert env == {"APGAS_COMMUNICATOR": "socket", "APGAS_MALLEABLE_LISTEN": "192.0.2.7:30005",
                        "APGAS_SCHEDULER": f"{socket.gethostname()}:{sched.address[1]}"}
         assert far.listen == ("192.0.2.7", 30005)
         far.state, sched._jobs[5] = "running", far
-        assert sched._order_env(Job(1005, spec, 0.0), "far")["APGAS_MALLEABLE_LISTEN"] == \
+        assert sched.processes.order_env(Job(1005, spec, 0.0), "far")["APGAS_MALLEABLE_LISTEN"] == \
             "192.0.2.7:30006"  # 30005 is far's
-        assert sched._find_job("192.0.2.7") is far and sched._find_job("192.0.2.8") is None
+        assert sched.server.find_job("192.0.2.7") is far and sched.server.find_job("192.0.2.8") is None
         with pytest.raises(OSError, match=r"cannot resolve node 'lost'.*--node-address lost=ADDRESS"):
-            sched._order_env(lost, "lost")
+            sched.processes.order_env(lost, "lost")
     finally:
         sched._finish()
 

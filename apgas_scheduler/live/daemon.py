@@ -1,10 +1,13 @@
 """The live scheduler: a pool of nodes, a queue of jobs, a policy, real processes.
 
-:class:`Scheduler` wires the parts together: the engine (``engine``: the
-cluster's state, the policy's passes and the checks of its decisions), job
-processes (``processes``), orders to malleable jobs (``orders``), evolving
-asks (``asks``) and the TCP port (``server``), all sharing ``core``'s lock
-and event log. One TCP port serves client requests and the jobs' messages;
+:class:`Scheduler` composes plain parts, each with one job, around ``core``
+(:class:`.core.SchedulerCore`: the engine, its lock, the event log, the
+threads, the clock): job processes (``processes``), orders to malleable jobs
+(``orders``), evolving asks (``asks``) and the doors (``server``); it keeps the
+clients' operations (submit, cancel, status, add-nodes, node-up), the
+scheduling pass, the restart and the shutdown. The parts talk through the
+engine and the log; a part that sets off another's work holds a reference to
+that one only. One TCP port serves client requests and the jobs' messages;
 orders go the other way, one connection and one thread each. Evolving
 programs' asks are answered only under policies with ``grants_requests``
 (``evolving``, ``dmr``). See docs/protocol.md.
@@ -31,19 +34,19 @@ from .._model import Grow, Start
 from ..jobs import JobSpec
 from ..policies.planning import Policy
 from . import access, containment
-from .asks import READY_WAIT, AsksMixin
-from .core import log
+from .asks import READY_WAIT, Asks
+from .core import SchedulerCore, log
 from .dashboard import Dashboard
-from .orders import ORDER_TIMEOUT, OrdersMixin
-from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, ProcessesMixin, ending
+from .orders import ORDER_TIMEOUT, Orders
+from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, Processes, ending
 from .records import Job
-from .server import MAX_LINE, ServerMixin
+from .server import MAX_LINE, Requests, Server
 
 __all__ = ["Scheduler", "Job", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "ORDER_TIMEOUT",
            "KILL_GRACE", "READY_WAIT", "MAX_LINE"]
 
 
-class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
+class Scheduler:
     """Runs jobs on ``nodes`` under ``policy``; ``serve_forever`` until ``shutdown``."""
 
     def __init__(self, nodes: list[str], policy: Policy, *, host: str = "127.0.0.1",
@@ -85,106 +88,114 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         # APGAS_SSH and APGAS_SRUN give the commands (with options) the launcher runs
         self.launcher = launchers.get_launcher(launcher, Config(
             ssh=os.environ.get("APGAS_SSH") or "ssh", srun=os.environ.get("APGAS_SRUN") or "srun"))
-        self._local = launcher == "local"
         # the key, the output and the state only where nobody else can change them
         # (a planted key, a link to root's files, a queued job "of root's")
         self._key = auth.load_or_create_secret(key_file or access.default_key_file())
         self.output_dir = make_trusted_dir(output_dir or access.default_output_dir(),
                                            "the output directory", 0o711)
         self._output_fd = os.open(self.output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._guard = auth.ReplayGuard()
         self.allow_plain_jobs = allow_plain_jobs
         if allow_plain_jobs:
             log.warning("plain jobs allowed: their messages and orders are unsigned, so anyone who "
                         "can reach this port or their order ports can speak for them")
-        self._server = socket.create_server((host, port))
+        tcp = socket.create_server((host, port))
         out = self.output_dir
         state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
-        super().__init__(nodes, policy, events, state_dir)
+        self.core = core = SchedulerCore(nodes, policy, events, state_dir)
+        self.policy, self.engine = policy, core.engine
+        self.now = core.now  # the scheduler's clock, from its first start
         # where each job's first process records how its program ended: root's alone, as
         # the state is (a job's end read from a file others could write would be theirs to say)
-        self._outcomes: Path | None = make_trusted_dir(self._store.directory / "outcomes",
-                                                       "the jobs' outcomes", 0o700)
-        earlier = self._store.nodes()  # an earlier run's pool, before this run records its own
-        self._ids = itertools.count(self._store.last_id() + 1)  # ids are never reused
+        outcomes: Path | None = make_trusted_dir(core.store.directory / "outcomes",
+                                                 "the jobs' outcomes", 0o700)
+        earlier = core.store.nodes()  # an earlier run's pool, before this run records its own
+        self._ids = itertools.count(core.store.last_id() + 1)  # ids are never reused
         self._requests: dict[tuple[int, str], int] = {}  # (owner, the client's key) -> job id
-        self.address: tuple[str, int] = (host, self._server.getsockname()[1])
+        self.address: tuple[str, int] = (host, tcp.getsockname()[1])
         self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
-        self._unix = access.listen_unix(self.socket_path, socket_mode)
-        # what jobs on other machines are told to send to: a wildcard is no address
-        self._advertised = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
-        self._warned_loopback = False
+        unix = access.listen_unix(self.socket_path, socket_mode)
+        self.processes = Processes(
+            core, self.launcher, local=launcher == "local", address=self.address,
+            # what jobs on other machines are told to send to: a wildcard is no address
+            advertised=socket.gethostname() if host in ("", "0.0.0.0", "::") else host,
+            output_dir=self.output_dir, output_fd=self._output_fd, outcomes=outcomes,
+            node_addresses=self.node_addresses, order_port_base=order_port_base)
+        self.orders = Orders(core)
+        self.asks = Asks(core, self.orders)
+        self.server = Server(core, tcp, unix, self.socket_path, key=self._key,
+                             allow_plain_jobs=allow_plain_jobs, asks=self.asks,
+                             requests=Requests(self.submit, self.status, self.cancel,
+                                               self.add_nodes, self.nodes_up, self.shutdown))
         self.dashboard: Dashboard | None = None
         if dashboard is not None:
-            self.dashboard = Dashboard(dashboard, access.dashboard_token(self._key), self.now,
-                                       self._store.events(), f"apgas scheduler · {policy.name}")
-            self._watchers.append(self.dashboard.add)
-        self._event("pool", nodes=list(self._owner))
+            self.dashboard = Dashboard(dashboard, access.dashboard_token(self._key), core.now,
+                                       core.store.events(), f"apgas scheduler · {policy.name}")
+            core.watchers.append(self.dashboard.add)
+        core.event("pool", nodes=list(core.owner))
         self.resumed: str | None = None  # what was taken up from an earlier run, for the operator
         self._adopted = self._resume(earlier, nodes)
+
+    @property
+    def _jobs(self) -> dict[int, Job]:
+        """Every job, by id (for tests and benchmarks, as before the parts)."""
+        return self.core.jobs
+
+    @property
+    def _threads(self) -> list[threading.Thread]:
+        """The threads started so far, to join (tests, benchmarks)."""
+        return self.core.threads
 
     # -- life cycle ----------------------------------------------------------------
     def serve_forever(self) -> None:
         """Accept requests and messages and schedule, until ``shutdown``."""
+        core = self.core
         log.info("scheduler on %s:%d with %d node(s), policy %s", *self.address,
                  self.engine.total, self.policy.name)
-        self._spawn(self._accept, "scheduler-accept", self._server)
-        self._spawn(self._accept, "scheduler-accept-unix", self._unix)
+        self.server.serve()
         if self.dashboard is not None:
-            self._spawn(self.dashboard.serve_forever, "scheduler-dashboard")
+            core.spawn(self.dashboard.serve_forever, "scheduler-dashboard")
         for job in self._adopted:
-            self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
+            core.spawn(self.processes.watch, f"scheduler-watch-{job.id}", job)
         self._adopted = []
-        while not self._stopped.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if not self._stopped.is_set():
+        while not core.stopped.is_set():
+            core.wake.wait(self.interval)
+            core.wake.clear()
+            if not core.stopped.is_set():
                 self.schedule()
         self._finish()
 
     def start(self) -> Scheduler:
         """Serve from a thread of its own (tests, benchmarks)."""
-        self._spawn(self.serve_forever, "scheduler-main")
+        self.core.spawn(self.serve_forever, "scheduler-main")
         return self
 
     def shutdown(self) -> None:
-        self._stopped.set()
-        self._wake.set()
+        self.core.stopped.set()
+        self.core.wake.set()
 
     def _finish(self) -> None:
-        with self._lock:
-            for job in list(self._jobs.values()):
+        core, processes = self.core, self.processes
+        with core.lock:
+            for job in list(core.jobs.values()):
                 if job.state == "queued":
-                    self._end(job, "cancelled", "the scheduler shut down")
+                    processes.end(job, "cancelled", "the scheduler shut down")
                 elif job.state == "running":
                     job.kill_reason = "the scheduler shut down"
-                    self._kill(job)
+                    processes.kill(job)
         deadline = time.monotonic() + KILL_GRACE + 2
-        for job in list(self._jobs.values()):
+        for job in list(core.jobs.values()):
             if job.proc is not None:
                 try:
                     job.proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    self._end_all(job, 0.0)  # whatever is left, at once
+                    processes.end_all(job, 0.0)  # whatever is left, at once
         if self.dashboard is not None:
             self.dashboard.close()
-        for server in (self._server, self._unix):
-            try:
-                server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-            except OSError:
-                pass
-            server.close()
-        try:
-            self.socket_path.unlink()
-        except OSError:
-            pass
-        for t in self._threads:
+        self.server.close()
+        for t in core.threads:
             if t is not threading.current_thread():
                 t.join(2.0)
-        if self._events is not None:
-            self._events.close()
-            self._events = None
-        self._store.close()
+        core.close()
         os.close(self._output_fd)
 
     def _resume(self, earlier: list[str], asked: list[str]) -> list[Job]:
@@ -201,10 +212,10 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         Returns the adopted jobs, to watch."""
         adopted: list[Job] = []
         meanwhile = 0  # jobs whose end while we were down was recorded
-        stored = self._store.jobs()
+        stored = self.core.store.jobs()
         taken = collections.Counter(s.state if s.state == "queued" else
                                     "running" if s.state == "running" else "ended" for s in stored)
-        with self._lock:
+        with self.core.lock:
             for s in stored:
                 job = Job(s.id, s.spec, s.submit, s.owner)
                 job.secret, job.reason, job.listen, job.reports = s.secret, s.reason, s.listen, s.reports
@@ -219,7 +230,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                     self.engine.resume(job, s.nodes, s.start if s.start is not None else self.now())
                     job.proc = containment.adopt(s.identity)
                     adopted.append(job)
-                    self._event("adopt", job=job.id, nodes=list(s.nodes))
+                    self.core.event("adopt", job=job.id, nodes=list(s.nodes))
                     log.info("job %d (%s) still runs on %s: adopted", job.id, s.spec.name,
                              ",".join(s.nodes))
                 elif s.state == "running" and s.identity and \
@@ -228,17 +239,18 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
                     self.engine.submit(job)
                     job.start = s.start  # it ran; its nodes were never another's
                     state, reason = ending(code, f"{self.output_dir}/job-{job.id}.err")
-                    self._end(job, state, (reason + "; " if reason else "")
-                              + "it ended while the scheduler was down")
+                    self.processes.end(job, state, (reason + "; " if reason else "")
+                                       + "it ended while the scheduler was down")
                     containment.forget(s.identity)
                     meanwhile += 1
                 elif s.state == "running":
                     if s.identity:
                         containment.kill(s.identity, KILL_GRACE)  # before its nodes are free
                     self.engine.submit(job)
-                    self._end(job, "failed", "the scheduler restarted and the job's first process "
-                              "had ended meanwhile (exit status unknown) or was not provably the "
-                              "same; what was left of it was killed")
+                    self.processes.end(job, "failed", "the scheduler restarted and the job's "
+                                       "first process had ended meanwhile (exit status unknown) "
+                                       "or was not provably the same; what was left of it was "
+                                       "killed")
                 else:
                     job.state, job.start, job.end, job.nodes = s.state, s.start, s.end, []
                     self.engine.jobs[job.id] = job
@@ -247,18 +259,18 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             running = taken.pop("running", 0)
             taken["adopted"], taken["ended meanwhile"] = len(adopted), meanwhile
             taken["failed at this start"] = running - len(adopted) - meanwhile
-            self.resumed = _resumed(self._store.directory, taken, earlier, asked)
+            self.resumed = _resumed(self.core.store.directory, taken, earlier, asked)
             log.info("%s", self.resumed)
         return adopted
 
     def _drop_stale_outcomes(self, adopted: list[Job]) -> None:
         """Remove the outcome files of jobs whose end is in the state already (an
         earlier run stopped between recording an end and removing its file)."""
-        if self._outcomes is None:
+        if self.processes.outcomes is None:
             return
         recorded = (getattr(j, "identity", None) or {} for j in adopted)
         keep = {Path(i["outcome"]).name for i in recorded if i.get("outcome")}
-        for entry in os.scandir(self._outcomes):
+        for entry in os.scandir(self.processes.outcomes):
             if entry.name not in keep and entry.name.removesuffix(".tmp") not in keep:
                 try:
                     os.unlink(entry.path)
@@ -279,7 +291,7 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
         if request is not None and not _REQUEST_KEY.fullmatch(request):
             raise ValueError(f"a submit's request key is 8 to 64 letters, digits, '-' or '_', "
                              f"got {request[:80]!r}")
-        with self._lock:
+        with self.core.lock:
             known = self._requests.get((owner, request)) if request is not None else None
             if known is not None:
                 log.info("job %d: its submit came again (request %s); not a second job", known,
@@ -298,64 +310,82 @@ class Scheduler(ServerMixin, AsksMixin, OrdersMixin, ProcessesMixin):
             if request is not None:
                 self._requests[owner, request] = job.id
             self.engine.submit(job)
-            self._event("submit", job=job.id, name=spec.name, **{"class": spec.cls},
-                        min_nodes=spec.min_nodes, max_nodes=spec.max_nodes)
+            self.core.event("submit", job=job.id, name=spec.name, **{"class": spec.cls},
+                            min_nodes=spec.min_nodes, max_nodes=spec.max_nodes)
         log.info("job %d (%s) submitted", job.id, spec.name)
-        self._wake.set()
+        self.core.wake.set()
         return job.id
 
     def cancel(self, job_id: int, client: access.Client | None = None) -> str:
-        with self._lock:
-            job = self._job(job_id)
+        with self.core.lock:
+            job = self.core.job(job_id)
             access.authorize(client or access.operator(), "cancel", job.owner)
             if job.state == "queued":
-                self._end(job, "cancelled", "cancelled by the user")
+                self.processes.end(job, "cancelled", "cancelled by the user")
             elif job.state == "running":
                 job.kill_reason = "cancelled by the user"
-                self._kill(job)
+                self.processes.kill(job)
             else:
                 raise ValueError(f"job {job_id} has already ended ({job.state})")
             return job.state
 
     def add_nodes(self, names: list[str]) -> list[str]:
         _check_nodes(names)  # ValueError naming the first that is no host name
-        with self._lock:
+        with self.core.lock:
             if not names:
                 raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
             self.engine.add_nodes(names)
-            self._event("pool", nodes=list(self._owner))
-        self._wake.set()
-        return list(self._owner)
+            self.core.event("pool", nodes=list(self.core.owner))
+        self.core.wake.set()
+        return list(self.core.owner)
+
+    def nodes_up(self, names: list[str]) -> list[str]:
+        """Put nodes that are down back into service (the operator's ``node-up``): they
+        are free again. ValueError, changing nothing, if one of them is not down.
+        Returns the nodes still down."""
+        with self.core.lock:
+            down = self.engine.down
+            wrong = [n for n in names if n not in down]
+            if wrong or not names:
+                raise ValueError(f"only nodes that are down can be brought up; not down: "
+                                 f"{wrong or names}; down: {sorted(down) or 'none'}")
+            for node in dict.fromkeys(names):
+                self.engine.node_up(node)
+            self.core.event("node_up", nodes=list(dict.fromkeys(names)))
+            log.info("node(s) %s back in service", ",".join(names))
+            still = sorted(down)
+        self.core.wake.set()
+        return still
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
+        with self.core.lock:
             return {"time": self.now(), "policy": self.policy.name,
                     "address": f"{self.address[0]}:{self.address[1]}",
-                    "jobs": [j.to_dict() for j in self._jobs.values()],
-                    "nodes": [{"name": n, "job": j} for n, j in self._owner.items()]}
+                    "jobs": [j.to_dict() for j in self.core.jobs.values()],
+                    "nodes": [{"name": n, "job": j} for n, j in self.core.owner.items()]}
 
     # -- scheduling -----------------------------------------------------------------
     def schedule(self) -> None:
         """Enforce walltimes and registration, then apply the policy's decisions
         that the engine admits."""
-        with self._lock:
+        with self.core.lock:
             now = self.now()
             for job, _ in self.engine.overdue(now, self.register_timeout):
-                self._kill(job)  # type: ignore[arg-type]
-            self._refuse_excess()
+                self.processes.kill(job)  # type: ignore[arg-type]
+            self.orders.refuse_excess()
             for d in self.engine.decide(now):
                 if not self.engine.admit(d, now):
                     continue
-                self._event("decision", job=d.job, decision=type(d).__name__.lower(),
-                            nodes=d.nodes, policy=self.policy.name)
-                job = self._jobs[d.job]
+                self.core.event("decision", job=d.job, decision=type(d).__name__.lower(),
+                                nodes=d.nodes, policy=self.policy.name)
+                job = self.core.jobs[d.job]
                 if isinstance(d, Start):
-                    self._start(job, self.engine.free_nodes(d.nodes))
+                    self.processes.start(job, self.engine.free_nodes(d.nodes))
                 elif isinstance(d, Grow):
-                    self._grow_by(job, d.nodes)
+                    self.orders.grow_by(job, d.nodes)
                 else:
                     self.engine.begin_shrink(job, d.nodes, now)
-                    self._send_shrink(job, d.nodes)
+                    self.orders.send_shrink(job, d.nodes)
 
 
 def _resumed(directory: Path, jobs: collections.Counter[str], earlier: list[str],

@@ -10,10 +10,10 @@ free only once every process of it is gone: when its first process exits,
 whatever it left behind is ended too (TERM, KILL after ``KILL_GRACE``) before
 its end is recorded. ``job.identity`` (a JSON-able dict) names the job's
 processes for a restarted daemon (``containment.alive``/``adopt``/``kill``).
-A job's first process records how its program ended in ``_outcomes`` (the
-state directory's ``outcomes``), so that an end the daemon did not see (it
-was down) is known too (``containment.outcome``); the file goes once the
-end is in the state."""
+A job's first process records how its program ended in ``outcomes`` (the
+state directory's), so that an end the daemon did not see (it was down) is
+known too (``containment.outcome``); the file goes once the end is in the
+state."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from . import containment
 from .core import SchedulerCore, log
 from .records import Job
 
-__all__ = ["ProcessesMixin", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending"]
+__all__ = ["Processes", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending"]
 
 KILL_GRACE = 3.0
 ORDER_PORT_BASE = 27100
@@ -47,21 +47,31 @@ machine cannot be probed from here, and the protocol lets no job report
 the port it bound."""
 
 
-class ProcessesMixin(SchedulerCore):
-    """Starting, watching and killing job processes."""
+class Processes:
+    """Starting, watching and killing job processes, and recording their ends.
+    The callers of ``start``, ``end`` and ``kill`` hold ``core.lock``."""
 
-    address: tuple[str, int]
-    launcher: launchers.Launcher
-    output_dir: Path
-    _output_fd: int  # the output directory, open: files are made through it
-    _outcomes: Path | None  # where jobs' first processes record how their programs ended
-    node_addresses: dict[str, str]
-    order_port_base: int
-    _local: bool
-    _advertised: str
-    _warned_loopback: bool
+    def __init__(self, core: SchedulerCore, launcher: launchers.Launcher, *, local: bool,
+                 address: tuple[str, int], advertised: str, output_dir: Path, output_fd: int,
+                 outcomes: Path | None, node_addresses: dict[str, str],
+                 order_port_base: int) -> None:
+        """``address``: where the scheduler listens, ``advertised`` the host that
+        jobs on other machines are told; ``output_fd``: ``output_dir``, open (files
+        are made through it); ``outcomes``: where jobs' first processes record
+        how their programs ended."""
+        self.core = core
+        self.launcher = launcher
+        self.local = local
+        self.address = address
+        self.advertised = advertised
+        self.output_dir = output_dir
+        self.output_fd = output_fd
+        self.outcomes = outcomes
+        self.node_addresses = node_addresses
+        self.order_port_base = order_port_base
+        self._warned_loopback = False
 
-    def _start(self, job: Job, nodes: list[str]) -> None:
+    def start(self, job: Job, nodes: list[str]) -> None:
         """Start ``job`` on ``nodes`` (the first free ones); a job that cannot
         start ends as failed and leaves the nodes free."""
         tag = containment.new_tag(job.id)
@@ -71,16 +81,16 @@ class ProcessesMixin(SchedulerCore):
         if self.launcher.name == "srun":  # its steps (and those it starts) are named after the tag
             env[containment.STEP_ENV] = containment.step_name(tag)
             slurm_job = os.environ.get("SLURM_JOB_ID")
-        if self._local:
-            env["APGAS_LOCAL_HOSTS"] = ",".join(self._owner)
+        if self.local:
+            env["APGAS_LOCAL_HOSTS"] = ",".join(self.core.owner)
         elif self.launcher.name == "ssh":  # its grows reach the other nodes the same way
             env["APGAS_LAUNCHER"] = "ssh"
             env["APGAS_SSH"] = getattr(self.launcher.config, "ssh", "ssh")
         if job.malleable:
             try:
-                env.update(self._order_env(job, nodes[0]))
+                env.update(self.order_env(job, nodes[0]))
             except OSError as e:
-                self._end(job, "failed", str(e))
+                self.end(job, "failed", str(e))
                 return
         env.update(dict(job.spec.env))
         private = {} if job.plain else {"APGAS_JOB_SECRET": job.secret}  # never in an argv
@@ -105,7 +115,7 @@ class ProcessesMixin(SchedulerCore):
                     cwd=cwd if here else None, user=user,
                     stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                     stdout=out, stderr=err, tag=tag, slurm_job=slurm_job,
-                    outcome_dir=self._outcomes)
+                    outcome_dir=self.outcomes)
             job.proc, job.identity = handle.proc, handle.identity
             if stdin is not None:
                 assert handle.proc.stdin is not None
@@ -113,15 +123,15 @@ class ProcessesMixin(SchedulerCore):
                 handle.proc.stdin.close()
         except OSError as e:
             if job.proc is not None:  # started, but the key did not go through: end all of it
-                self._end_all(job, 0.0)
+                self.end_all(job, 0.0)
                 job.proc.wait()
-            self._end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
+            self.end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
             return
-        taken = self.engine.start(job, len(nodes), self.now())
+        taken = self.core.engine.start(job, len(nodes), self.core.now())
         assert taken == nodes, (taken, nodes)
-        self._event("start", job=job.id, nodes=list(nodes))
+        self.core.event("start", job=job.id, nodes=list(nodes))
         log.info("job %d (%s) started on %s", job.id, job.spec.name, ",".join(nodes))
-        self._spawn(self._watch, f"scheduler-watch-{job.id}", job)
+        self.core.spawn(self.watch, f"scheduler-watch-{job.id}", job)
 
     @contextlib.contextmanager
     def _output_files(self, job: Job, user: containment.RunAs | None) -> Iterator[tuple[int, int]]:
@@ -130,7 +140,7 @@ class ProcessesMixin(SchedulerCore):
         fds: list[int] = []
         try:
             for suffix in ("out", "err"):
-                fds.append(open_new_file(self._output_fd, f"job-{job.id}.{suffix}"))
+                fds.append(open_new_file(self.output_fd, f"job-{job.id}.{suffix}"))
                 if user is not None:
                     os.fchown(fds[-1], user.uid, user.gid)
             yield fds[0], fds[1]
@@ -138,7 +148,7 @@ class ProcessesMixin(SchedulerCore):
             for fd in fds:
                 os.close(fd)
 
-    def _order_env(self, job: Job, first: str) -> dict[str, str]:
+    def order_env(self, job: Job, first: str) -> dict[str, str]:
         """Where a malleable job listens for orders and sends its messages.
 
         On this machine (the local launcher, or a first node that
@@ -156,7 +166,7 @@ class ProcessesMixin(SchedulerCore):
         engine bounds the scheduler's own grows by ``max_nodes``, and nobody
         else can sign an order."""
         host, port = self.address
-        if self._local or launchers.is_local_host(first):
+        if self.local or launchers.is_local_host(first):
             listen, scheduler = (host, self._order_port(job, host, bindable=True)), f"{host}:{port}"
         else:
             given = self.node_addresses.get(first)
@@ -166,12 +176,12 @@ class ProcessesMixin(SchedulerCore):
                 raise OSError(f"cannot resolve node {first!r}, where the job would listen for "
                               f"orders: {e}; give its address (serve --node-address "
                               f"{first}=ADDRESS)") from None
-            listen, scheduler = (address, self._order_port(job, address)), f"{self._advertised}:{port}"
-            if self._advertised.startswith("127.") or self._advertised == "localhost":
+            listen, scheduler = (address, self._order_port(job, address)), f"{self.advertised}:{port}"
+            if self.advertised.startswith("127.") or self.advertised == "localhost":
                 if not self._warned_loopback:
                     log.warning("job %d runs on %s but the scheduler listens on %s: unless %s is "
                                 "this machine, its messages cannot reach us (serve --host)",
-                                job.id, first, self._advertised, first)
+                                job.id, first, self.advertised, first)
                 self._warned_loopback = True
         job.listen = listen
         try:
@@ -185,7 +195,7 @@ class ProcessesMixin(SchedulerCore):
         """``order_port_base + id``, or the next port of the range that none of our
         running jobs listens on at ``address`` (and, if ``bindable``, that nothing
         on this machine listens on now)."""
-        taken = {j.listen[1] for j in self._jobs.values()
+        taken = {j.listen[1] for j in self.core.jobs.values()
                  if j.state == "running" and j.listen and j.listen[0] == address}
         for k in range(ORDER_PORT_COUNT):
             port = self.order_port_base + 1 + (job.id - 1 + k) % ORDER_PORT_COUNT
@@ -194,7 +204,7 @@ class ProcessesMixin(SchedulerCore):
         raise OSError(f"all {ORDER_PORT_COUNT} order ports from {self.order_port_base + 1} on "
                       f"{address} are taken by running jobs")
 
-    def _watch(self, job: Job) -> None:
+    def watch(self, job: Job) -> None:
         """Wait for the job's first process, then end whatever it left behind (or
         what a kill is ending), and only then record its end (its nodes are free)."""
         assert job.proc is not None
@@ -203,20 +213,20 @@ class ProcessesMixin(SchedulerCore):
         recorded = containment.outcome(identity)  # the program's own status, as its parent saw it
         if recorded is not None:
             code = recorded
-        while not self._end_all(job, KILL_GRACE) and not self._stopped.is_set():
+        while not self.end_all(job, KILL_GRACE) and not self.core.stopped.is_set():
             time.sleep(1.0)  # a process that will not die (D state): its nodes stay taken
-        with self._lock:
+        with self.core.lock:
             if job.kill_reason:
                 state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
-                self._end(job, state, job.kill_reason)
+                self.end(job, state, job.kill_reason)
             elif code is None:  # adopted after a restart, nothing recorded: nobody can tell
-                self._end(job, "done", "exit status unknown (adopted after a scheduler restart)")
+                self.end(job, "done", "exit status unknown (adopted after a scheduler restart)")
             else:
-                self._end(job, *ending(code, f"{self.output_dir}/job-{job.id}.err"))
+                self.end(job, *ending(code, f"{self.output_dir}/job-{job.id}.err"))
         containment.forget(identity)  # its end is in the state now
-        self._wake.set()
+        self.core.wake.set()
 
-    def _end_all(self, job: Job, grace: float) -> bool:
+    def end_all(self, job: Job, grace: float) -> bool:
         """End every process of ``job`` (TERM, KILL after ``grace``); False if some
         outlived the bound (logged)."""
         identity = getattr(job, "identity", None)
@@ -232,15 +242,16 @@ class ProcessesMixin(SchedulerCore):
             return False
         return True
 
-    def _end(self, job: Job, state: str, reason: str) -> None:
+    def end(self, job: Job, state: str, reason: str) -> None:
+        """Record ``job``'s end: its nodes are free, its requests dropped."""
         job.reason = reason
-        self._drop_requests(job, f"the job ended ({state})")
-        self.engine.end(job, state, self.now())
-        self._event("end", job=job.id, state=state, reason=reason)
+        self.core.drop_requests(job, f"the job ended ({state})")
+        self.core.engine.end(job, state, self.core.now())
+        self.core.event("end", job=job.id, state=state, reason=reason)
         log.info("job %d (%s) %s%s", job.id, job.spec.name, state, f": {reason}" if reason else "")
-        self._wake.set()
+        self.core.wake.set()
 
-    def _kill(self, job: Job) -> None:
+    def kill(self, job: Job) -> None:
         """Start ending every process of ``job`` (TERM, then KILL after
         ``KILL_GRACE``); its watch records the end once none is left."""
         if job.proc is None or job.proc.poll() is not None:
@@ -251,7 +262,7 @@ class ProcessesMixin(SchedulerCore):
             except ProcessLookupError:
                 pass
             return
-        self._spawn(self._end_all, f"scheduler-kill-{job.id}", job, KILL_GRACE)
+        self.core.spawn(self.end_all, f"scheduler-kill-{job.id}", job, KILL_GRACE)
 
 
 def ending(code: int, err: str) -> tuple[str, str]:

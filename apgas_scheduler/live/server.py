@@ -15,13 +15,20 @@ No client can deny the others: the slots are shared per user (or remote
 address) by ``serve_connections``, each line must be whole within
 :data:`READ_DEADLINE`, and a refusal is logged at most once per
 :data:`apgas.lowlevel.PeerLog` interval per peer, with a client's text cut
-short (:func:`apgas.lowlevel.loggable`), so that a flood fills no disk."""
+short (:func:`apgas.lowlevel.loggable`), so that a flood fills no disk.
+
+The server only reads, checks and dispatches: a client's request goes to the
+daemon's operations (:class:`Requests`), a job's ask, release or lost place
+to :class:`.asks.Asks`; it changes the engine itself only for a job's ready
+and not-malleable messages."""
 
 from __future__ import annotations
 
-import functools
 import json
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from apgas import auth, protocol
@@ -35,37 +42,75 @@ from apgas.lowlevel import (
     serve_connections,
 )
 
-from ..jobs import JobFileError, parse_job
+from ..jobs import JobFileError, JobSpec, parse_job
 from . import access
+from .asks import Asks
 from .core import SchedulerCore, log
 from .records import Job
 from .requests import MAX_REQUEST, parse_request
 
-__all__ = ["ServerMixin", "MAX_LINE"]
+__all__ = ["Server", "Requests", "MAX_LINE"]
 
 MAX_LINE = MAX_REQUEST
 READ_DEADLINE = 5.0  # s from connecting to the end of its line
 
 
-class ServerMixin(SchedulerCore):
-    """Accepting connections and dispatching what comes in on them."""
+@dataclass(frozen=True)
+class Requests:
+    """The daemon's operations a client may ask for, one per request (the
+    server checks who asks; each operation checks what it is asked)."""
 
-    _server: socket.socket
-    _unix: socket.socket
-    _key: str
-    _guard: auth.ReplayGuard
-    allow_plain_jobs: bool
+    submit: Callable[[JobSpec, str, str, access.Client, str | None], int]
+    status: Callable[[], dict[str, Any]]
+    cancel: Callable[[int, access.Client], str]
+    add_nodes: Callable[[list[str]], list[str]]
+    nodes_up: Callable[[list[str]], list[str]]
+    shutdown: Callable[[], None]
+
+
+class Server:
+    """Accepting connections on the TCP port and the Unix socket and
+    dispatching what comes in on them."""
+
+    def __init__(self, core: SchedulerCore, tcp: socket.socket, unix: socket.socket,
+                 socket_path: Path, *, key: str, allow_plain_jobs: bool, asks: Asks,
+                 requests: Requests) -> None:
+        """``tcp`` and ``unix``: the listening sockets, the server's to close;
+        ``key``: the operator's, which TCP requests must be signed with."""
+        self.core = core
+        self.tcp = tcp
+        self.unix = unix
+        self.socket_path = socket_path
+        self._key = key
+        self._guard = auth.ReplayGuard()
+        self.allow_plain_jobs = allow_plain_jobs
+        self.asks = asks
+        self.requests = requests
+        self._refused = PeerLog(log)  # refusals, at most once per interval per peer
+
+    def serve(self) -> None:
+        """Accept on both doors, from threads of their own, until ``core.stopped``."""
+        self.core.spawn(self._accept, "scheduler-accept", self.tcp)
+        self.core.spawn(self._accept, "scheduler-accept-unix", self.unix)
+
+    def close(self) -> None:
+        """Close both doors (which ends the accepting threads) and the socket's file."""
+        for server in (self.tcp, self.unix):
+            try:
+                server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            except OSError:
+                pass
+            server.close()
+        try:
+            self.socket_path.unlink()
+        except OSError:
+            pass
 
     def _accept(self, server: socket.socket) -> None:
         unix = server.family == socket.AF_UNIX
         serve_connections(server, lambda conn, read_by: self._serve(conn, read_by, unix),
                           name="scheduler-unix" if unix else "scheduler", max_connections=256,
-                          deadline=READ_DEADLINE, stopped=self._stopped.is_set)
-
-    @functools.cached_property
-    def _refused(self) -> PeerLog:
-        """Refusals, logged at most once per interval per peer (a flood fills no disk)."""
-        return PeerLog(log)
+                          deadline=READ_DEADLINE, stopped=self.core.stopped.is_set)
 
     def _serve(self, conn: socket.socket, read_by: float, unix: bool = False) -> None:
         peer = connection_peer(conn) or "?"
@@ -115,7 +160,7 @@ class ServerMixin(SchedulerCore):
             return {"ok": False, "error": "unsigned request refused: over TCP, requests must be "
                     "signed with the operator's key (python -m apgas_scheduler does that with "
                     f"{access.default_key_file()}); on this machine, use the Unix socket "
-                    f"{self.socket_path}"}  # type: ignore[attr-defined]
+                    f"{self.socket_path}"}
         try:
             signed = auth.parse_signed(line)
         except auth.AuthError as e:
@@ -141,27 +186,27 @@ class ServerMixin(SchedulerCore):
                 again = request.get("request")  # the client's key: a repeat is the same job
                 if again is not None and not isinstance(again, str):
                     raise ValueError(f"a submit's request key is a string, got {again!r:.80}")
-                return {"ok": True, "id": self.submit(parse_job(data, where), where, key, client,
-                                                      again)}
+                return {"ok": True, "id": self.requests.submit(parse_job(data, where), where, key,
+                                                               client, again)}
             if op == "status":
-                return {"ok": True, **self._with_down(self.status())}
+                return {"ok": True, **self._with_down(self.requests.status())}
             if op == "cancel":
                 job_id = request.get("id")
                 if not isinstance(job_id, int) or isinstance(job_id, bool):
                     raise ValueError(f"cancel needs a job id (an integer), got {job_id!r}")
-                return {"ok": True, "state": self.cancel(job_id, client)}
+                return {"ok": True, "state": self.requests.cancel(job_id, client)}
             if op == "add-nodes":
                 names = request.get("nodes")
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                     raise ValueError(f"add-nodes needs a list of names, got {names!r}")
-                return {"ok": True, "nodes": self.add_nodes(names)}
+                return {"ok": True, "nodes": self.requests.add_nodes(names)}
             if op == "node-up":  # the operator's: refused to others above (access.OPERATOR_ONLY)
                 names = request.get("nodes")
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                     raise ValueError(f"node-up needs a list of names, got {names!r:.200}")
-                return {"ok": True, "down": self.nodes_up(names)}
+                return {"ok": True, "down": self.requests.nodes_up(names)}
             if op == "shutdown":
-                self.shutdown()
+                self.requests.shutdown()
                 return {"ok": True}
             raise ValueError(f"unknown request {op!r}; expected submit, status, cancel, "
                              "add-nodes, node-up or shutdown")
@@ -177,7 +222,7 @@ class ServerMixin(SchedulerCore):
         evolving job's request or check, None for the others."""
         parsed = protocol.parse_message(line)
         message, rest = parsed.text, parsed.sender
-        job = self._find_job(rest)
+        job = self.find_job(rest)
         if job is None:
             self._refused(peer, "message %s from %s, no job of ours, ignored", loggable(line), peer)
             return f"error no job of ours matches {rest}" if parsed.is_ask else None
@@ -192,41 +237,44 @@ class ServerMixin(SchedulerCore):
                           loggable(str(e)))
             return f"error {e}" if parsed.is_ask else None
         if parsed.is_ask:
-            return self._evolving_ask(job, parsed)
-        with self._lock:
+            return self.asks.answer(job, parsed)
+        core = self.core
+        with core.lock:
             if parsed.kind == "ready":
                 job.ready, job.disabled = True, False
-                self._event("ready", job=job.id)
-                self._ready_cv.notify_all()
+                core.event("ready", job=job.id)
+                core.ready_cv.notify_all()
             elif parsed.kind == "not_malleable":
                 job.ready, job.disabled = False, True
-                self._event("rigid", job=job.id)
-                self._drop_requests(job, f"the job sent {protocol.NOT_MALLEABLE}")
-                self._ready_cv.notify_all()
+                core.event("rigid", job=job.id)
+                core.drop_requests(job, f"the job sent {protocol.NOT_MALLEABLE}")
+                core.ready_cv.notify_all()
             elif parsed.kind == "release":
-                self._evolving_release(job, ";".join(parsed.fields))
+                self.asks.release(job, ";".join(parsed.fields))
             elif parsed.kind == "place_lost":
-                self._place_lost(job, ";".join(parsed.fields))
+                self.asks.place_lost(job, ";".join(parsed.fields))
             elif (timing := protocol.parse_timing(parsed)) is not None:
                 name, n, ns = timing
-                self._event("timing", job=job.id, name=name[:40], n=n, seconds=ns / 1e9)
+                core.event("timing", job=job.id, name=name[:40], n=n, seconds=ns / 1e9)
             else:
                 log.debug("job %d: %s", job.id, loggable(message))
-        self._wake.set()
+        core.wake.set()
         return None
 
     def _with_down(self, status: dict[str, Any]) -> dict[str, Any]:
         """The status with each node's ``down``: out of service since a job lost its
         place there (until ``node-up``)."""
-        with self._lock:
-            down = set(self.engine.down)
+        with self.core.lock:
+            down = set(self.core.engine.down)
         return {**status, "nodes": [{**n, "down": n["name"] in down} for n in status["nodes"]]}
 
-    def _find_job(self, rest: str) -> Job | None:
+    def find_job(self, rest: str) -> Job | None:
+        """The job a message's sender (``<ip>[:<job id>]``) names, if exactly one."""
+        jobs = self.core.jobs
         ip, _, job_id = rest.rpartition(":")
-        if job_id.isdigit() and int(job_id) in self._jobs:
-            return self._jobs[int(job_id)]
-        matches = [j for j in self._jobs.values()  # a foreign job without an id: by its address
+        if job_id.isdigit() and int(job_id) in jobs:
+            return jobs[int(job_id)]
+        matches = [j for j in jobs.values()  # a foreign job without an id: by its address
                    if j.state == "running" and j.listen and (ip or job_id) in (j.reports, j.listen[0])]
         return matches[0] if len(matches) == 1 else None
 

@@ -162,7 +162,7 @@ def test_the_scheduler_leaves_the_place_bound_to_the_job(tmp_path, monkeypatch):
                       output_dir=tmp_path / "out", order_port_base=24000)
     try:
         job_id = sched.submit(parse_job({**GOOD, "max_nodes": 3}))
-        env = sched._order_env(sched._jobs[job_id], "node0")
+        env = sched.processes.order_env(sched._jobs[job_id], "node0")
         assert "APGAS_MAX_PLACES" not in env
     finally:
         sched._finish()

@@ -184,7 +184,7 @@ def test_planted_links_in_the_output_directory_are_replaced_not_followed(shared_
     victim = tmp_path / "root-only"
     victim.write_text("precious\n")
     victim.chmod(0o600)
-    next_id = s._store.last_id() + 1
+    next_id = s.core.store.last_id() + 1
     (s.output_dir / f"job-{next_id}.out").symlink_to(victim)  # as if planted earlier
     os.link(victim, s.output_dir / f"job-{next_id}.err")
     job_id = submit_as_nobody(s, {"name": "out", "command": ["/bin/sh", "-c", "echo hello; echo oops >&2"],
