@@ -28,7 +28,9 @@ class JobView:
     scalability (0 linear, larger sub-linear; see :meth:`runtime_on`), and
     ``expected_end`` the engine's estimate of when a running job ends at its
     current size (``None``: start + walltime, as the live scheduler knows no
-    better).
+    better). ``serial``, when known, is its Amdahl serial fraction, and then
+    :meth:`runtime_on` follows Amdahl's law instead of ``rho`` (the simulator's
+    ``amdahl`` model tells policies the law it runs jobs by).
 
     Evolving jobs' asks, for the policies that grant them (``grants_requests``):
     ``requested`` is how many more nodes a running job asked for and has not
@@ -57,6 +59,7 @@ class JobView:
     requested_since: float | None = None
     priority: bool = False
     asks: bool = False
+    serial: float | None = None
 
     @property
     def pref(self) -> int:
@@ -65,7 +68,11 @@ class JobView:
 
     def runtime_on(self, k: int) -> float:
         """Estimated run time on ``k`` nodes: ``walltime * (pref / k) ** (1 - rho)``,
-        i.e. speed-up ``k ** (1 - rho)`` (our reading of the MEBF study's rho model)."""
+        i.e. speed-up ``k ** (1 - rho)`` (our reading of the MEBF study's rho model),
+        or Amdahl's law when ``serial`` is known."""
+        if self.serial is not None:
+            s = self.serial
+            return self.walltime * (s + (1 - s) / k) / (s + (1 - s) / self.pref)
         return self.walltime * (self.pref / k) ** (1.0 - self.rho)
 
     def end_estimate(self, now: float) -> float:

@@ -55,6 +55,7 @@ class Tracked:
     submit: float
     preferred: int = 0
     rho: float = 0.0
+    serial: float | None = None  # Amdahl's serial fraction, when the driver knows it
     asks: bool = False  # it calls check_status itself (live evolving programs)
     state: str = "queued"  # queued | running | done | failed | cancelled
     nodes: list[Any] = dataclasses.field(default_factory=list)  # held, confirmed
@@ -101,7 +102,7 @@ class Tracked:
                            self.walltime, self.submit, self.size, self.start, self.last_resize,
                            self.malleable and self.ready and not self.busy, self.preferred,
                            self.rho, self.expected_end, self.requested, self.requested_since,
-                           self.priority, self.asks)
+                           self.priority, self.asks, self.serial)
         return view
 
     def take_requested(self, k: int) -> None:

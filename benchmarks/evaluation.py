@@ -174,7 +174,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", type=Path, default=None, help="the real traces' directory")
     p.add_argument("--out", type=Path, default=Path("bench-results"),
                    help="where comparison 4 writes evaluation_traces.{json,md} (default: %(default)s)")
+    p.add_argument("--dmr", action="store_true", help="only DMR's workload study, simulated at "
+                   "50-400 jobs on 64 nodes (benchmarks._eval_dmr): evaluation_dmr.json into --out")
+    p.add_argument("--dmr-live", action="store_true", help="only DMR's workload study in miniature, "
+                   "live on this machine: evaluation_dmr_live.json into --out")
+    p.add_argument("--policies", action="store_true", help="only our policy against EASY, MEBF "
+                   "and minAgree on the real traces (benchmarks._eval_policies): "
+                   "evaluation_policies.{json,md} into --out")
+    p.add_argument("--fairness", action="store_true", help="only each job class's figures and "
+                   "the incentive to be malleable on the real traces: evaluation_fairness.{json,md} "
+                   "into --out")
     ns = p.parse_args(argv)
+    if ns.policies or ns.fairness:  # issue 33, questions 1 and 2: benchmarks/_eval_policies.py
+        from benchmarks import _eval_policies
+
+        return _eval_policies.main(ns.out, ns.traces, ns.trace_jobs or None,
+                                   policies=ns.policies, fairness=ns.fairness)
+    if ns.dmr or ns.dmr_live:  # DMR's study (issue 33): benchmarks/_eval_dmr.py
+        from benchmarks import _eval_dmr
+
+        return max(_eval_dmr.main_sim(ns.out) if ns.dmr else 0,
+                   _eval_dmr.main_live(ns.out) if ns.dmr_live else 0)
     if not ns.real_traces:
         require("benchmarks.evaluation", "matplotlib")
     if ns.real_traces:

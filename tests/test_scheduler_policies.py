@@ -431,7 +431,7 @@ def situations(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(situations(), st.sampled_from(sorted(POLICIES)), st.sampled_from([0.0, 10.0]))
+@given(situations(), st.sampled_from([*sorted(POLICIES), "thrifty"]), st.sampled_from([0.0, 10.0]))
 def test_policy_invariants(situation, name, interval):
     queue, run, free, total = situation
     policy = get_policy(name, resize_interval=interval)
@@ -454,7 +454,7 @@ def test_policy_invariants(situation, name, interval):
             assert left >= 0
         else:
             job = running_jobs[d.job]
-            assert name in ("malleable", "evolving") and job.malleable and job.resizable
+            assert name in ("malleable", "evolving", "thrifty") and job.malleable and job.resizable
             if name == "evolving":  # it only grants requests, whenever they came
                 assert isinstance(d, Grow) and d.nodes <= job.requested
             else:

@@ -23,7 +23,6 @@ their requests first, then runs EASY (see :class:`EvolvingEasy`).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 
 from .._model import Decision, Grow, JobView, Shrink, Start
@@ -32,9 +31,11 @@ from .planning import (
     Policy,
     easy,
     grant_requests,
+    grow_smallest,
     in_transit,
     min_agree_size,
     moldable_size,
+    shrink_largest,
     waiting,
     with_grants,
 )
@@ -135,32 +136,11 @@ class MinAgree(Policy):
                 and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
 
     def _shrinks(self, now: float, running: Sequence[JobView], need: int) -> list[Decision]:
-        if need <= 0:
-            return []
-        donors = [j for j in running if self._may_resize(now, j) and j.nodes > j.min_nodes]
-        if sum(j.nodes - j.min_nodes for j in donors) < need:
-            return []
-        heap = [(-j.nodes, j.id, j.min_nodes) for j in donors]
-        heapq.heapify(heap)
-        taken: dict[int, int] = {}
-        for _ in range(need):
-            neg, jid, low = heapq.heappop(heap)
-            taken[jid] = taken.get(jid, 0) + 1
-            if -neg - 1 > low:
-                heapq.heappush(heap, (neg + 1, jid, low))
+        taken = shrink_largest((j for j in running if self._may_resize(now, j)), need)
         return [Shrink(jid, k) for jid, k in sorted(taken.items())]
 
     def _grows(self, now: float, running: Sequence[JobView], idle: int) -> list[Decision]:
-        heap = [(j.nodes, j.id, j.max_nodes) for j in running
-                if self._may_resize(now, j) and j.nodes < j.max_nodes]
-        heapq.heapify(heap)
-        given: dict[int, int] = {}
-        while idle > 0 and heap:
-            nodes, jid, high = heapq.heappop(heap)
-            given[jid] = given.get(jid, 0) + 1
-            idle -= 1
-            if nodes + 1 < high:
-                heapq.heappush(heap, (nodes + 1, jid, high))
+        given = grow_smallest((j for j in running if self._may_resize(now, j)), idle)
         return [Grow(jid, k) for jid, k in sorted(given.items())]
 
 

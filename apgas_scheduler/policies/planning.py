@@ -21,7 +21,7 @@ from .._model import Decision, Grow, JobView, Shrink, Start
 __all__ = [
     "Policy", "easy", "moldable_size", "min_agree_size", "grant_requests", "with_grants",
     "waiting", "in_transit", "reservation", "GATE", "Sizer", "JobQueue", "BY_MINIMUM",
-    "by_minimum",
+    "by_minimum", "shrink_largest", "grow_smallest",
 ]
 
 GATE = ("policy {name} does not grant evolving requests; run the scheduler with "
@@ -236,7 +236,8 @@ def reservation(now: float, need: int, avail: int,
 
 def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
          free: int, total: int, size: Sizer,
-         runtime: Callable[[JobView, int], float] | None = None
+         runtime: Callable[[JobView, int], float] | None = None,
+         backfill_order: Callable[[JobView], Any] | None = None,
          ) -> tuple[list[Start], JobView | None, int]:
     """EASY backfilling with a start-size rule ``size``.
 
@@ -246,6 +247,8 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
     most nodes that keeps that promise. ``runtime(job, n)`` is a job's run
     time on ``n`` nodes: its walltime unless given (MEBF gives its model's, so
     a flexible job started small runs longer and must still keep the promise).
+    ``backfill_order``: a key by which the jobs behind the head are tried
+    (default: queue order); the head keeps its reservation either way.
     """
     run_for = runtime or (lambda job, n: job.walltime)
     starts: list[Start] = []
@@ -269,6 +272,8 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
     shadow, extra = reservation(now, head.min_nodes, free + transit, ends)
     if size in BY_MINIMUM and isinstance(queue, JobQueue):  # only jobs whose minimum
         jobs = queue.fitting_after(head, lambda: free)  # fits can start: skip to them
+    if backfill_order is not None:  # free only shrinks: a job that does not fit now never will
+        jobs = iter(sorted((j for j in jobs if j.min_nodes <= free), key=backfill_order))
     for job in jobs:
         if free == 0:
             break
@@ -281,6 +286,39 @@ def easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],
             starts.append(Start(job.id, n))
             free -= n
     return starts, head, free
+
+
+def shrink_largest(donors: Iterable[JobView], need: int) -> dict[int, int]:
+    """minAgree's shrinks: ``need`` nodes, one at a time from the donor holding
+    the most (ties: lower id), never below a donor's minimum; nothing at all
+    unless the donors can give ``need`` together. Returns {job id: nodes}."""
+    donors = [j for j in donors if j.nodes > j.min_nodes]
+    if need <= 0 or sum(j.nodes - j.min_nodes for j in donors) < need:
+        return {}
+    heap = [(-j.nodes, j.id, j.min_nodes) for j in donors]
+    heapq.heapify(heap)
+    taken: dict[int, int] = {}
+    for _ in range(need):
+        neg, jid, low = heapq.heappop(heap)
+        taken[jid] = taken.get(jid, 0) + 1
+        if -neg - 1 > low:
+            heapq.heappush(heap, (neg + 1, jid, low))
+    return taken
+
+
+def grow_smallest(takers: Iterable[JobView], idle: int) -> dict[int, int]:
+    """minAgree's grows: ``idle`` nodes, one at a time to the taker holding the
+    fewest (ties: lower id), never beyond its maximum. Returns {job id: nodes}."""
+    heap = [(j.nodes, j.id, j.max_nodes) for j in takers if j.nodes < j.max_nodes]
+    heapq.heapify(heap)
+    given: dict[int, int] = {}
+    while idle > 0 and heap:
+        nodes, jid, high = heapq.heappop(heap)
+        given[jid] = given.get(jid, 0) + 1
+        idle -= 1
+        if nodes + 1 < high:
+            heapq.heappush(heap, (nodes + 1, jid, high))
+    return given
 
 
 def grant_requests(queue: Sequence[JobView], running: Sequence[JobView], free: int,

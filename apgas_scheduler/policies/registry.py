@@ -15,13 +15,15 @@ from .classic import POLICIES
 from .dmr import DMR_POLICIES
 from .mebf import MEBF_POLICIES
 from .planning import Policy
+from .thrifty import THRIFTY_POLICIES
 
 __all__ = ["get_policy", "policy_names", "GROUP"]
 
 GROUP = "apgas_scheduler.policies"
 
-_BUILTIN: dict[str, Callable[..., Policy]] = {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES}
-"""The live policies, then those from the later studies (MEBF, DMR)."""
+_BUILTIN: dict[str, Callable[..., Policy]] = {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES,
+                                              **THRIFTY_POLICIES}
+"""The live policies, then those from the later studies (MEBF, DMR), then our own."""
 
 
 def policy_names() -> list[str]:

@@ -177,7 +177,8 @@ class Simulator:
         if kind == "submit":
             job = jobs[jid]
             track = Tracked(job.id, job.cls, job.min_nodes, job.max_nodes, job.estimate,
-                            job.submit, preferred=job.preferred, rho=job.rho)
+                            job.submit, preferred=job.preferred, rho=job.rho,
+                            serial=(job.serial or 0.0) if self.model == "amdahl" else None)
             self._states[jid] = _State(job, track)
             self.engine.submit(track)
             if self.record:
