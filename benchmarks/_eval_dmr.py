@@ -20,21 +20,23 @@ execution time, makespan, utilization (allocated node-seconds over nodes x
 makespan: Table 4's "resource utilization rate"), mean allocated nodes and
 resizes, the mean over the seeds (with their range), beside Table 4.
 
-**Live** (:func:`live_study`): 8 jobs of the mix on 8 virtual nodes of this
-machine (every node is this machine), Table 1 divided by 8 as the cluster is
-(CG and Jacobi 1-4 nodes preferring 1, N-body 1-2 preferring 1), a mean of 3 s
-between arrivals, the real applications of :mod:`apgas.dist.apps` at small
-sizes (:data:`LIVE_PROBLEMS`) under an in-process live scheduler, as
+**Live** (:func:`live_study`): three batches (seeds 0-2) of 8 jobs of the mix,
+each run fixed and then flexible on 8 virtual nodes of this machine (every
+node is this machine), with Table 1 divided by 8 as the cluster is (CG and
+Jacobi 1-4 nodes preferring 1, N-body 1-2 preferring 1) and a mean of 0.5 s
+between arrivals (all come within seconds, so that a queue forms, as in
+DMR's workloads). The jobs are the real applications of :mod:`apgas.dist.apps`
+at small sizes (:data:`LIVE_PROBLEMS`) under an in-process live scheduler, as
 ``benchmarks.jobbatch`` runs its batches (whose helpers it uses). Fixed jobs
 run ``python -m apgas.dist.apps APP ... --json`` rigid; flexible jobs the same
 with ``--check``: they call ``apgas.check_status`` every few iterations with
-their sizes (the app's Table 1 sizes divided by 8: :func:`job_main` sets them and
-runs the app's own command line), each call at most once a second
+their sizes (the app's Table 1 sizes divided by 8: :func:`job_main` sets them
+and runs the app's own command line), each call at most once a second
 (``APGAS_CHECK_INHIBIT``). Every job's printed values must equal its app's
-``sequential(...)`` reference bit for bit. Completion, wait, execution, allocated
-node-seconds and resizes come from the scheduler's event log. Two cores carry
-all eight nodes: the figures show the mechanism at work, not a cluster's
-speed-up.
+``sequential(...)`` reference bit for bit. Completion, wait, execution,
+allocated node-seconds and resizes come from the scheduler's event log. Two
+cores carry all eight nodes: the figures show the mechanism at work, not a
+cluster's speed-up.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ TABLE4_KEYS = ("utilization", "mean_wait", "mean_execution", "mean_completion")
 LIVE_NODES = 8
 LIVE_SCALE = 8           # DMR's 64 nodes -> 8: Table 1 divided by 8
 LIVE_JOBS = 8
+LIVE_SEEDS = (0, 1, 2)
+LIVE_KEYS = ("mean_completion", "mean_wait", "mean_execution", "makespan", "node_seconds")
 LIVE_ARRIVAL = 0.5
 LIVE_PROBLEMS: dict[str, dict[str, int]] = {
     "cg": {"n": 700, "iterations": 300}, "jacobi": {"n": 1000, "iterations": 1500},
@@ -353,39 +357,45 @@ def live_study(seed: int = 0, jobs: int = LIVE_JOBS, nodes: int = LIVE_NODES, sc
                              arrival_mean=arrival_mean, scale=scale)
         runs[version] = live_batch(batch, version == "flexible", nodes=nodes, problems=problems,
                                    timeout=timeout)
-    keys = ("mean_completion", "mean_wait", "mean_execution", "makespan", "node_seconds")
-    change = {k: _pct(runs["flexible"][k], runs["fixed"][k]) for k in keys
+    change = {k: _pct(runs["flexible"][k], runs["fixed"][k]) for k in LIVE_KEYS
               if runs["fixed"][k] and runs["flexible"][k] is not None}
     return {"seed": seed, "jobs": jobs, "nodes": nodes, "scale": scale, "arrival_mean_s": arrival_mean,
             "problems": {k: dict(v) for k, v in problems.items()}, "runs": runs, "change_pct": change}
 
 
-def render_live(study: dict[str, Any]) -> str:
-    lines = ["| version | mean completion | mean wait | mean execution | makespan | allocated "
+def render_live(studies: Sequence[dict[str, Any]]) -> str:
+    lines = ["| batch | version | mean completion | mean wait | mean execution | makespan | allocated "
              "node-seconds | mean allocated nodes | grows / shrinks | results checked | CPU share |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in study["runs"].values():
-        lines.append(f"| {r['version']} | {r['mean_completion']:.1f} s | {r['mean_wait']:.1f} s | "
-                     f"{r['mean_execution']:.1f} s | {r['makespan']:.1f} s | {r['node_seconds']:.0f} | "
-                     f"{r['mean_allocated_nodes']:.2f} | {r['grows']} / {r['shrinks']} | "
-                     f"{r['checked']} of {len(r['jobs'])} | {r['cpu_share']:.0%} |")
-    c = study["change_pct"]
-    lines.append("| change | " + " | ".join(f"{c[k]:+.0f}%" if k in c else "-" for k in (
-        "mean_completion", "mean_wait", "mean_execution", "makespan", "node_seconds")) + " | | | | |")
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for study in studies:
+        for r in study["runs"].values():
+            lines.append(f"| seed {study['seed']} | {r['version']} | {r['mean_completion']:.1f} s | "
+                         f"{r['mean_wait']:.1f} s | {r['mean_execution']:.1f} s | {r['makespan']:.1f} s | "
+                         f"{r['node_seconds']:.0f} | {r['mean_allocated_nodes']:.2f} | "
+                         f"{r['grows']} / {r['shrinks']} | {r['checked']} of {len(r['jobs'])} | "
+                         f"{r['cpu_share']:.0%} |")
+        c = study["change_pct"]
+        lines.append(f"| seed {study['seed']} | change | " + " | ".join(
+            f"**{c[k]:+.0f}%**" if k in c else "-" for k in LIVE_KEYS) + " | | | | |")
     return "\n".join(lines)
 
 
-def main_live(out: Path) -> int:
-    """``--dmr-live``: the miniature on this machine; exit 1 if any job failed or was wrong."""
+def main_live(out: Path, seeds: Sequence[int] = LIVE_SEEDS) -> int:
+    """``--dmr-live``: the miniature on this machine, one batch per seed; exit 1 if any
+    job failed or was wrong."""
     began = time.monotonic()
-    study = live_study()
+    studies = [live_study(seed) for seed in seeds]
+    mean_change = {k: _mean([s["change_pct"][k] for s in studies]) for k in LIVE_KEYS
+                   if all(k in s["change_pct"] for s in studies)}
     report = {"machine": machine_info(), "command": "python -m benchmarks.evaluation --dmr-live",
-              **study, "elapsed_seconds": time.monotonic() - began}
+              "batches": studies, "mean_change_pct": mean_change,
+              "elapsed_seconds": time.monotonic() - began}
     write_json(out / "evaluation_dmr_live.json", report)
-    print(f"DMR's workload in miniature: {study['jobs']} jobs on {study['nodes']} virtual nodes "
-          f"({os.cpu_count()} cores), Table 1 / {study['scale']}")
-    print(render_live(study))
-    failures = [f for r in study["runs"].values() for f in r["failures"]]
+    print(f"DMR's workload in miniature: {LIVE_JOBS} jobs on {LIVE_NODES} virtual nodes "
+          f"({os.cpu_count()} cores), Table 1 / {LIVE_SCALE}, {len(studies)} batch(es)")
+    print(render_live(studies))
+    print("mean change, flexible against fixed: " + ", ".join(f"{k} {v:+.0f}%" for k, v in mean_change.items()))
+    failures = [f for s in studies for r in s["runs"].values() for f in r["failures"]]
     for failure in failures:
         print("FAILED:", failure)
     return 1 if failures else 0
