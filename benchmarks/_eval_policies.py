@@ -14,8 +14,9 @@ thrifty are given the cost model the simulator charges.
 Each policy also runs the workload with every malleable job submitted rigid
 (:func:`apgas_scheduler.sim.incentive.as_rigid`; one run per policy and cost,
 since that workload is the same at both shares): the malleable jobs' incentive
-is their mean turnaround against that run's. Both flags run the same
-simulations (about 80 runs, 2-3 minutes) and write ``evaluation_policies`` or
+is their mean turnaround against that run's. Thrifty also runs without each of
+its changes in turn (``ABLATION``). Both flags run the same simulations (about
+110 runs, 2 minutes) and write ``evaluation_policies`` or
 ``evaluation_fairness`` ``.json`` and ``.md`` into ``--out``.
 """
 
@@ -45,9 +46,19 @@ KEYS = ("jobs", "mean_turnaround", "mean_wait", "mean_bounded_slowdown", "utiliz
         "makespan", "reconfigurations")
 
 
-def _simulate(nodes: int, policy: str, cost: Reconfig, jobs: list[Any]) -> SimResult:
+ABLATION: dict[str, dict[str, Any]] = {
+    "thrifty": {},
+    "backfill in queue order": {"backfill": "queue"},
+    "no start-wide": {"start_wide": False},
+    "every grow (min_gain = gamma = 0)": {"min_gain": 0.0, "gamma": 0.0},
+}
+"""Thrifty without each of its changes to minAgree in turn (section 5's ablation)."""
+
+
+def _simulate(nodes: int, policy: str, cost: Reconfig, jobs: list[Any],
+              **extra: Any) -> SimResult:
     options: dict[str, Any] = {"reconfig_cost": cost} if policy in ("mebf", "thrifty") else {}
-    return Simulator(nodes, get_policy(policy, resize_interval=RESIZE_INTERVAL, **options),
+    return Simulator(nodes, get_policy(policy, resize_interval=RESIZE_INTERVAL, **options, **extra),
                      reconfig=cost, model="amdahl").run(jobs)
 
 
@@ -75,7 +86,13 @@ def trace_runs(directory: Path, max_jobs: int | None) -> dict[str, Any]:
                     print(f"   {name:<13} {cost_name:<5} {int(share * 100):>3}% {policy:<9} "
                           f"turnaround {m['mean_turnaround'] / 3600:6.3f} h  "
                           f"resizes {m['reconfigurations']:>6}", flush=True)
-        out[name] = {"nodes": nodes, "jobs": len(rigid), "runs": runs}
+        ablation: dict[str, Any] = {}
+        for share in SHARES:
+            jobs = wl.make_malleable(rigid, share, 1, total_nodes=nodes, serial=SERIAL)
+            for variant, extra in ABLATION.items():
+                m = _simulate(nodes, "thrifty", COSTS["study"], jobs, **extra).metrics
+                ablation[f"{int(share * 100)}% {variant}"] = {k: m[k] for k in KEYS}
+        out[name] = {"nodes": nodes, "jobs": len(rigid), "runs": runs, "ablation": ablation}
     return out
 
 
@@ -112,6 +129,20 @@ def policies_markdown(report: dict[str, Any], command: str) -> str:
                               _pct(m["mean_turnaround"], mina), f"{m['reconfigurations']:,}"]
                 lines.append(f"| {name} ({t['nodes']}) | {pc} | {NAMES[policy]} | "
                              + " | ".join(cells) + " |")
+    lines += ["", "Thrifty without each of its changes (alpha = beta = 0.05 s): mean turnaround "
+              "in hours, against thrifty and against minAgree, and resizes.", "",
+              "| trace | malleable | variant | turnaround | vs thrifty | vs minAgree | resizes |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for name, t in report.items():
+        for share in SHARES:
+            pc = f"{int(share * 100)}%"
+            ours = t["ablation"][f"{pc} thrifty"]["mean_turnaround"]
+            mina = t["runs"][f"study {pc} malleable"]["mean_turnaround"]
+            for variant in ABLATION:
+                m = t["ablation"][f"{pc} {variant}"]
+                lines.append(f"| {name} | {pc} | {variant} | {_h(m['mean_turnaround'])} | "
+                             f"{_pct(m['mean_turnaround'], ours)} | "
+                             f"{_pct(m['mean_turnaround'], mina)} | {m['reconfigurations']:,} |")
     return "\n".join(lines) + "\n"
 
 

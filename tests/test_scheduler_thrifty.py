@@ -40,6 +40,15 @@ def test_a_malleable_job_alone_in_the_queue_starts_wide_and_one_of_several_at_it
                          [], 8, 8) == [Start(1, 2), Start(2, 2)]
 
 
+def test_each_change_can_be_turned_off_for_the_ablation():
+    lone = [queued(1, low=2, high=6)]
+    assert Thrifty(start_wide=False).decide(NOW, lone, [], 8, 8) == [Start(1, 2)]
+    run = [JobView(9, "rigid", 4, 4, 50.0, 0.0, nodes=4, start=NOW - 1, expected_end=NOW + 50)]
+    jobs = [queued(1, "rigid", 8, 8, 100.0, 0.0), queued(3, "rigid", 3, 3, 40.0, 2.0),
+            queued(4, "rigid", 1, 1, 40.0, 3.0)]
+    assert Thrifty(backfill="queue").decide(NOW, jobs, run, 4, 8) == [Start(3, 3), Start(4, 1)]
+
+
 def test_the_smallest_job_behind_the_head_is_backfilled_first_and_the_head_keeps_its_reservation():
     """4 free of 8; the head (rigid 8) can start when the running job ends at
     NOW + 50. Behind it: a long rigid 4 (would delay the head: never), a 3 x 40 s and
@@ -87,7 +96,8 @@ def test_a_waiting_head_shrinks_the_largest_job_and_nothing_when_it_cannot_start
 
 
 @pytest.mark.parametrize("options, word", [({"gamma": -1.0}, "gamma"), ({"min_gain": -5.0}, "-5.0"),
-                                           ({"resize_interval": -1.0}, "resize_interval")])
+                                           ({"resize_interval": -1.0}, "resize_interval"),
+                                           ({"backfill": "random"}, "'random'")])
 def test_bad_options_are_refused_with_the_value(options, word):
     with pytest.raises(ValueError, match=word):
         get_policy("thrifty", **options)

@@ -42,6 +42,7 @@ none: free).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from .._model import Decision, Grow, JobView, Shrink
 from .planning import Policy, easy, grow_smallest, in_transit, min_agree_size, moldable_size, shrink_largest
@@ -58,22 +59,30 @@ def _area(job: JobView) -> tuple[float, float, int]:
 class Thrifty(Policy):
     """See the module docstring. ``reconfig_cost(job, old, new)``: the seconds a
     resize costs; ``gamma``: how many times its cost a grow must gain;
-    ``min_gain``: the least gain in seconds worth a grow."""
+    ``min_gain``: the least gain in seconds worth a grow (both 0: every grow, as
+    minAgree); ``backfill``: ``"area"`` (smallest first) or ``"queue"`` (submission
+    order, as EASY); ``start_wide``: whether a malleable job alone in the queue
+    starts on up to its maximum (else at its minimum, as minAgree)."""
 
     name = "thrifty"
 
     def __init__(self, resize_interval: float = 10.0, *, reconfig_cost: ReconfigCost | None = None,
-                 gamma: float = 2.0, min_gain: float = 300.0) -> None:
+                 gamma: float = 2.0, min_gain: float = 300.0,
+                 backfill: Literal["area", "queue"] = "area", start_wide: bool = True) -> None:
         super().__init__(resize_interval)
         if gamma < 0 or min_gain < 0:
             raise ValueError(f"gamma and min_gain must be >= 0, got {gamma} and {min_gain}")
+        if backfill not in ("area", "queue"):
+            raise ValueError(f"backfill must be 'area' or 'queue', got {backfill!r}")
         self.reconfig_cost = reconfig_cost
         self.gamma, self.min_gain = gamma, min_gain
+        self.order = _area if backfill == "area" else None
+        self.start_wide = start_wide
 
     def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
                free: int, total: int) -> list[Decision]:
-        size = moldable_size if len(queue) <= 1 else min_agree_size
-        starts, head, left = easy(now, queue, running, free, total, size, backfill_order=_area)
+        size = moldable_size if self.start_wide and len(queue) <= 1 else min_agree_size
+        starts, head, left = easy(now, queue, running, free, total, size, backfill_order=self.order)
         out: list[Decision] = list(starts)
         if head is not None:
             need = head.min_nodes - left - in_transit(free, running, total)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..policies import get_policy, policy_names
 from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
+from ..policies.thrifty import THRIFTY_POLICIES
 from . import swf
 from . import workload as wl
 from .incentive import run_with_incentive
@@ -221,9 +222,10 @@ def _scaled(jobs: list[Any], ns: argparse.Namespace) -> list[Any]:
 def make_policy(policy: str, ns: argparse.Namespace) -> Any:
     """A live policy built with the command's options. The MEBF family gets
     its expand policy and, for its feasibility test, the reconfiguration
-    cost model the simulator charges (alpha, beta, process cost)."""
+    cost model the simulator charges (alpha, beta, process cost); thrifty
+    gets that cost model for its grows."""
     options: dict[str, Any] = {"resize_interval": ns.resize_interval}
-    if policy in MEBF_POLICIES:
+    if policy in MEBF_POLICIES or policy in THRIFTY_POLICIES:
         options["reconfig_cost"] = reconfig_of(ns)
         if getattr(ns, "expand_policy", None):
             options["expand"] = ns.expand_policy
