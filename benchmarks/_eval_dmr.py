@@ -105,11 +105,21 @@ def _pct(new: float | None, old: float | None) -> float | None:
 
 # -- simulated -------------------------------------------------------------------------------------
 
+OTHER_POLICIES = ("thrifty", "malleable")
+"""Our policy and minAgree, run on the flexible workloads beside DMR's own."""
+
+
 def simulate(jobs: Sequence[SimJob], flexible: bool, nodes: int = SIM_NODES,
-             models: Mapping[str, JobModel] | None = None) -> dict[str, float]:
-    """One run: fixed jobs under EASY, flexible ones under ``dmr`` (factor 2); the figures."""
-    policy = (get_policy("dmr", factor=FACTOR, resize_interval=PERIOD) if flexible
-              else get_policy("easy", resize_interval=PERIOD))
+             models: Mapping[str, JobModel] | None = None,
+             other: str | None = None) -> dict[str, float]:
+    """One run: fixed jobs under EASY, flexible ones under ``dmr`` (factor 2), or under
+    ``other`` (one of ``OTHER_POLICIES``, with the cost model); the figures."""
+    if other is not None:
+        options = {"reconfig_cost": reconfig(models)} if other == "thrifty" else {}
+        policy = get_policy(other, resize_interval=PERIOD, **options)
+    else:
+        policy = (get_policy("dmr", factor=FACTOR, resize_interval=PERIOD) if flexible
+                  else get_policy("easy", resize_interval=PERIOD))
     result = Simulator(nodes, policy, reconfig=reconfig(models), model="amdahl",
                        interval=PERIOD).run(jobs)
     m = result.metrics
@@ -131,17 +141,26 @@ def simulate_study(sizes: Sequence[int] = SIM_SIZES, seeds: int = SIM_SEEDS, nod
     out: dict[str, Any] = {}
     for size in sizes:
         runs: dict[str, list[dict[str, float]]] = {"fixed": [], "flexible": []}
+        others: dict[str, list[dict[str, float]]] = {name: [] for name in OTHER_POLICIES}
         for seed in range(seeds):
             for version in runs:
                 jobs = dmr_workload(seed, size, nodes=nodes, flexible=version == "flexible",
                                     factor=FACTOR, models=models)
                 runs[version].append(simulate(jobs, version == "flexible", nodes, models))
+                if version == "flexible":
+                    for name in OTHER_POLICIES:
+                        others[name].append(simulate(jobs, True, nodes, models, other=name))
         row: dict[str, Any] = {}
         for version, found in runs.items():
             row[version] = {k: _mean([r[k] for r in found]) for k in (*METRICS, "node_seconds")}
             row[version]["range"] = {k: [min(r[k] for r in found), max(r[k] for r in found)]
                                      for k in METRICS}
         row["change_pct"] = {k: _pct(row["flexible"][k], row["fixed"][k]) for k in (*METRICS, "node_seconds")}
+        row["others"] = {}
+        for name, found in others.items():
+            mean = {k: _mean([r[k] for r in found]) for k in METRICS}
+            row["others"][name] = {**mean, "vs_fixed_pct": {k: _pct(mean[k], row["fixed"][k]) for k in METRICS},
+                                   "vs_dmr_pct": {k: _pct(mean[k], row["flexible"][k]) for k in METRICS}}
         if size in DMR_TABLE4:
             dmr: dict[str, dict[str, float | None]] = {
                 v: dict(zip(TABLE4_KEYS, DMR_TABLE4[size][v], strict=True)) for v in ("fixed", "flexible")}
@@ -180,6 +199,22 @@ def render_sim(study: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_others(study: dict[str, Any]) -> str:
+    """The flexible workloads under DMR's policy, ours and minAgree."""
+    names = {"flexible": "dmr (DMR's)", "thrifty": "thrifty (ours)", "malleable": "minAgree"}
+    lines = ["| jobs | policy | mean wait | mean completion | vs fixed | vs dmr | resizes |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for size, row in study.items():
+        fixed, dmr = row["fixed"], row["flexible"]
+        for name, m in (("flexible", dmr), *row["others"].items()):
+            lines.append(f"| {size} | {names[name]} | {m['mean_wait']:,.0f} s | "
+                         f"{m['mean_completion']:,.0f} s | "
+                         f"{_pct(m['mean_completion'], fixed['mean_completion']):+.0f}% | "
+                         f"{_pct(m['mean_completion'], dmr['mean_completion']):+.0f}% | "
+                         f"{m['resizes']:.0f} |")
+    return "\n".join(lines)
+
+
 def main_sim(out: Path) -> int:
     """``--dmr``: the simulated study with the fitted and the linear models."""
     began = time.monotonic()
@@ -197,6 +232,8 @@ def main_sim(out: Path) -> int:
         print(f"DMR's workload, {name} models, {SIM_NODES} nodes, mean of {SIM_SEEDS} seeds; "
               "in brackets DMR's Table 4")
         print(render_sim(study))
+        print(f"The flexible workloads under DMR's policy, ours and minAgree ({name} models)")
+        print(render_others(study))
     return 0
 
 

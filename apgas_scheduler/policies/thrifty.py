@@ -18,9 +18,10 @@ nodes to the jobs that hold the fewest) and changes three things:
    are tried smallest estimated area (walltime x minimum nodes) first rather
    than in submission order, which lets more short jobs through each gap.
 3. **Grow only when it pays.** A grow must shorten the job's remaining time
-   by at least ``min_gain`` seconds and by ``gamma`` times the cost of the
-   resize. A small late grow costs a resize and locks the nodes in the job
-   for ``resize_interval`` seconds, when the next job may need them.
+   by at least ``min_gain`` seconds (by default the resize interval) and by
+   ``gamma`` times the cost of the resize. A grow locks its nodes in the job
+   for ``resize_interval`` seconds, when the next job may need them: it should
+   save at least that long.
 
 Pseudo-code of one pass (``decide``)::
 
@@ -59,17 +60,19 @@ def _area(job: JobView) -> tuple[float, float, int]:
 class Thrifty(Policy):
     """See the module docstring. ``reconfig_cost(job, old, new)``: the seconds a
     resize costs; ``gamma``: how many times its cost a grow must gain;
-    ``min_gain``: the least gain in seconds worth a grow (both 0: every grow, as
-    minAgree); ``backfill``: ``"area"`` (smallest first) or ``"queue"`` (submission
+    ``min_gain``: the least gain in seconds worth a grow (None: ``resize_interval``;
+    both 0: every grow, as minAgree); ``backfill``: ``"area"`` (smallest first) or ``"queue"`` (submission
     order, as EASY); ``start_wide``: whether a malleable job alone in the queue
     starts on up to its maximum (else at its minimum, as minAgree)."""
 
     name = "thrifty"
 
     def __init__(self, resize_interval: float = 10.0, *, reconfig_cost: ReconfigCost | None = None,
-                 gamma: float = 2.0, min_gain: float = 300.0,
+                 gamma: float = 2.0, min_gain: float | None = None,
                  backfill: Literal["area", "queue"] = "area", start_wide: bool = True) -> None:
         super().__init__(resize_interval)
+        if min_gain is None:
+            min_gain = resize_interval
         if gamma < 0 or min_gain < 0:
             raise ValueError(f"gamma and min_gain must be >= 0, got {gamma} and {min_gain}")
         if backfill not in ("area", "queue"):
