@@ -23,6 +23,7 @@ its changes in turn (``ABLATION``). Both flags run the same simulations (about
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def trace_runs(directory: Path, max_jobs: int | None) -> dict[str, Any]:
                     if policy not in as_rigid_runs:
                         as_rigid_runs[policy] = _simulate(nodes, policy, cost, as_rigid(jobs))
                     m = result.metrics
-                    runs[f"{cost_name} {int(share * 100)}% {policy}"] = {
+                    runs[f"{cost_name} {_label(share)} {policy}"] = {
                         **{k: m[k] for k in KEYS}, "by_class": m["by_class"],
                         "incentive": incentive(result, as_rigid_runs[policy], jobs)}
                     print(f"   {name:<13} {cost_name:<5} {int(share * 100):>3}% {policy:<9} "
@@ -91,9 +92,20 @@ def trace_runs(directory: Path, max_jobs: int | None) -> dict[str, Any]:
             jobs = wl.make_malleable(rigid, share, 1, total_nodes=nodes, serial=SERIAL)
             for variant, extra in ABLATION.items():
                 m = _simulate(nodes, "thrifty", COSTS["study"], jobs, **extra).metrics
-                ablation[f"{int(share * 100)}% {variant}"] = {k: m[k] for k in KEYS}
+                ablation[f"{_label(share)} {variant}"] = {k: m[k] for k in KEYS}
         out[name] = {"nodes": nodes, "jobs": len(rigid), "runs": runs, "ablation": ablation}
     return out
+
+
+def _label(share: float) -> str:
+    return f"{int(share * 100)}%"
+
+
+def _cases(report: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """(trace, its report, share label), in the tables' order."""
+    for name, t in report.items():
+        for share in SHARES:
+            yield name, t, _label(share)
 
 
 def _pct(new: float, old: float) -> str:
@@ -111,38 +123,34 @@ def policies_markdown(report: dict[str, Any], command: str) -> str:
              "| trace (nodes) | malleable | policy | turnaround, alpha = beta = 0.05 s | vs EASY | "
              "vs minAgree | resizes | turnaround, our costs | vs EASY | vs minAgree | resizes |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, t in report.items():
-        for share in SHARES:
-            pc = f"{int(share * 100)}%"
-            best = {c: min(t["runs"][f"{c} {pc} {p}"]["mean_turnaround"] for p in POLICIES)
-                    for c in COSTS}
-            for policy in POLICIES:
-                cells = []
-                for c in COSTS:
-                    m = t["runs"][f"{c} {pc} {policy}"]
-                    easy = t["runs"][f"{c} {pc} easy"]["mean_turnaround"]
-                    mina = t["runs"][f"{c} {pc} malleable"]["mean_turnaround"]
-                    turn = _h(m["mean_turnaround"])
-                    if m["mean_turnaround"] == best[c]:
-                        turn = f"**{turn}**"
-                    cells += [turn, _pct(m["mean_turnaround"], easy),
-                              _pct(m["mean_turnaround"], mina), f"{m['reconfigurations']:,}"]
-                lines.append(f"| {name} ({t['nodes']}) | {pc} | {NAMES[policy]} | "
-                             + " | ".join(cells) + " |")
+    for name, t, pc in _cases(report):
+        best = {c: min(t["runs"][f"{c} {pc} {p}"]["mean_turnaround"] for p in POLICIES)
+                for c in COSTS}
+        for policy in POLICIES:
+            cells = []
+            for c in COSTS:
+                m = t["runs"][f"{c} {pc} {policy}"]
+                easy = t["runs"][f"{c} {pc} easy"]["mean_turnaround"]
+                mina = t["runs"][f"{c} {pc} malleable"]["mean_turnaround"]
+                turn = _h(m["mean_turnaround"])
+                if m["mean_turnaround"] == best[c]:
+                    turn = f"**{turn}**"
+                cells += [turn, _pct(m["mean_turnaround"], easy),
+                          _pct(m["mean_turnaround"], mina), f"{m['reconfigurations']:,}"]
+            lines.append(f"| {name} ({t['nodes']}) | {pc} | {NAMES[policy]} | "
+                         + " | ".join(cells) + " |")
     lines += ["", "Thrifty without each of its changes (alpha = beta = 0.05 s): mean turnaround "
               "in hours, against thrifty and against minAgree, and resizes.", "",
               "| trace | malleable | variant | turnaround | vs thrifty | vs minAgree | resizes |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
-    for name, t in report.items():
-        for share in SHARES:
-            pc = f"{int(share * 100)}%"
-            ours = t["ablation"][f"{pc} thrifty"]["mean_turnaround"]
-            mina = t["runs"][f"study {pc} malleable"]["mean_turnaround"]
-            for variant in ABLATION:
-                m = t["ablation"][f"{pc} {variant}"]
-                lines.append(f"| {name} | {pc} | {variant} | {_h(m['mean_turnaround'])} | "
-                             f"{_pct(m['mean_turnaround'], ours)} | "
-                             f"{_pct(m['mean_turnaround'], mina)} | {m['reconfigurations']:,} |")
+    for name, t, pc in _cases(report):
+        ours = t["ablation"][f"{pc} thrifty"]["mean_turnaround"]
+        mina = t["runs"][f"study {pc} malleable"]["mean_turnaround"]
+        for variant in ABLATION:
+            m = t["ablation"][f"{pc} {variant}"]
+            lines.append(f"| {name} | {pc} | {variant} | {_h(m['mean_turnaround'])} | "
+                         f"{_pct(m['mean_turnaround'], ours)} | "
+                         f"{_pct(m['mean_turnaround'], mina)} | {m['reconfigurations']:,} |")
     return "\n".join(lines) + "\n"
 
 
@@ -154,22 +162,20 @@ def fairness_markdown(report: dict[str, Any], command: str, cost: str = "study")
              "| trace | malleable | policy | rigid jobs | rigid vs EASY | malleable jobs | "
              "the same jobs submitted rigid | incentive | malleable mean wait | as rigid |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, t in report.items():
-        for share in SHARES:
-            pc = f"{int(share * 100)}%"
-            easy_rigid = t["runs"][f"{cost} {pc} easy"]["by_class"].get("rigid")
-            for policy in POLICIES:
-                m = t["runs"][f"{cost} {pc} {policy}"]
-                rigid = m["by_class"].get("rigid")
-                inc = m["incentive"] or {}
-                vs = (_pct(rigid["mean_turnaround"], easy_rigid["mean_turnaround"])
-                      if rigid and easy_rigid else "-")
-                lines.append(
-                    f"| {name} | {pc} | {NAMES[policy]} | "
-                    f"{_h(rigid['mean_turnaround']) if rigid else '-'} | {vs} | "
-                    f"{_h(inc.get('mean_turnaround'))} | {_h(inc.get('mean_turnaround_as_rigid'))} | "
-                    f"{'-' if inc.get('change_pct') is None else format(inc['change_pct'], '+.1f') + '%'} | "
-                    f"{_h(inc.get('mean_wait'))} | {_h(inc.get('mean_wait_as_rigid'))} |")
+    for name, t, pc in _cases(report):
+        easy_rigid = t["runs"][f"{cost} {pc} easy"]["by_class"].get("rigid")
+        for policy in POLICIES:
+            m = t["runs"][f"{cost} {pc} {policy}"]
+            rigid = m["by_class"].get("rigid")
+            inc = m["incentive"] or {}
+            vs = (_pct(rigid["mean_turnaround"], easy_rigid["mean_turnaround"])
+                  if rigid and easy_rigid else "-")
+            lines.append(
+                f"| {name} | {pc} | {NAMES[policy]} | "
+                f"{_h(rigid['mean_turnaround']) if rigid else '-'} | {vs} | "
+                f"{_h(inc.get('mean_turnaround'))} | {_h(inc.get('mean_turnaround_as_rigid'))} | "
+                f"{'-' if inc.get('change_pct') is None else format(inc['change_pct'], '+.1f') + '%'} | "
+                f"{_h(inc.get('mean_wait'))} | {_h(inc.get('mean_wait_as_rigid'))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -131,16 +131,12 @@ class MinAgree(Policy):
             out += self._grows(now, running, left)
         return out
 
-    def _may_resize(self, now: float, job: JobView) -> bool:
-        return (job.malleable and job.resizable
-                and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
-
     def _shrinks(self, now: float, running: Sequence[JobView], need: int) -> list[Decision]:
-        taken = shrink_largest((j for j in running if self._may_resize(now, j)), need)
+        taken = shrink_largest((j for j in running if self.may_resize(now, j)), need)
         return [Shrink(jid, k) for jid, k in sorted(taken.items())]
 
     def _grows(self, now: float, running: Sequence[JobView], idle: int) -> list[Decision]:
-        given = grow_smallest((j for j in running if self._may_resize(now, j)), idle)
+        given = grow_smallest((j for j in running if self.may_resize(now, j)), idle)
         return [Grow(jid, k) for jid, k in sorted(given.items())]
 
 

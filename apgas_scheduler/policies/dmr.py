@@ -99,8 +99,7 @@ class DMR(Policy):
     def _asks(self, now: float, job: JobView) -> bool:
         """Whether the job is taken to call check_status now: it does not call
         itself, and its checking inhibitor (``resize_interval``) has passed."""
-        return (job.malleable and job.resizable and not job.asks
-                and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
+        return not job.asks and self.may_resize(now, job)
 
 
 def dmr_answer(now: float, job: JobView, queue: Sequence[JobView], running: Sequence[JobView],

@@ -159,12 +159,8 @@ class MEBF(Policy):
         return out  # basic leaves a gap that nothing fits
 
     # -- reconfigurations ----------------------------------------------------------------
-    def _may_resize(self, now: float, job: JobView) -> bool:
-        return (job.malleable and job.resizable
-                and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
-
     def _shrink(self, now: float, running: Sequence[JobView], need: int) -> list[Decision]:
-        donors = sorted((j for j in running if self._may_resize(now, j) and j.nodes > j.min_nodes),
+        donors = sorted((j for j in running if self.may_resize(now, j) and j.nodes > j.min_nodes),
                         key=lambda j: (-j.rho, j.id))
         out: list[Decision] = []
         for job in donors:
@@ -178,7 +174,7 @@ class MEBF(Policy):
         return out if need <= 0 else []
 
     def _expand(self, now: float, running: Sequence[JobView], idle: int) -> list[Decision]:
-        takers = sorted((j for j in running if self._may_resize(now, j) and j.nodes < j.max_nodes),
+        takers = sorted((j for j in running if self.may_resize(now, j) and j.nodes < j.max_nodes),
                         key=lambda j: (j.rho, j.id))
         out: list[Decision] = []
         for job in takers:

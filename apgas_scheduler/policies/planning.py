@@ -383,6 +383,12 @@ class Policy(abc.ABC):
                free: int, total: int) -> list[Decision]:
         """Decisions for this moment, to be applied in list order."""
 
+    def may_resize(self, now: float, job: JobView) -> bool:
+        """Whether the policy may grow or shrink ``job`` now: a malleable or evolving
+        job that takes orders (``resizable``), not resized within ``resize_interval``."""
+        return (job.malleable and job.resizable
+                and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
+
     def answer(self, now: float, job: JobView, queue: Sequence[JobView],
                running: Sequence[JobView], free: int, total: int,
                factor: int = 1) -> Grow | Shrink | None:

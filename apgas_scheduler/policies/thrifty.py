@@ -89,16 +89,12 @@ class Thrifty(Policy):
         out: list[Decision] = list(starts)
         if head is not None:
             need = head.min_nodes - left - in_transit(free, running, total)
-            taken = shrink_largest((j for j in running if self._may_resize(now, j)), need)
+            taken = shrink_largest((j for j in running if self.may_resize(now, j)), need)
             return out + [Shrink(jid, k) for jid, k in sorted(taken.items())]
-        takers = {j.id: j for j in running if self._may_resize(now, j)}
+        takers = {j.id: j for j in running if self.may_resize(now, j)}
         given = grow_smallest(takers.values(), left)
         return out + [Grow(jid, k) for jid, k in sorted(given.items())
                       if self._pays(now, takers[jid], takers[jid].nodes + k)]
-
-    def _may_resize(self, now: float, job: JobView) -> bool:
-        return (job.malleable and job.resizable
-                and (job.last_resize is None or now - job.last_resize >= self.resize_interval))
 
     def _pays(self, now: float, job: JobView, new: int) -> bool:
         """Whether growing ``job`` to ``new`` nodes gains what the module docstring asks."""
