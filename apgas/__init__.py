@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._place import Place
 from ._refs import GlobalRef, PlaceLocal
 from ._run import run
+from ._steps import Step, steps
 from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 from .evolving import GrowRefused, GrowRequest
@@ -30,6 +31,7 @@ __all__ = [
     "GlobalRef", "PlaceLocal",
     "MalleableHandler", "define_malleable_handler", "disable_malleable_handler",
     "request_grow", "release_places", "check_status", "GrowRequest", "GrowRefused",
+    "steps", "Step",
     "ApgasError", "ConfigError", "DeadPlaceError", "MultipleException", "NotRunningError", "RemoteError",
 ]
 

@@ -111,6 +111,10 @@ class Orders:
         return communicator
 
     def disable(self) -> None:
+        if self._rt.gate.held_here():
+            raise ApgasError("disable_malleable_handler waits for an order in progress, which "
+                             "waits for the step (or the finish) this is called in: call it "
+                             "after the step")
         with self._order_lock:  # waits for an order in progress
             if self._state != MALLEABLE:
                 raise ApgasError(f"no malleable handler to disable: the program is {self._state}")
@@ -158,23 +162,39 @@ class Orders:
         with self._order_lock:
             handler = self._ready_handler()
             self._check_max_places(n)  # again: an order may have run meanwhile
-            start = time.monotonic_ns()
-            continued = self._rt.sorted_places()
-            self._call("pre_grow", handler.pre_grow, n)
-            t1 = time.monotonic_ns()
             launcher = self._rt.launcher
             assert launcher is not None, "apgas.run gives place 0 its launcher before any order"
+            # the places start while a step may run (a grow that fails never stops the steps);
+            # they join the program through the gate, between two steps
+            launched = time.monotonic_ns()
             try:
-                added = self._rt.start_places(hosts, launcher, self._rt.config.join_timeout)
+                joined = self._rt.launch_places(hosts, launcher, self._rt.config.join_timeout)
             except ApgasError as e:
                 raise OrderError(f"no place was added: {e}") from e
-            t2 = time.monotonic_ns()
+            admitted = False
             try:
-                self._tell_listeners("after_grow", added)
-                self._call("post_grow", handler.post_grow, n, continued, added)
+                with self._rt.gate.order():
+                    start = time.monotonic_ns()
+                    continued = self._rt.sorted_places()
+                    self._call("pre_grow", handler.pre_grow, n)
+                    t1 = time.monotonic_ns()
+                    try:
+                        added = self._rt.admit_places(joined)
+                    except ApgasError as e:
+                        raise OrderError(f"no place was added: {e}") from e
+                    admitted = True
+                    t2 = time.monotonic_ns()
+                    try:
+                        self._tell_listeners("after_grow", added)
+                        self._call("post_grow", handler.post_grow, n, continued, added)
+                    finally:
+                        self._granted(added)
+                    end = time.monotonic_ns()
             finally:
-                self._granted(added)
-            end = time.monotonic_ns()
+                if not admitted:
+                    self._rt.abort_places(joined)
+            t1 -= start - launched  # the places' start counts from their launch
+            start = launched
         self._report_phases("Grow", "Start", n, start, t1, t2, end, [p.id for p in added])
         return added
 
@@ -197,19 +217,20 @@ class Orders:
             if n > len(live) - 1 - len(fixed):
                 raise OrderError(f"cannot shrink by {n}: places {fixed} are mpiexec ranks, which "
                                  "stay until the job ends; only places started by a grow can leave")
-            start = time.monotonic_ns()
-            chosen = self._call("pre_shrink", handler.pre_shrink, n)
-            self._check_choice(n, chosen)
-            self._tell_listeners("before_shrink", chosen)
-            t1 = time.monotonic_ns()
-            hosts = self._remove(chosen)
-            t2 = time.monotonic_ns()
-            released(hosts)
-            try:
-                self._call("post_shrink", handler.post_shrink, n, list(chosen))
-            finally:
-                self._notify()
-            end = time.monotonic_ns()
+            with self._rt.gate.order():
+                start = time.monotonic_ns()
+                chosen = self._call("pre_shrink", handler.pre_shrink, n)
+                self._check_choice(n, chosen)
+                self._tell_listeners("before_shrink", chosen)
+                t1 = time.monotonic_ns()
+                hosts = self._remove(chosen)
+                t2 = time.monotonic_ns()
+                released(hosts)
+                try:
+                    self._call("post_shrink", handler.post_shrink, n, list(chosen))
+                finally:
+                    self._notify()
+                end = time.monotonic_ns()
         self._report_phases("Shrink", "Stop", n, start, t1, t2, end, [p.id for p in chosen])
         return hosts
 
@@ -348,7 +369,23 @@ class Orders:
     def release(self, places: Sequence[Place | int]) -> list[str]:
         ids = self._release_ids(places)
         communicator = self._evolving("release_places")
-        with self._order_lock:
+        if self._rt.gate.held_here():  # inside a step: the places leave at its end
+            hosts = [self._rt.places[i].host for i in ids]
+            threading.Thread(target=self._release_later, args=(ids,), daemon=True,
+                             name="apgas-release").start()
+            log.info("release_places(%s) inside a step: carried out at the step's end", ids)
+            return hosts
+        return self._release(ids, communicator)
+
+    def _release_later(self, ids: list[int]) -> None:
+        try:
+            assert self.communicator is not None
+            self._release(ids, self.communicator)
+        except Exception:
+            log.exception("release_places(%s), asked inside a step, failed at its end", ids)
+
+    def _release(self, ids: list[int], communicator: MalleableCommunicator) -> list[str]:
+        with self._order_lock, self._rt.gate.order():
             try:
                 handler = self._ready_handler()
             except OrderError as e:
@@ -425,6 +462,9 @@ class Orders:
             raise ApgasError(f"the scheduler answered {line!r} with {answer!r}; expected "
                              "'expand <k>', 'shrink <k>', 'none' or 'error <reason>'")
         goal = int(words[1])
+        if self._rt.gate.held_here():
+            log.info("check_status inside a step: %r is carried out at the step's end", answer)
+            return len(self._rt.places)
         deadline = self._rt.config.join_timeout + ORDER_WAIT
         with self._changed:
             arrived = self._changed.wait_for(

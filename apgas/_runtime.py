@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from . import _serialization as ser
 from ._config import Config, parse_chaos
 from ._finish import HomeFinish, RemoteFinish
+from ._gate import Gate
 from ._heartbeat import parse_heartbeat
 from ._limits import check_start
 from ._place import Place
@@ -137,6 +138,7 @@ class Runtime:
         self._next_place = place_id + 1
         self._leaving_places: set[int] = set()
         self.orders: Orders | None = None  # place 0: the malleability controller
+        self.gate = Gate()  # place 0: keeps orders out of steps (apgas._gate)
         self.launcher: Launcher | None = None  # place 0: starts the places of a grow
         self._table: dict[int, tuple[str, str, int]] = {place_id: (host, self.transport.endpoint, self.pid)}
         self._acks: set[int] = set()
@@ -162,8 +164,10 @@ class Runtime:
         except (TypeError, ValueError):
             raise TypeError(f"expected a Place or a place id, got {place!r}") from None
         if pid not in self.places:
-            why = ("it has died" if pid in self.dead else "it has left (shrink)" if pid in self.left
-                   else "no such place")
+            why = ("it has died" if pid in self.dead else
+                   "it has left (shrink): a place list read before an order went stale; read "
+                   "apgas.places() inside `with step:` of apgas.steps, where orders wait for "
+                   "the step's end" if pid in self.left else "no such place")
             raise DeadPlaceError(pid, f"{why}; live places are {sorted(self.places)}")
         return pid
 
@@ -365,6 +369,13 @@ class Runtime:
            immediate: bool = False) -> T:
         """``apgas.at``; with ``immediate``, ``fn`` runs on the target's immediate pool
         (for short control calls that must not queue behind busy workers)."""
+        if self.id == 0 and self.gate.guards and _top_level(getattr(_ctx, "finish", None)):
+            with self.gate.hold():  # arrays follow the places: no order under this call
+                return self._at(place, fn, args, kwargs, immediate)
+        return self._at(place, fn, args, kwargs, immediate)
+
+    def _at(self, place: Place | int, fn: Callable[..., T], args: tuple[Any, ...],
+            kwargs: dict[str, Any], immediate: bool) -> T:
         dst = self.resolve(place)
         if dst == self.id:
             with Finish(solo=True):
@@ -578,6 +589,12 @@ class Runtime:
 
         On failure the started places are killed and the table stays as it was.
         """
+        return self.admit_places(self.launch_places(hosts, launcher, timeout))
+
+    def launch_places(self, hosts: list[str], launcher: Launcher, timeout: float) -> dict[int, str]:
+        """Place 0: start one place per host and wait for all to join; ``{id: host}``.
+        The places are not in the table yet (:meth:`admit_places`): a grow prepares
+        them while a step runs. On failure the started places are killed."""
         self._check_limits(hosts, launcher)
         wanted: dict[int, str] = {}
         for host in hosts:
@@ -595,6 +612,17 @@ class Runtime:
         if problem:
             self._abort_children(wanted)
             raise ApgasError(problem)
+        return wanted
+
+    def admit_places(self, wanted: dict[int, str]) -> list[Place]:
+        """Place 0: put places that joined (:meth:`launch_places`) in the table of every
+        place. ApgasError (and the places are killed) if one has exited meanwhile."""
+        gone = {pid: code for pid in wanted
+                if (code := self._children[pid].poll()) is not None}
+        if gone:
+            self.abort_places(wanted)
+            raise ApgasError(f"places {sorted(gone)} exited (codes {sorted(gone.values())}) after "
+                             "they had joined, before they were added")
         for pid, host in wanted.items():
             endpoint, ppid, _ = self._joined[pid]
             self.transport.connect(pid, endpoint)
@@ -603,7 +631,11 @@ class Runtime:
         if self.timeline is not None:
             for pid, host in wanted.items():
                 self.timeline.write("join", place=pid, host=host)
-        return [self.places[pid] for pid in wanted]
+        return [self.places[pid] for pid in wanted if pid in self.places]
+
+    def abort_places(self, wanted: dict[int, str]) -> None:
+        """Place 0: kill places launched but not admitted (an order that failed after)."""
+        self._abort_children(wanted)
 
     def _check_limits(self, hosts: list[str], launcher: Launcher) -> None:
         """LimitError, before any start, if the new places would pass a limit of the
@@ -890,16 +922,19 @@ class Finish:
     ``at`` calls) costs no bookkeeping at all.
     """
 
-    __slots__ = ("_rt", "_f", "_prev", "_solo")
+    __slots__ = ("_rt", "_f", "_prev", "_solo", "_gated")
 
     def __init__(self, solo: bool = False) -> None:
         self._solo = solo
         self._f: HomeFinish | None = None
 
     def __enter__(self) -> Finish:
-        self._rt = current()
+        rt = self._rt = current()
         self._f = None
         self._prev = getattr(_ctx, "finish", None)
+        # arrays follow the places: no order re-spreads them under a top-level finish
+        self._gated = rt.id == 0 and bool(rt.gate.guards) and _top_level(self._prev) \
+            and rt.gate.enter()
         _ctx.finish = self  # opened by ref() at the first spawn of this thread
         return self
 
@@ -912,9 +947,13 @@ class Finish:
     def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
         _ctx.finish = self._prev
-        if exc is not None and not isinstance(exc, Exception):
-            return False  # KeyboardInterrupt and friends: do not wait
-        errors = list(self._rt.wait_finish(self._f)) if self._f is not None else []
+        try:
+            if exc is not None and not isinstance(exc, Exception):
+                return False  # KeyboardInterrupt and friends: do not wait
+            errors = list(self._rt.wait_finish(self._f)) if self._f is not None else []
+        finally:
+            if self._gated:
+                self._rt.gate.exit()
         if exc is not None:
             errors.insert(0, exc)
         if not errors:
@@ -922,3 +961,10 @@ class Finish:
         if self._solo and exc is not None and len(errors) == 1:
             return False
         raise MultipleException(f"{len(errors)} exception(s) in finish", errors)
+
+
+def _top_level(prev: object) -> bool:
+    """Whether a finish opened under ``prev`` (the thread's governing finish) is at the
+    top level of its thread: nothing encloses it but ``apgas.run``'s own finish around
+    ``main`` (or a local ``at``'s, itself at the top level). Tasks have a tuple there."""
+    return prev is None or (isinstance(prev, Finish) and prev._solo and prev._prev is None)

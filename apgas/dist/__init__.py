@@ -41,7 +41,7 @@ import operator
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -142,8 +142,9 @@ class _Follower:
                     e.broken = (f"{a!r} lost rows "
                                 + ", ".join(f"{start}:{stop} with place {pid}"
                                             for pid, start, stop in held)
-                                + " when the place died; follow=True re-spreads arrays on "
-                                  "orders but keeps no backup, so the array cannot be used "
+                                + " when the place died; an array keeps copies only when it is "
+                                  "made with resilient=True and listed in the arrays of "
+                                  "apgas.steps, which rolls it back; this one cannot be used "
                                   "any more: free() it and make it again")
 
 
@@ -181,6 +182,7 @@ def _made(f: _Follower | None, make: Callable[[], BlockArray]) -> BlockArray:
     with f.lock:
         a = make()
         f.arrays[a.id] = a
+        _runtime.current().gate.guards = len(f.arrays)  # top-level finishes keep orders out
     return a
 
 
@@ -190,6 +192,7 @@ def _unfollow(aid: tuple[int, int]) -> None:
     if f is not None:
         with f.lock:
             f.arrays.pop(aid, None)
+            rt.gate.guards = len(f.arrays)
 
 
 def _drop_at_home(aid: tuple[int, int]) -> None:
@@ -203,37 +206,45 @@ class BlockArray:
     Make one with :meth:`from_array` or :meth:`zeros`, not with the constructor.
     """
 
-    __slots__ = ("id", "shape", "dtype")
+    __slots__ = ("id", "shape", "dtype", "resilient")
 
-    def __init__(self, aid: tuple[int, int], shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    def __init__(self, aid: tuple[int, int], shape: tuple[int, ...], dtype: np.dtype[Any],
+                 resilient: bool = False) -> None:
         self.id = aid
         self.shape = shape
         self.dtype = dtype
+        #: copies are kept at the commits of ``apgas.steps`` (a buddy place holds each block)
+        self.resilient = resilient
 
     # -- making ---------------------------------------------------------------------
     @classmethod
     def from_array(cls, x: npt.NDArray[Any], places: Sequence[apgas.Place | int] | None = None,
-                   follow: bool = False) -> BlockArray:
+                   follow: bool = False, resilient: bool = False) -> BlockArray:
         """Spread the rows of ``x`` in even contiguous blocks over ``places`` (default: the
         live places), in the order given; the first ``len(x) % len(places)`` places get one
         row more. The blocks are copies: ``x`` is not touched afterwards. The calling place
         is the array's home.
 
         ``follow=True`` (at place 0, without ``places``): the runtime re-spreads the array
-        over the live places on every grow and shrink order, until :meth:`free`."""
+        over the live places on every grow and shrink order, until :meth:`free`.
+
+        ``resilient=True``: at every commit of an ``apgas.steps`` loop that lists the
+        array, each block is copied at its place and at a buddy place (the next place
+        holding rows; place 0's block, which dies only with the program, at its place
+        alone), so the loop can roll the array back when a place is lost."""
         f = _check_follow(follow, places)
-        return _made(f, lambda: cls._from_array(x, places))
+        return _made(f, lambda: cls._from_array(x, places, resilient))
 
     @classmethod
-    def _from_array(cls, x: npt.NDArray[Any], places: Sequence[apgas.Place | int] | None
-                    ) -> BlockArray:
+    def _from_array(cls, x: npt.NDArray[Any], places: Sequence[apgas.Place | int] | None,
+                    resilient: bool) -> BlockArray:
         if not isinstance(x, np.ndarray):
             raise TypeError(f"from_array needs a numpy array, got {type(x).__name__}: {x!r:.80}")
         _check_dtype(x.dtype)
         if x.ndim == 0:
             raise ValueError(f"from_array needs an array with at least one axis, got the scalar {x!r}")
         ids = _place_ids(places)
-        a = cls(_new_id(), tuple(x.shape), x.dtype)
+        a = cls(_new_id(), tuple(x.shape), x.dtype, bool(resilient))
         layout = even(len(x), ids)
         me = apgas.here().id
         if me not in ids:
@@ -253,16 +264,16 @@ class BlockArray:
 
     @classmethod
     def zeros(cls, shape: int | Sequence[int], dtype: npt.DTypeLike = float,
-              places: Sequence[apgas.Place | int] | None = None, follow: bool = False
-              ) -> BlockArray:
+              places: Sequence[apgas.Place | int] | None = None, follow: bool = False,
+              resilient: bool = False) -> BlockArray:
         """An array of zeros, laid out as :meth:`from_array` would; each place makes its
-        block. ``follow`` as for :meth:`from_array`."""
+        block. ``follow`` and ``resilient`` as for :meth:`from_array`."""
         f = _check_follow(follow, places)
-        return _made(f, lambda: cls._zeros(shape, dtype, places))
+        return _made(f, lambda: cls._zeros(shape, dtype, places, resilient))
 
     @classmethod
     def _zeros(cls, shape: int | Sequence[int], dtype: npt.DTypeLike,
-               places: Sequence[apgas.Place | int] | None) -> BlockArray:
+               places: Sequence[apgas.Place | int] | None, resilient: bool) -> BlockArray:
         try:
             dims = (operator.index(shape),) if not isinstance(shape, Sequence) else \
                 tuple(operator.index(d) for d in shape)
@@ -273,7 +284,7 @@ class BlockArray:
         kind = np.dtype(dtype)
         _check_dtype(kind)
         ids = _place_ids(places)
-        a = cls(_new_id(), dims, kind)
+        a = cls(_new_id(), dims, kind, bool(resilient))
         layout = even(dims[0], ids)
         if apgas.here().id not in ids:
             _blocks.install(a.id, layout, None)
@@ -412,16 +423,66 @@ class BlockArray:
             assert e is not None
             layout = e.layout
         live = {p.id for p in apgas.places()}
+        # copies for roll-back may sit at any live place (a buddy of another layout)
+        others = sorted(live) if self.resilient else []
         with apgas.finish():
-            for pid in dict.fromkeys([b[0] for b in layout] + [self.home]):
+            for pid in dict.fromkeys([b[0] for b in layout] + [self.home] + others):
                 if pid == self.home:
                     apgas.async_at(pid, _drop_at_home, self.id)
                 elif pid in live:
                     apgas.async_at(pid, _blocks.drop, self.id)
 
     # -- a value ---------------------------------------------------------------------------
+    # -- roll-back (apgas.steps calls these at place 0, orders kept out) -----------------------
+    def _steps_commit(self, tag: int) -> _Commit:
+        """Copy every block at its place and at its buddy under ``tag``; what to restore from."""
+        layout = self.layout
+        owners = _owners(layout)
+        buddies = {o: owners[(i + 1) % len(owners)] if len(owners) > 1 else self.home
+                   for i, o in enumerate(owners) if o != 0}
+        buddies = {o: b for o, b in buddies.items() if b != o}
+        with apgas.finish():
+            for o in owners:
+                apgas.async_at(o, _blocks.save, self.id, tag, buddies.get(o))
+        return _Commit(tag, layout, buddies)
+
+    def _steps_forget(self, keep: int | None) -> None:
+        """Drop the copies of every commit but ``keep`` at the live places."""
+        with apgas.finish():
+            for p in apgas.places():
+                apgas.async_at(p, _blocks.forget, self.id, keep)
+
+    def _steps_restore(self, commit: _Commit) -> None:
+        """Put the rows back as they were at ``commit``, evenly over the live places: each
+        block from its place's own copy, or from its buddy's if its place was lost.
+        ApgasError naming the rows if both are gone. The copies stay."""
+        live = [p.id for p in apgas.places()]
+        sources, missing = [], []
+        for owner, start, stop in commit.layout:
+            if stop <= start:
+                continue
+            buddy = commit.buddies.get(owner)
+            source = owner if owner in live else buddy if buddy in live else None
+            if source is None:
+                missing.append(f"{start}:{stop} (place {owner} and its buddy, place {buddy})")
+            sources.append((source, owner, start))
+        if missing:
+            raise apgas.ApgasError(f"{self!r} cannot be rolled back: rows " + ", ".join(missing)
+                                   + " were lost with both their copies; free() the array and "
+                                     "make it again")
+        new = even(self.shape[0], live)
+        with apgas.finish():  # a restore cut short by a loss may have left staging buffers
+            for pid in live:
+                apgas.async_at(pid, _blocks.unstage, self.id)
+        with apgas.finish():
+            for source, owner, start in sources:
+                apgas.async_at(source, _blocks.push_copy, self.id, commit.tag, owner, start, new)
+        with apgas.finish():
+            for pid in dict.fromkeys(live + [self.home]):
+                apgas.async_at(pid, _blocks.commit, self.id, new, self.home, self.shape[1:], self.dtype)
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (BlockArray, (self.id, self.shape, self.dtype))
+        return (BlockArray, (self.id, self.shape, self.dtype, self.resilient))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BlockArray) and self.id == other.id
@@ -431,6 +492,14 @@ class BlockArray:
 
     def __repr__(self) -> str:
         return f"BlockArray(id={self.id}, shape={self.shape}, dtype={self.dtype})"
+
+
+class _Commit(NamedTuple):
+    """What a commit of one array kept: its tag, the layout then, each owner's buddy."""
+
+    tag: int
+    layout: Layout
+    buddies: dict[int, int]
 
 
 def _owners(layout: Layout) -> list[int]:

@@ -28,7 +28,8 @@ import apgas
 from ._layout import Layout, find, overlaps
 
 __all__ = ["Entry", "ArrayId", "entry", "each", "install", "adopt", "make_zeros", "rows_of",
-           "push", "commit", "drop", "padded", "send_rows", "partial_sum", "partial_dot"]
+           "push", "commit", "drop", "unstage", "padded", "send_rows", "partial_sum", "partial_dot",
+           "save", "forget", "push_copy", "ReSpread"]
 
 ArrayId = tuple[int, int]  # (home place id, serial number at the home)
 Array = npt.NDArray[Any]
@@ -85,9 +86,11 @@ def make_zeros(aid: ArrayId, layout: Layout, tail: tuple[int, ...], dtype: np.dt
 
 def rows_of(aid: ArrayId, lo: int, hi: int) -> Array:
     """Global rows ``[lo, hi)`` of this place's block (a view; it is pickled if it travels)."""
-    e = _entries[aid]
-    mine = find(e.layout, apgas.here().id)
-    assert mine is not None and e.block is not None and mine[1] <= lo <= hi <= mine[2]
+    me = apgas.here().id
+    e = _entries.get(aid)
+    mine = None if e is None else find(e.layout, me)
+    if e is None or mine is None or e.block is None or not mine[1] <= lo <= hi <= mine[2]:
+        raise ReSpread(aid, me, f"rows {lo}:{hi} asked of a place that no longer holds them")
     return e.block[lo - mine[1]:hi - mine[1]]
 
 
@@ -103,15 +106,25 @@ def push(aid: ArrayId, new: Layout) -> None:
     """Phase one at an old owner: send each piece of its block to its new owner, in
     messages of about :data:`CHUNK_BYTES`; then copy the rows it keeps, if any, while
     the others travel."""
-    me = apgas.here().id
     e = _entries[aid]
-    mine = find(e.layout, me)
+    mine = find(e.layout, apgas.here().id)
     if mine is None or e.block is None:
         return
-    _, start, stop = mine
-    block = e.block
+    _push_rows(aid, e.block, mine[1], new, share=True)
+
+
+def _rows_per_message(block: Array) -> int:
     row_bytes = block.itemsize * math.prod(block.shape[1:])
-    step = max(1, CHUNK_BYTES // row_bytes) if row_bytes else max(1, stop - start)
+    return max(1, CHUNK_BYTES // row_bytes) if row_bytes else max(1, len(block))
+
+
+def _push_rows(aid: ArrayId, block: Array, start: int, new: Layout, share: bool) -> None:
+    """Send the global rows ``start .. start + len(block)``, held in ``block``, to their
+    owners in ``new`` (staging buffers); ``share``: a block that stays whole is staged
+    itself, not copied."""
+    me = apgas.here().id
+    stop = start + len(block)
+    step = _rows_per_message(block)
     kept = None
     for pid, first, last, nstart, nstop in overlaps(start, stop, new):
         if pid == me:
@@ -124,7 +137,7 @@ def push(aid: ArrayId, new: Layout) -> None:
     if kept is None:
         return
     first, last, nstart, nstop = kept
-    if (first, last) == (start, stop) == (nstart, nstop):
+    if share and (first, last) == (start, stop) == (nstart, nstop):
         with _lock:
             _staging[aid] = block  # the same rows stay: no copy
     else:
@@ -156,6 +169,83 @@ def drop(aid: ArrayId) -> None:
     with _lock:
         _entries.pop(aid, None)
         _staging.pop(aid, None)
+    forget(aid, None)
+
+
+def unstage(aid: ArrayId) -> None:
+    """Drop a staging buffer left by a redistribution or restore that a loss cut short."""
+    with _lock:
+        _staging.pop(aid, None)
+
+
+# -- copies for roll-back (resilient arrays, apgas.steps) ------------------------------
+#: (array, commit tag) -> this place's own block as it was at that commit
+_saved: dict[tuple[ArrayId, int], Array] = {}
+#: (array, commit tag, owner) -> the block of ``owner`` at that commit, kept here as its buddy
+_copies: dict[tuple[ArrayId, int, int], Array] = {}
+
+
+def save(aid: ArrayId, tag: int, buddy: int | None) -> None:
+    """At an owner, for commit ``tag``: keep a copy of its block, and send one to
+    ``buddy`` (None: nobody, the block is place 0's) in messages of about
+    :data:`CHUNK_BYTES`. The copy sent is the one kept, which nothing writes."""
+    me = apgas.here().id
+    e = _entries.get(aid)
+    if e is None or e.block is None:
+        raise ReSpread(aid, me, "save")
+    copy = np.array(e.block, order="C")
+    with _lock:
+        _saved[(aid, tag)] = copy
+    if buddy is None or not len(copy):
+        return
+    step = _rows_per_message(copy)
+    for lo in range(0, len(copy), step):
+        apgas.async_at(buddy, _keep, aid, tag, me, len(copy), lo, copy[lo:lo + step])
+
+
+def _keep(aid: ArrayId, tag: int, owner: int, rows: int, offset: int, piece: Array) -> None:
+    key = (aid, tag, owner)
+    with _lock:
+        buf = _copies.get(key)
+        if buf is None:
+            buf = _copies[key] = np.empty((rows, *piece.shape[1:]), piece.dtype)
+    buf[offset:offset + len(piece)] = piece  # pieces never overlap: outside the lock
+
+
+def forget(aid: ArrayId, keep: int | None) -> None:
+    """Drop this place's copies of ``aid`` but those of commit ``keep``."""
+    with _lock:
+        for k in [k for k in _saved if k[0] == aid and k[1] != keep]:
+            del _saved[k]
+        for c in [c for c in _copies if c[0] == aid and c[1] != keep]:
+            del _copies[c]
+
+
+def push_copy(aid: ArrayId, tag: int, owner: int, start: int, new: Layout) -> None:
+    """Restore, phase one: send the rows that ``owner`` held at commit ``tag``, from
+    ``start`` on (this place's own copy, or the one it keeps as ``owner``'s buddy), to
+    their owners in ``new``. The copies stay, for a loss during the restore."""
+    me = apgas.here().id
+    with _lock:
+        copy = _saved.get((aid, tag)) if owner == me else _copies.get((aid, tag, owner))
+    if copy is None:
+        raise apgas.ApgasError(f"place {me} has no copy of the rows of place {owner} of array "
+                               f"{aid} at commit {tag}")
+    _push_rows(aid, copy, start, new, share=False)
+
+
+class ReSpread(apgas.ApgasError):
+    """A task used a block that an order re-spread (or a restore replaced) under it."""
+
+    def __init__(self, aid: ArrayId, place: int, what: str) -> None:
+        super().__init__(
+            f"array {aid} was re-spread over the places by an order while a task at place "
+            f"{place} used it ({what}); its result would be wrong. Run the iterations as "
+            "steps (for step in apgas.steps(...): with step: ...), where orders wait for "
+            "the step's end, or keep to one top-level finish per use of the array")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (apgas.ApgasError, (str(self),))
 
 
 # -- halos -------------------------------------------------------------------------
@@ -183,16 +273,19 @@ def send_rows(aid: ArrayId, lo: int, hi: int, dest: int, offset: int) -> None:
 
 
 def _put_rows(aid: ArrayId, offset: int, rows: Array) -> None:
-    buf = _entries[aid].padded
-    assert buf is not None
+    e = _entries.get(aid)
+    buf = None if e is None else e.padded
+    if buf is None or offset + len(rows) > len(buf):
+        raise ReSpread(aid, apgas.here().id, "halo rows arrived for a block that was replaced")
     buf[offset:offset + len(rows)] = rows
 
 
 # -- reductions -------------------------------------------------------------------
 def _block(aid: ArrayId) -> Array:
-    block = _entries[aid].block
-    assert block is not None
-    return block
+    e = _entries.get(aid)
+    if e is None or e.block is None:
+        raise ReSpread(aid, apgas.here().id, "its block is no longer here")
+    return e.block
 
 
 def partial_sum(aid: ArrayId) -> Any:

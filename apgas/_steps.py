@@ -1,0 +1,268 @@
+"""``apgas.steps``: an iterative program's safe points, commits and roll-back.
+
+A step is the unit that orders respect and losses undo. Each step holds place
+0's gate (:mod:`apgas._gate`), so a grow, a shrink, ``release_places`` or the
+answer to ``check_status`` that comes during a step is carried out at its end
+(a grow starts its places meanwhile). The loop *commits* before its first
+step, after every ``commit_every``-th step and before the first step after an
+order changed the places: each resilient array listed keeps a copy of every
+block at its place and at a buddy place, and ``state`` is pickled at place 0.
+A place lost during a step or between steps (not place 0) rolls the arrays and
+``state`` back to the last commit, spreads the arrays over the live places,
+and the loop goes on with the step after that commit.
+
+A loss is known by the runtime's dead places (``Runtime.dead``), not by the
+exceptions a step raised: a loss that no task noticed still took rows with
+it. Exceptions are only the way a loss shows up in the step's code: they are
+swallowed when a place was lost, raised as they are otherwise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+from ._runtime import current
+from .errors import ApgasError, DeadPlaceError, MultipleException
+
+__all__ = ["steps", "Step"]
+
+log = logging.getLogger("apgas.steps")
+_tags = itertools.count(1)  # commit tags, distinct within the process
+
+
+class _Resilient(Protocol):
+    """What a loop needs of an array it rolls back (``apgas.dist.BlockArray`` keeps it)."""
+
+    resilient: bool
+
+    def _steps_commit(self, tag: int) -> Any: ...
+
+    def _steps_forget(self, keep: int | None) -> None: ...
+
+    def _steps_restore(self, commit: Any) -> None: ...
+
+
+class Step:
+    """One step of :func:`steps`: run its body as ``with step:``.
+
+    ``index`` is the step's number; after a roll-back the loop repeats the steps
+    after the last commit, so an index may come again. Everything a step does
+    must follow from ``index``, the listed arrays and ``state``."""
+
+    __slots__ = ("index", "_loop", "_state")
+
+    def __init__(self, loop: _Loop, index: int) -> None:
+        self.index = index
+        self._loop = loop
+        self._state = "new"  # new -> running -> done, or rolled back
+
+    def __enter__(self) -> Step:
+        if self._state != "new":
+            raise ApgasError(f"step {self.index} was entered already: each step runs once, "
+                             "as `with step:` in the loop's body")
+        self._loop._begin(self)
+        self._state = "running"
+        return self
+
+    def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        return self._loop._end(self, exc)
+
+    def __repr__(self) -> str:
+        return f"Step({self.index})"
+
+
+class _Loop:
+    """The state of one loop at place 0: the last commit, the places lost since."""
+
+    def __init__(self, n: int, start: int, commit_every: int, arrays: list[_Resilient],
+                 state: dict[str, Any] | None) -> None:
+        rt = current()
+        if rt.orders is None:
+            raise ApgasError(f"apgas.steps runs at place 0, where orders are carried out; this "
+                             f"is place {rt.id}")
+        self._rt = rt
+        self._gate = rt.gate
+        self.n, self.start, self.commit_every = n, start, commit_every
+        self.arrays = arrays
+        self.state = state
+        self._handled = set(rt.dead)  # losses that happened before, or were rolled back
+        self._tag: int | None = None
+        self._commits: list[Any] = []
+        self._saved_state: bytes | None = None
+        self._committed: int | None = None  # the step a roll-back goes back to
+        self._epoch = -1  # the gate's order count at the last commit
+
+    def __iter__(self) -> Iterator[Step]:
+        index = self.start
+        while index < self.n:
+            step = Step(self, index)
+            yield step
+            if step._state in ("new", "running"):
+                raise ApgasError(f"step {index} of apgas.steps was not run: write the loop's body "
+                                 "as `with step:` (orders wait for the step, losses roll it back)")
+            index = step.index if step._state == "again" else step.index + 1
+        for a in self._resilient():
+            a._steps_forget(None)  # the loop is over: no more roll-back, free the copies
+
+    # -- a step's two ends -------------------------------------------------------------
+    def _begin(self, step: Step) -> None:
+        self._gate.enter()
+        try:
+            if (self._committed is None or self._gate.epoch != self._epoch) and not self._losses():
+                try:
+                    self._commit(step.index)
+                except (DeadPlaceError, MultipleException):
+                    if not self._losses():
+                        raise
+            if self._losses() and self._committed is None:
+                raise ApgasError(f"places {sorted(self._losses())} were lost before the loop's "
+                                 "first commit: there is nothing to roll back to")
+            # after a loss the step runs on what is left, and is rolled back at its end
+        except BaseException:
+            self._gate.exit()
+            raise
+
+    def _end(self, step: Step, exc: BaseException | None) -> bool:
+        try:
+            if self._losses():
+                if exc is not None:
+                    log.info("step %d ended with %r after a loss: rolled back", step.index, exc)
+                self._roll_back(step)
+                return True
+            if exc is not None:
+                step._state = "done"
+                return False
+            step._state = "done"
+            done = step.index + 1
+            if self.commit_every and done % self.commit_every == 0 and done < self.n:
+                try:
+                    self._commit(done)
+                except (DeadPlaceError, MultipleException):
+                    if not self._losses():
+                        raise
+                    self._roll_back(step)  # the commit failed: the one before stands
+            return False
+        finally:
+            self._gate.exit()
+
+    # -- commits and roll-back (the gate held) ---------------------------------------------
+    def _resilient(self) -> list[_Resilient]:
+        return [a for a in self.arrays if a.resilient]
+
+    def _losses(self) -> set[int]:
+        return self._rt.dead - self._handled
+
+    def _commit(self, index: int) -> None:
+        saved = None if self.state is None else _pickled(self.state)
+        tag = next(_tags)
+        commits = [a._steps_commit(tag) for a in self._resilient()]
+        old = self._tag
+        self._tag, self._commits, self._saved_state = tag, commits, saved
+        self._committed, self._epoch = index, self._gate.epoch
+        if old is not None:
+            for a in self._resilient():
+                a._steps_forget(tag)
+        log.debug("committed before step %d (tag %d)", index, tag)
+
+    def _roll_back(self, step: Step) -> None:
+        assert self._committed is not None, "a step runs after the first commit"
+        plain = [a for a in self.arrays if not a.resilient]
+        while True:
+            lost = self._losses()
+            self._handled |= lost
+            if plain:
+                raise ApgasError(f"places {sorted(lost)} were lost and the arrays {plain} cannot "
+                                 "be rolled back: make them with resilient=True")
+            try:
+                for a, commit in zip(self._resilient(), self._commits, strict=True):
+                    a._steps_restore(commit)
+            except (DeadPlaceError, MultipleException):
+                if not self._losses():
+                    raise
+                continue  # another place was lost during the restore: again, from the copies
+            break
+        if self.state is not None and self._saved_state is not None:
+            self.state.clear()
+            self.state.update(pickle.loads(self._saved_state))
+        self._epoch = -1  # the next step commits anew: copies were lost, the layout changed
+        log.warning("places %s lost at step %d: arrays and state rolled back to the commit "
+                    "before step %d", sorted(lost), step.index, self._committed)
+        step.index = self._committed
+        step._state = "again"
+
+
+def _pickled(state: dict[str, Any]) -> bytes:
+    try:
+        return pickle.dumps(state, protocol=5)
+    except Exception as e:
+        bad = []
+        for key, value in state.items():
+            try:
+                pickle.dumps(value, protocol=5)
+            except Exception:
+                bad.append(key)
+        raise ApgasError(f"apgas.steps keeps state at each commit by pickling it, and "
+                         f"{'state[' + repr(bad[0]) + ']' if bad else 'state'} cannot be "
+                         f"pickled: {type(e).__name__}: {e}") from e
+
+
+def _count(name: str, value: object, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"apgas.steps: {name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any] = (),
+          state: dict[str, Any] | None = None,
+          checkpoint: str | os.PathLike[str] | None = None) -> Iterator[Step]:
+    """The steps ``start .. n - 1`` of an iterative program, at place 0::
+
+        for step in apgas.steps(1000, commit_every=10, arrays=[u, v], state=st):
+            with step:
+                ...  # one iteration: finishes, at, async_at
+
+    - **Orders wait for the step.** No grow, shrink, ``release_places`` or
+      ``check_status`` answer changes the places or re-spreads a followed array
+      inside ``with step:``; one that comes meanwhile is carried out at the step's
+      end (a grow starts its places while the step runs; one that fails never stops
+      the loop). ``apgas.places()`` is stable inside a step.
+    - **Commits.** Before the first step, after every ``commit_every``-th step
+      (``index + 1`` a multiple of it; 0: never again) and before the first step
+      after an order, each array of ``arrays`` made with ``resilient=True`` keeps a
+      copy of every block at its place and at a buddy place, and ``state`` (a dict
+      of picklable values the program updates in place) is kept at place 0.
+    - **Losses roll back.** A place other than 0 lost during a step or between
+      steps: the step's exceptions are swallowed, the arrays are restored from the
+      copies over the live places, ``state`` is restored in place, and the loop goes
+      on with the step after the last commit (``step.index`` values come again). A
+      block lost with its buddy, or a listed array that is not resilient, is an
+      ``ApgasError``. Other exceptions of a step end the loop as they are.
+
+    ``checkpoint=DIR`` (commits on disk, to survive place 0) is reserved and not
+    built yet: passing it is an error.
+    """
+    _count("n", n, 0)
+    _count("start", start, 0)
+    if start > n:
+        raise ValueError(f"apgas.steps: start {start} is beyond n {n}")
+    _count("commit_every", commit_every, 0)
+    if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
+        raise TypeError(f"apgas.steps: arrays must be a list of BlockArrays, got {arrays!r}")
+    for a in arrays:
+        if not callable(getattr(a, "_steps_commit", None)):
+            raise TypeError(f"apgas.steps: arrays must be a list of apgas.dist.BlockArray, got "
+                            f"{type(a).__name__}: {a!r:.80}")
+    if state is not None and not isinstance(state, dict):
+        raise TypeError(f"apgas.steps: state must be a dict (updated in place), got "
+                        f"{type(state).__name__}")
+    if checkpoint is not None:
+        raise ApgasError(f"apgas.steps: checkpoint={os.fspath(checkpoint)!r}: commits to disk "
+                         "are not built yet; run without checkpoint")
+    return iter(_Loop(n, start, commit_every, list(arrays), state))
