@@ -52,7 +52,7 @@ from apgas import _runtime, lowlevel
 from . import _blocks
 from ._layout import Layout, even, find, overlaps
 
-__all__ = ["BlockArray", "dot"]
+__all__ = ["BlockArray", "dot", "at_each"]
 
 _serial = itertools.count(1)
 _serial_lock = threading.Lock()
@@ -531,3 +531,11 @@ def dot(a: BlockArray, b: BlockArray) -> Any:
     for value in partials:
         total = total + value
     return total
+
+
+def at_each(places: Sequence[apgas.Place | int], fn: Callable[..., Any], *args: Any) -> list[Any]:
+    """``[fn(*args) at p for p in places]``: run in parallel (one ``finish``), the values
+    in the order of ``places``. The per-place form of a reduction over a layout, e.g.
+    ``at_each([b[0] for b in a.layout], partial, a)``."""
+    ids = [p.id if isinstance(p, apgas.Place) else p for p in places]
+    return _blocks.each(ids, fn, *args)
