@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._place import Place
 from ._refs import GlobalRef, PlaceLocal
 from ._run import run
-from ._steps import Step, steps
 from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
+from ._steps import Step, steps
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 from .evolving import GrowRefused, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler

@@ -457,7 +457,8 @@ class BlockArray:
         block from its place's own copy, or from its buddy's if its place was lost.
         ApgasError naming the rows if both are gone. The copies stay."""
         live = [p.id for p in apgas.places()]
-        sources, missing = [], []
+        sources: list[tuple[int, int, int]] = []
+        missing: list[str] = []
         for owner, start, stop in commit.layout:
             if stop <= start:
                 continue
@@ -465,7 +466,8 @@ class BlockArray:
             source = owner if owner in live else buddy if buddy in live else None
             if source is None:
                 missing.append(f"{start}:{stop} (place {owner} and its buddy, place {buddy})")
-            sources.append((source, owner, start))
+            else:
+                sources.append((source, owner, start))
         if missing:
             raise apgas.ApgasError(f"{self!r} cannot be rolled back: rows " + ", ".join(missing)
                                    + " were lost with both their copies; free() the array and "
