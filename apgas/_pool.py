@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["WorkerPool", "blocking"]
+__all__ = ["WorkerPool", "blocking", "on_pool_thread"]
 
 log = logging.getLogger(__name__)
 _local = threading.local()
@@ -239,6 +239,11 @@ class WorkerPool:
                         return
         with self._lock:
             self._threads -= 1
+
+
+def on_pool_thread() -> bool:
+    """Whether this thread is a worker of a pool (it runs tasks, not a program's own code)."""
+    return getattr(_local, "pool", None) is not None
 
 
 def blocking() -> contextlib.AbstractContextManager[None]:

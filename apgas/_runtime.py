@@ -34,7 +34,7 @@ from ._gate import Gate
 from ._heartbeat import parse_heartbeat
 from ._limits import check_start
 from ._place import Place
-from ._pool import WorkerPool, blocking
+from ._pool import WorkerPool, blocking, on_pool_thread
 from ._timeline import open_timeline
 from ._transport import MessageTooLarge, Transport
 from .errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
@@ -965,6 +965,9 @@ class Finish:
 
 def _top_level(prev: object) -> bool:
     """Whether a finish opened under ``prev`` (the thread's governing finish) is at the
-    top level of its thread: nothing encloses it but ``apgas.run``'s own finish around
-    ``main`` (or a local ``at``'s, itself at the top level). Tasks have a tuple there."""
-    return prev is None or (isinstance(prev, Finish) and prev._solo and prev._prev is None)
+    top level of the program's own code: nothing encloses it but ``apgas.run``'s finish
+    around ``main`` (or a local ``at``'s, itself at the top level). Pool threads run
+    tasks and served ``at`` calls, parts of a computation that holds the gate at its
+    root already (waiting there for an order that waits for that root would deadlock)."""
+    return (prev is None or (isinstance(prev, Finish) and prev._solo and prev._prev is None)) \
+        and not on_pool_thread()

@@ -368,3 +368,34 @@ def test_steps_say_what_was_wrong(malleable_address):
         return apgas.at(1, elsewhere)
 
     assert "runs at place 0, where orders are carried out; this is place 1" in apgas.run(main, places=2)
+
+
+def test_a_call_back_to_place_0_inside_a_step_never_waits_for_an_order(malleable_address):
+    """A task calls ``at(0, ...)`` while an order waits for the step: the call is part
+    of the step's computation and must not wait for the order (which waits for it)."""
+    def main():
+        apgas.define_malleable_handler(Newest())
+        a = BlockArray.zeros((8,), follow=True)
+        lines: list[str] = []
+        ref = apgas.GlobalRef(lines)
+        shrink = threading.Thread(target=order, args=(malleable_address, "shrink 1"))
+
+        def report() -> None:
+            time.sleep(0.3)  # the shrink is waiting for the step by now
+            me = apgas.here().id
+            apgas.at(ref.home, lambda: ref.get().append(f"from {me}"))
+
+        for step in apgas.steps(2, arrays=[a]):
+            with step:
+                if step.index == 0:
+                    shrink.start()
+                with apgas.finish():
+                    for p in apgas.places():
+                        apgas.async_at(p, report)
+        shrink.join(30)
+        a.free()
+        return sorted(lines), [p.id for p in apgas.places()]
+
+    lines, live = apgas.run(main, places=3)
+    assert lines == ["from 0", "from 0", "from 1", "from 1", "from 2"]
+    assert live == [0, 1]
