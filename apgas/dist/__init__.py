@@ -36,6 +36,7 @@ import it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import threading
@@ -48,6 +49,7 @@ import numpy.typing as npt
 
 import apgas
 from apgas import _runtime, lowlevel
+from apgas._pool import on_pool_thread
 
 from . import _blocks
 from ._layout import Layout, even, find, overlaps
@@ -179,10 +181,13 @@ def _made(f: _Follower | None, make: Callable[[], BlockArray]) -> BlockArray:
     """``make()``, registered with ``f`` in the same step if the array follows."""
     if f is None:
         return make()
-    with f.lock:
+    gate = _runtime.current().gate
+    # the gate before the lock: an order holds the gate when it takes the lock to re-spread
+    # (a task at place 0 belongs to a computation that holds it already)
+    with gate.hold() if not on_pool_thread() else contextlib.nullcontext(), f.lock:
         a = make()
         f.arrays[a.id] = a
-        _runtime.current().gate.guards = len(f.arrays)  # top-level finishes keep orders out
+        gate.guards = len(f.arrays)  # top-level finishes keep orders out from now on
     return a
 
 
