@@ -26,7 +26,7 @@ from launcher import (
 
 from .errors import ConfigError
 
-__all__ = ["Config", "load_config"]
+__all__ = ["Config", "load_config", "host_mismatch"]
 
 START_METHODS = ("fork", "spawn")
 
@@ -228,6 +228,62 @@ def _launch_values(pick: Callable[[str], tuple[str, Any] | None], env: Mapping[s
     except HostSpecError as e:
         raise ConfigError(str(e)) from None
     return values
+
+
+def host_mismatch(config: Config, overrides: Mapping[str, Any] | None = None,
+                  environ: Mapping[str, str] | None = None) -> str | None:
+    """Why ``config.places`` differs from the host slots handed to the job, or None.
+
+    Hosts are *handed out* when they come from the surroundings, not from
+    ``apgas.run``'s caller: ``APGAS_HOSTS`` (our scheduler sets it),
+    ``APGAS_HOSTFILE`` (the ElasticJobScheduler's node file) or the Slurm
+    allocation. A count given as well (``places=``, ``-n``, ``APGAS_PLACES``)
+    that differs from them starts places anyway, cycled over the slots, so some
+    hosts run more places than they have slots, or stay idle; the text says
+    which, and what to do. None when the counts agree, when the caller gave the
+    hosts itself (``hosts=``, ``hostfile=``: its choice) and under mpiexec, whose
+    ranks are the places."""
+    env = os.environ if environ is None else environ
+    given = {k for k, v in (overrides or {}).items() if v is not None}
+    hosts = list(config.hosts)
+    if (not hosts or config.places == len(hosts) or config.launcher == "mpi"
+            or given & {"hosts", "hostfile"}):
+        return None
+    if env.get("APGAS_HOSTS", ""):
+        source = "APGAS_HOSTS"
+    elif env.get("APGAS_HOSTFILE", ""):
+        source = f"APGAS_HOSTFILE {config.hostfile}"
+    else:
+        source = "the Slurm allocation, SLURM_JOB_NODELIST"
+    asked = f"places={config.places}" if "places" in given else f"APGAS_PLACES={config.places}"
+    slots: dict[str, int] = {}
+    for host in hosts:
+        slots[host] = slots.get(host, 0) + 1
+    placed: dict[str, list[int]] = {host: [] for host in slots}
+    for i in range(config.places):
+        placed[hosts[i % len(hosts)]].append(i)
+    if config.places > len(hosts):
+        crowded = [f"{host} runs places {', '.join(map(str, ids))} on {slots[host]} slot(s)"
+                   for host, ids in placed.items() if len(ids) > slots[host]]
+        effect = "places are cycled over them, so " + _some(crowded)
+        fix = f"ask the scheduler for {config.places} hosts"
+    else:
+        idle = [host for host, ids in placed.items() if not ids]
+        short = [f"{host} ({slots[host] - len(ids)} of {slots[host]} slots)"
+                 for host, ids in placed.items() if ids and len(ids) < slots[host]]
+        effect = "these get no place and stay idle: " + _some(idle + short)
+        fix = f"ask the scheduler for {config.places} hosts only"
+    handed = [host if k == 1 else f"{host} ({k} slots)" for host, k in slots.items()]
+    return (f"starting {config.places} places ({asked}) on the {len(hosts)} host slot(s) handed "
+            f"to this job ({source}: {_some(handed)}); {effect}. Leave the number of places unset "
+            f"for one place per slot, {fix}, or give apgas.run the hosts (hosts=...) to share "
+            "them on purpose")
+
+
+def _some(items: list[str], most: int = 8) -> str:
+    """The first ``most`` items, comma-separated, and how many more."""
+    shown = ", ".join(items[:most])
+    return shown if len(items) <= most else f"{shown} and {len(items) - most} more"
 
 
 def parse_chaos(spec: str) -> tuple[int, float]:

@@ -17,7 +17,7 @@ import launcher
 from launcher import mpi as _mpi
 
 from . import _runtime
-from ._config import load_config
+from ._config import host_mismatch, load_config
 from ._logging import setup_logging
 from ._malleability import Orders
 from ._runtime import Finish, Runtime
@@ -36,6 +36,18 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     Tasks that ``main`` spawns without an enclosing ``finish`` are waited for
     before ``run`` returns. Called again while a runtime runs (a script under
     ``python -m apgas``), it just calls ``main`` on the running places.
+
+    Places go to the host slots in order, cycled when there are more places
+    than slots; place 0 takes the first. When a scheduler handed the job its
+    hosts (``APGAS_HOSTS``, ``APGAS_HOSTFILE``, a Slurm allocation) and
+    ``places`` (or ``APGAS_PLACES``) asks for another number, ``run`` logs a
+    warning that names the number, the hosts, which of them get more places
+    than slots or none, and what to do; then it starts the places asked for.
+    A warning, not an error: the program computes the same either way, only
+    slower or with idle nodes, and sharing nodes on purpose is legitimate
+    (several places per node, or ``salloc`` running place 0 outside the
+    allocation). Giving ``hosts=`` or ``hostfile=`` to ``run`` is such a choice
+    and is not warned about.
     """
     active = _runtime._runtime
     if active is not None:
@@ -56,6 +68,9 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
         except OSError as e:
             raise ApgasError(str(e)) from None
     setup_logging(0, cfg.log_level)
+    mismatch = host_mismatch(cfg, {"places": places, "threads": threads, **config})
+    if mismatch:  # a warning, not an error: see the docstring
+        log.warning("%s", mismatch)
     hosts = list(cfg.hosts) or [_runtime.default_host()]
     others = [hosts[i % len(hosts)] for i in range(1, cfg.places)]
     started = time.monotonic_ns()

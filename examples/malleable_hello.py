@@ -9,6 +9,8 @@ then, from another shell:
     python -m apgas.order --to 127.0.0.1:8090 status
 
 It prints its places every second for a minute (``--seconds`` to change).
+Under another communicator (``APGAS_COMMUNICATOR``), the orders come its way;
+``docs/communicators.md`` runs it under ``examples/file_communicator.py``.
 """
 
 import argparse
@@ -33,7 +35,8 @@ class Handler(apgas.MalleableHandler):
 
 def main(seconds: float) -> None:
     communicator = apgas.define_malleable_handler(Handler())
-    print("orders to {}:{}".format(*communicator.address), flush=True)
+    if communicator.address is not None:  # None: this communicator listens on no socket
+        print("orders to {}:{}".format(*communicator.address), flush=True)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         print("places:", [p.id for p in apgas.places()], flush=True)

@@ -34,19 +34,15 @@ import os
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from apgas import protocol
 from apgas.errors import ApgasError, ConfigError
 from apgas.lowlevel import Config
-from apgas.malleable import MalleableCommunicator
+from apgas.malleable import MalleableCommunicator, Orders
 
 from .._model import Grow, JobView, Shrink
 from ..policies.dmr import dmr_answer
 from . import commands as slurmctl
-
-if TYPE_CHECKING:
-    from apgas._malleability import Orders
 
 __all__ = ["SlurmCommunicator"]
 
@@ -87,7 +83,7 @@ class SlurmCommunicator(MalleableCommunicator):
         self._released: dict[str, float] = {}  # node -> when the job gave it back
         self._work: queue.SimpleQueue[tuple[str, int, bool] | None] = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._run, name="apgas-slurm", daemon=True)
-        self.address = None  # Slurm sends no orders: nothing listens
+        # address: None, as the base class has it (Slurm sends no orders: nothing listens)
 
     # -- the communicator ----------------------------------------------------------------
     def start(self) -> None:
