@@ -95,7 +95,8 @@ def define_malleable_handler(handler: MalleableHandler) -> MalleableCommunicator
     """Make the program malleable (place 0, once): orders from now on go to ``handler``.
 
     Starts the communicator (``APGAS_COMMUNICATOR``, default ``socket``), which tells
-    the scheduler the job is ready; returns it (``.address`` is where it listens).
+    the scheduler the job is ready; returns it (``.address`` is where it listens for
+    orders, None for a communicator that listens on no socket).
     """
     return _orders().define(handler)
 

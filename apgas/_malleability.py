@@ -225,7 +225,11 @@ class Orders:
                 t1 = time.monotonic_ns()
                 hosts = self._remove(chosen)
                 t2 = time.monotonic_ns()
-                released(hosts)
+                try:
+                    released(hosts)  # the communicator's: the hosts go back at once
+                except Exception:
+                    log.exception("the communicator's released(%s) callback failed; the places "
+                                  "have left all the same", hosts)
                 try:
                     self._call("post_shrink", handler.post_shrink, n, list(chosen))
                 finally:
