@@ -4,12 +4,13 @@ A step is the unit that orders respect and losses undo. Each step holds place
 0's gate (:mod:`apgas._gate`), so a grow, a shrink, ``release_places`` or the
 answer to ``check_status`` that comes during a step is carried out at its end
 (a grow starts its places meanwhile). The loop *commits* before its first
-step, after every ``commit_every``-th step and before the first step after an
-order changed the places: each resilient array listed keeps a copy of every
-block at its place and at a buddy place, and ``state`` is pickled at place 0.
-A place lost during a step or between steps (not place 0) rolls the arrays and
-``state`` back to the last commit, spreads the arrays over the live places,
-and the loop goes on with the step after that commit.
+step, after every ``commit_every``-th step, inside every order that changes
+the places (between two steps, once the arrays are re-spread, so that no copy
+leaves with a shrunk place) and after a roll-back: each resilient array listed
+keeps a copy of every block at its place and at a buddy place, and ``state``
+is pickled at place 0. A place lost during a step or between steps (not place
+0) rolls the arrays and ``state`` back to the last commit, spreads the arrays
+over the live places, and the loop goes on with the step after that commit.
 
 A loss is known by the runtime's dead places (``Runtime.dead``), not by the
 exceptions a step raised: a loss that no task noticed still took rows with
@@ -51,16 +52,19 @@ class _Resilient(Protocol):
 class Step:
     """One step of :func:`steps`: run its body as ``with step:``.
 
-    ``index`` is the step's number; after a roll-back the loop repeats the steps
-    after the last commit, so an index may come again. Everything a step does
-    must follow from ``index``, the listed arrays and ``state``."""
+    ``index`` is the step's number. ``rolled_back`` is True once the step has ended
+    with a loss: its work (and the steps' since the last commit) was undone, and the
+    loop repeats them, so an index may come again. Everything a step does must
+    follow from ``index``, the listed arrays and ``state``; code after ``with step:``
+    that uses the step's outcome checks ``rolled_back``."""
 
-    __slots__ = ("index", "_loop", "_state")
+    __slots__ = ("index", "rolled_back", "_loop", "_state")
 
     def __init__(self, loop: _Loop, index: int) -> None:
         self.index = index
+        self.rolled_back = False
         self._loop = loop
-        self._state = "new"  # new -> running -> done, or rolled back
+        self._state = "new"  # new -> running -> ended
 
     def __enter__(self) -> Step:
         if self._state != "new":
@@ -72,14 +76,22 @@ class Step:
 
     def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
+        self._state = "ended"
         return self._loop._end(self, exc)
 
     def __repr__(self) -> str:
-        return f"Step({self.index})"
+        return f"Step({self.index}{', rolled back' if self.rolled_back else ''})"
 
 
 class _Loop:
-    """The state of one loop at place 0: the last commit, the places lost since."""
+    """The state of one loop at place 0: the last commit, the places lost since.
+
+    It listens to the orders (``apgas.lowlevel.on_resize``, after the arrays' follower,
+    so the arrays are re-spread already): an order runs between two steps, and the
+    loop commits inside it, with copies on the places that stay. A shrink would
+    otherwise take the copies its places hold away with them; if a place was lost
+    meanwhile, the shrink is refused (its places keep their copies for the roll-back).
+    """
 
     def __init__(self, n: int, start: int, commit_every: int, arrays: list[_Resilient],
                  state: dict[str, Any] | None) -> None:
@@ -97,17 +109,22 @@ class _Loop:
         self._commits: list[Any] = []
         self._saved_state: bytes | None = None
         self._committed: int | None = None  # the step a roll-back goes back to
-        self._epoch = -1  # the gate's order count at the last commit
+        self._next = start  # the step that runs next
 
     def __iter__(self) -> Iterator[Step]:
-        index = self.start
-        while index < self.n:
-            step = Step(self, index)
-            yield step
-            if step._state in ("new", "running"):
-                raise ApgasError(f"step {index} of apgas.steps was not run: write the loop's body "
-                                 "as `with step:` (orders wait for the step, losses roll it back)")
-            index = step.index if step._state == "again" else step.index + 1
+        from .lowlevel import on_resize
+
+        stop_listening = on_resize(self)
+        try:
+            while self._next < self.n:
+                step = Step(self, self._next)
+                yield step
+                if step._state != "ended":
+                    raise ApgasError(f"step {step.index} of apgas.steps was not run: write the "
+                                     "loop's body as `with step:` (orders wait for the step, "
+                                     "losses roll it back)")
+        finally:
+            stop_listening()
         for a in self._resilient():
             a._steps_forget(None)  # the loop is over: no more roll-back, free the copies
 
@@ -115,7 +132,7 @@ class _Loop:
     def _begin(self, step: Step) -> None:
         self._gate.enter()
         try:
-            if (self._committed is None or self._gate.epoch != self._epoch) and not self._losses():
+            if self._committed is None and not self._losses():
                 try:
                     self._commit(step.index)
                 except (DeadPlaceError, MultipleException):
@@ -137,10 +154,8 @@ class _Loop:
                 self._roll_back(step)
                 return True
             if exc is not None:
-                step._state = "done"
                 return False
-            step._state = "done"
-            done = step.index + 1
+            self._next = done = step.index + 1
             if self.commit_every and done % self.commit_every == 0 and done < self.n:
                 try:
                     self._commit(done)
@@ -151,6 +166,25 @@ class _Loop:
             return False
         finally:
             self._gate.exit()
+
+    # -- orders (resize listener: the order's thread, the gate held by the order) ---------
+    def before_shrink(self, leaving: list[Any]) -> None:
+        if self._committed is None:
+            return  # before the first step: its commit comes after the order
+        if self._losses():
+            raise ApgasError(f"places {sorted(self._losses())} were lost since the last commit "
+                             "of an apgas.steps loop, and the places leaving hold copies its "
+                             "roll-back may need: the shrink waits for the roll-back")
+        self._commit(self._next)
+
+    def after_grow(self, added: list[Any]) -> None:
+        if self._committed is None or self._losses():
+            return  # the roll-back at the next step's end commits anew
+        try:
+            self._commit(self._next)  # the new places hold copies too
+        except (DeadPlaceError, MultipleException):
+            if not self._losses():
+                raise
 
     # -- commits and roll-back (the gate held) ---------------------------------------------
     def _resilient(self) -> list[_Resilient]:
@@ -165,7 +199,7 @@ class _Loop:
         commits = [a._steps_commit(tag) for a in self._resilient()]
         old = self._tag
         self._tag, self._commits, self._saved_state = tag, commits, saved
-        self._committed, self._epoch = index, self._gate.epoch
+        self._committed = index
         if old is not None:
             for a in self._resilient():
                 a._steps_forget(tag)
@@ -174,8 +208,9 @@ class _Loop:
     def _roll_back(self, step: Step) -> None:
         assert self._committed is not None, "a step runs after the first commit"
         plain = [a for a in self.arrays if not a.resilient]
+        lost: set[int] = set()
         while True:
-            lost = self._losses()
+            lost |= self._losses()
             self._handled |= lost
             if plain:
                 raise ApgasError(f"places {sorted(lost)} were lost and the arrays {plain} cannot "
@@ -191,11 +226,16 @@ class _Loop:
         if self.state is not None and self._saved_state is not None:
             self.state.clear()
             self.state.update(pickle.loads(self._saved_state))
-        self._epoch = -1  # the next step commits anew: copies were lost, the layout changed
         log.warning("places %s lost at step %d: arrays and state rolled back to the commit "
                     "before step %d", sorted(lost), step.index, self._committed)
-        step.index = self._committed
-        step._state = "again"
+        step.rolled_back = True
+        self._next = self._committed
+        # copies went with the lost places, and the layout changed: commit anew at once
+        try:
+            self._commit(self._committed)
+        except (DeadPlaceError, MultipleException):
+            if not self._losses():
+                raise  # another loss: the next step is rolled back to the same commit
 
 
 def _pickled(state: dict[str, Any]) -> bytes:
@@ -234,14 +274,16 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
       end (a grow starts its places while the step runs; one that fails never stops
       the loop). ``apgas.places()`` is stable inside a step.
     - **Commits.** Before the first step, after every ``commit_every``-th step
-      (``index + 1`` a multiple of it; 0: never again) and before the first step
-      after an order, each array of ``arrays`` made with ``resilient=True`` keeps a
+      (``index + 1`` a multiple of it; 0: never again), inside every grow and
+      shrink (between two steps) and after a roll-back, each array of ``arrays``
+      made with ``resilient=True`` keeps a
       copy of every block at its place and at a buddy place, and ``state`` (a dict
       of picklable values the program updates in place) is kept at place 0.
     - **Losses roll back.** A place other than 0 lost during a step or between
       steps: the step's exceptions are swallowed, the arrays are restored from the
       copies over the live places, ``state`` is restored in place, and the loop goes
-      on with the step after the last commit (``step.index`` values come again). A
+      on with the step after the last commit (``step.index`` values come again;
+      ``step.rolled_back`` tells code after ``with step:`` that the step was undone). A
       block lost with its buddy, or a listed array that is not resilient, is an
       ``ApgasError``. Other exceptions of a step end the loop as they are.
 
