@@ -403,3 +403,33 @@ def test_a_call_back_to_place_0_inside_a_step_never_waits_for_an_order(malleable
     lines, live = apgas.run(main, places=3)
     assert lines == ["from 0", "from 0", "from 1", "from 1", "from 2"]
     assert live == [0, 1]
+
+
+def test_a_stopped_place_is_lost_by_its_silence_and_rolled_back(malleable_address, monkeypatch):
+    monkeypatch.setenv("APGAS_HEARTBEAT", "0.2:2")  # silent for 2 s: lost
+    x = np.arange(90.0)
+
+    def main():
+        apgas.define_malleable_handler(Newest())
+        a = BlockArray.from_array(x, follow=True, resilient=True)
+        pid = apgas.at(2, os.getpid)
+        indices = []
+        try:
+            for step in apgas.steps(8, commit_every=2, arrays=[a]):
+                with step:
+                    indices.append(step.index)
+                    if step.index == 5 and not step.rolled_back and 2 in [p.id for p in apgas.places()]:
+                        os.kill(pid, signal.SIGSTOP)
+                    one_iteration(a)
+            return a.gather(), indices, [p.id for p in apgas.places()]
+        finally:
+            a.free()
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    result, indices, live = apgas.run(main, places=3)
+    np.testing.assert_array_equal(result, x + 8)
+    assert indices == [0, 1, 2, 3, 4, 5, 4, 5, 6, 7], indices
+    assert live == [0, 1]
