@@ -112,9 +112,8 @@ class _Loop:
         self._next = start  # the step that runs next
 
     def __iter__(self) -> Iterator[Step]:
-        from .lowlevel import on_resize
-
-        stop_listening = on_resize(self)
+        assert self._rt.orders is not None, "checked when the loop was made"
+        stop_listening = self._rt.orders.add_listener(self)
         try:
             while self._next < self.n:
                 step = Step(self, self._next)
