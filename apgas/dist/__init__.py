@@ -42,7 +42,7 @@ import operator
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,7 +51,7 @@ import apgas
 from apgas import _runtime, lowlevel
 from apgas._pool import on_pool_thread
 
-from . import _blocks
+from . import _blocks, _rollback
 from ._layout import Layout, even, find, overlaps
 
 __all__ = ["BlockArray", "dot", "at_each"]
@@ -437,57 +437,17 @@ class BlockArray:
                 elif pid in live:
                     apgas.async_at(pid, _blocks.drop, self.id)
 
-    # -- a value ---------------------------------------------------------------------------
-    # -- roll-back (apgas.steps calls these at place 0, orders kept out) -----------------------
-    def _steps_commit(self, tag: int) -> _Commit:
-        """Copy every block at its place and at its buddy under ``tag``; what to restore from."""
-        layout = self.layout
-        owners = _owners(layout)
-        buddies = {o: owners[(i + 1) % len(owners)] if len(owners) > 1 else self.home
-                   for i, o in enumerate(owners) if o != 0}
-        buddies = {o: b for o, b in buddies.items() if b != o}
-        with apgas.finish():
-            for o in owners:
-                apgas.async_at(o, _blocks.save, self.id, tag, buddies.get(o))
-        return _Commit(tag, layout, buddies)
+    # -- roll-back (apgas.steps calls these at place 0, orders kept out: apgas.dist._rollback) --
+    def _steps_commit(self, tag: int) -> _rollback.Commit:
+        return _rollback.commit(self, tag)
 
     def _steps_forget(self, keep: int | None) -> None:
-        """Drop the copies of every commit but ``keep`` at the live places."""
-        with apgas.finish():
-            for p in apgas.places():
-                apgas.async_at(p, _blocks.forget, self.id, keep)
+        _rollback.forget(self, keep)
 
-    def _steps_restore(self, commit: _Commit) -> None:
-        """Put the rows back as they were at ``commit``, evenly over the live places: each
-        block from its place's own copy, or from its buddy's if its place was lost.
-        ApgasError naming the rows if both are gone. The copies stay."""
-        live = [p.id for p in apgas.places()]
-        sources: list[tuple[int, int, int]] = []
-        missing: list[str] = []
-        for owner, start, stop in commit.layout:
-            if stop <= start:
-                continue
-            buddy = commit.buddies.get(owner)
-            source = owner if owner in live else buddy if buddy in live else None
-            if source is None:
-                missing.append(f"{start}:{stop} (place {owner} and its buddy, place {buddy})")
-            else:
-                sources.append((source, owner, start))
-        if missing:
-            raise apgas.ApgasError(f"{self!r} cannot be rolled back: rows " + ", ".join(missing)
-                                   + " were lost with both their copies; free() the array and "
-                                     "make it again")
-        new = even(self.shape[0], live)
-        with apgas.finish():  # a restore cut short by a loss may have left staging buffers
-            for pid in live:
-                apgas.async_at(pid, _blocks.unstage, self.id)
-        with apgas.finish():
-            for source, owner, start in sources:
-                apgas.async_at(source, _blocks.push_copy, self.id, commit.tag, owner, start, new)
-        with apgas.finish():
-            for pid in dict.fromkeys(live + [self.home]):
-                apgas.async_at(pid, _blocks.commit, self.id, new, self.home, self.shape[1:], self.dtype)
+    def _steps_restore(self, commit: _rollback.Commit) -> None:
+        _rollback.restore(self, commit)
 
+    # -- a value ---------------------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, ...]:
         return (BlockArray, (self.id, self.shape, self.dtype, self.resilient))
 
@@ -499,14 +459,6 @@ class BlockArray:
 
     def __repr__(self) -> str:
         return f"BlockArray(id={self.id}, shape={self.shape}, dtype={self.dtype})"
-
-
-class _Commit(NamedTuple):
-    """What a commit of one array kept: its tag, the layout then, each owner's buddy."""
-
-    tag: int
-    layout: Layout
-    buddies: dict[int, int]
 
 
 def _owners(layout: Layout) -> list[int]:
