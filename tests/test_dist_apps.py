@@ -1,11 +1,16 @@
 """The DMR applications on apgas.dist (issue 31): the references against independent
-computations, the distributed runs against the references, rigid and under orders."""
+computations, the distributed runs against the references, rigid, under orders and
+under orders with a lost place (issue 39: the apps' iterations are apgas.steps, their
+arrays resilient)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -204,9 +209,125 @@ def test_random_grows_and_shrinks_change_nothing(app, seed, malleable_address):
     done = [r for r in replies if not r[0].startswith("error")]
     assert len(replies) >= 3 and done, replies
     assert len(outcome.resizes) == len(done), (outcome.resizes, replies)
-    assert all(r.move_seconds is not None and r.wait_seconds is not None
-               and r.move_seconds + r.wait_seconds <= r.seconds for r in outcome.resizes)
+    assert all(r.move_seconds is not None and r.wait_seconds is not None and r.commit_seconds is not None
+               and r.move_seconds + r.commit_seconds + r.wait_seconds <= r.seconds for r in outcome.resizes)
     assert outcome.final_places == outcome.resizes[-1].places_after
+
+
+CHAOS = {
+    "jacobi": (jacobi, {"n": 41, "iterations": 70}),
+    "cg": (cg, {"n": 29, "iterations": 70}),
+    "nbody": (nbody, {"n": 83, "steps": 70, "seed": 2}),
+    "sleep": (sleep, {"steps": 70, "seconds": 0.01, "nbytes": 8 * 10_001}),
+}
+
+
+class Chaos:
+    """A thread at place 0 that, once the loop has run a step (and made its first
+    commit), sends random grow and shrink orders and SIGKILLs places other than 0
+    (at least one), with random pauses; after a kill it waits until the place is
+    known lost. Records what it did. (A shrink while a loss awaits its roll-back is
+    refused: its reply is an error.)"""
+
+    def __init__(self, address, seed: int, actions: int = 5) -> None:
+        self.address, self.rng, self.actions = address, random.Random(seed), actions
+        self.started = threading.Event()
+        self.done: list[str] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def kinds(self) -> list[str]:
+        kinds = [self.rng.choice(["grow", "shrink", "kill"]) for _ in range(self.actions)]
+        if "kill" not in kinds:
+            kinds[self.rng.randrange(1, self.actions)] = "kill"
+        return kinds
+
+    def run(self) -> None:
+        self.started.wait(60)
+        kinds = self.kinds()
+        for k in range(2 * self.actions):
+            if not kinds:
+                break
+            time.sleep(self.rng.uniform(0.02, 0.15))
+            kind = kinds.pop(0)
+            others = [p.id for p in apgas.places() if p.id != 0]
+            if not others:  # place 0 alone: grow first, the kill comes after
+                if kind == "kill":
+                    kinds.insert(0, kind)
+                kind = "grow"
+            if kind == "grow":
+                reply = order(self.address, f"grow 1 chaos{k}")[0]
+            elif kind == "shrink":
+                reply = order(self.address, "shrink 1")[0]
+            else:
+                victim = self.rng.choice(others)
+                try:
+                    pid = apgas.at(victim, os.getpid)
+                except apgas.ApgasError as e:  # it left meanwhile
+                    reply = f"not killed: {e}"
+                else:
+                    os.kill(pid, signal.SIGKILL)
+                    deadline = time.monotonic() + 20
+                    while victim in [p.id for p in apgas.places()] and time.monotonic() < deadline:
+                        time.sleep(0.005)
+                    reply = f"killed place {victim}"
+            self.done.append(f"{kind}: {reply}")
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("app", list(CHAOS))
+def test_random_orders_and_a_lost_place_change_nothing(app, seed, malleable_address):
+    """Random grows, shrinks and SIGKILLs of places other than 0 during the run: a loss
+    rolls the arrays back to the last commit (every 4 steps) and the steps since are
+    run again (none if the loss came with a commit); the values are still the
+    reference's, bit for bit."""
+    module, params = CHAOS[app]
+    total = params.get("iterations", params.get("steps"))
+    seed = seed * 1000 + sum(map(ord, app))
+
+    def main() -> tuple[Outcome, list[str], list[int]]:
+        chaos = Chaos(malleable_address, seed)
+        chaos.thread.start()
+        seen: list[int] = []
+
+        def pace(done: int) -> None:
+            seen.append(done)
+            chaos.started.set()
+            if done >= total - 3:
+                chaos.thread.join(40)  # the rest land here; a loss is rolled back after it
+            elif chaos.thread.is_alive():
+                time.sleep(0.02)
+
+        try:
+            outcome = module.run(**params, malleable=True, commit_every=4, on_iteration=pace)
+        finally:
+            chaos.started.set()
+            chaos.thread.join(40)
+        return outcome, chaos.done, seen
+
+    rolled = Records()  # apgas.steps warns of each roll-back (apgas's loggers do not propagate)
+    logging.getLogger("apgas.steps").addHandler(rolled)
+    try:
+        outcome, done, seen = apgas.run(main, places=2)
+    finally:
+        logging.getLogger("apgas.steps").removeHandler(rolled)
+    assert outcome.values == module.sequential(**params), done  # bit for bit
+    assert any(d.startswith("kill: killed") for d in done), done
+    assert any(r.levelno == logging.WARNING for r in rolled.records), done  # a roll-back
+    assert (outcome.repeated > 0) == (seen != list(range(1, total + 1))), (seen, outcome.repeated)
+    assert seen[-1] == total and outcome.iterations == total
+    orders = [d for d in done if not d.startswith("kill")]
+    assert len(outcome.resizes) == sum(not d.split(": ", 1)[1].startswith("error") for d in orders), \
+        (outcome.resizes, done)
 
 
 @pytest.mark.timeout(60)
@@ -232,31 +353,40 @@ def test_flexible_sleep_moves_its_data_on_every_resize(malleable_address):
 
 @pytest.mark.timeout(60)
 def test_an_order_that_comes_during_an_iteration_waits_for_its_end(malleable_address):
-    def main() -> tuple[tuple, tuple, tuple, list[list[str]]]:
+    """The session's loop is apgas.steps: a grow sent during a step starts its place but
+    adds it, and re-spreads the array, only at the step's end; the session times it."""
+    def main() -> tuple[tuple, tuple, list[int], tuple, list[list[str]], list, float]:
         session = Session(malleable=True)
         session.start()
-        a = BlockArray.zeros(12, follow=True)
-        session.ready()
+        a = BlockArray.zeros(12, follow=True, resilient=True)
+        session.ready([a])
         replies: list[list[str]] = []
         grow = threading.Thread(target=lambda: replies.append(order(malleable_address, "grow 1 nodeA")))
-        with session.step():
-            before = a.layout
-            grow.start()
-            deadline = time.monotonic() + 30
-            while len(apgas.places()) < 3 and time.monotonic() < deadline:
-                time.sleep(0.01)  # the new place joins; the order goes on to re-spread the arrays ...
-            time.sleep(0.2)
-            during = a.layout  # ... but waits for the iteration
+        began = time.perf_counter()
+        for step in session.steps(apgas.steps(2, arrays=[a]), 2):
+            with step:
+                if step.index == 0:
+                    before = a.layout
+                    grow.start()
+                    time.sleep(1.5)  # the new place starts meanwhile, but does not join ...
+                    during = a.layout
+                    places = [p.id for p in apgas.places()]
+                    took = time.perf_counter() - began
         grow.join(30)
         after = a.layout
         session.close()
         a.free()
-        return before, during, after, replies
+        return before, during, places, after, replies, session.resizes, took
 
-    before, during, after, replies = apgas.run(main, places=2)
+    before, during, places, after, replies, resizes, took = apgas.run(main, places=2)
     assert replies and replies[0][0].startswith("ok"), replies
-    assert before == during == ((0, 0, 6), (1, 6, 12))
+    assert before == during == ((0, 0, 6), (1, 6, 12)) and places == [0, 1]  # ... until the step ends
     assert after == ((0, 0, 4), (1, 4, 8), (2, 8, 12))
+    [r] = resizes
+    assert (r.kind, r.n, r.places_before, r.places_after) == ("grow", 1, 2, 3)
+    # it waited for the step (at most its length), then moved the array and committed it
+    assert 0 < r.wait_seconds <= took + 1.0 and r.move_seconds is not None
+    assert r.commit_seconds is not None and r.move_seconds + r.commit_seconds + r.wait_seconds <= r.seconds
 
 
 @pytest.mark.timeout(60)
@@ -298,6 +428,7 @@ def test_the_command_line_prints_json_and_the_values_last():
     assert (record["app"], record["params"], record["places"], record["final_places"]) == \
         ("cg", {"n": 20, "iterations": 15}, 2, 2)
     assert record["resizes"] == [] and record["seconds"] > 0
+    assert (record["commit_every"], record["resilient"], record["repeated"]) == (cg.COMMIT_EVERY, True, 0)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -307,6 +438,7 @@ def test_the_command_line_prints_json_and_the_values_last():
     (["sleep", "--bytes", "12X"], "--bytes takes a size"),
     (["sleep", "--seconds", "-1"], "--seconds >= 0"),
     (["jacobi", "--places", "0"], "--places must be >= 1"),
+    (["nbody", "--commit-every", "-1"], "--commit-every must be >= 0"),
     (["cg", "--check"], "APGAS_SCHEDULER is not set"),
 ])
 def test_bad_input_is_refused_with_a_clear_message(argv, message, capsys):

@@ -1,32 +1,33 @@
 """The DMR study's applications on :mod:`apgas.dist`: Jacobi, CG, N-body and Flexible Sleep.
 
     python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [options] [--places P]
-                              [--malleable] [--check] [--json]
+                              [--malleable] [--check] [--commit-every K] [--json]
 
 Each module has ``sequential(...)`` (plain numpy in one process, the reference),
 ``run(...)`` (the same problem over :class:`~apgas.dist.BlockArray`\\ s, called
 at place 0 inside ``apgas.run``) and its per-place kernels as plain functions.
-Every array follows the places (``follow=True``), so no application has
-redistribution code of its own.
+They use the public API only, as a user's program would: every array follows
+the places (``follow=True``), so no application has redistribution code of its
+own, and is made ``resilient=True``; the iterations are the steps of
+:func:`apgas.steps`, which lists the arrays and any scalar state. So an order
+that comes in the middle of an iteration is carried out at its end, the arrays
+are copied at a commit every ``commit_every`` iterations, and a lost place
+(not place 0) rolls them back to the last commit: everything an iteration does
+follows from ``step.index``, the arrays and the state, so the values stay
+those of ``sequential`` bit for bit.
 
-What the applications share lives here: :class:`Session` keeps the orders out
-of an iteration. An order's re-spread is a collective on the arrays, so it
-must not overlap an iteration that uses them; a session runs each iteration
-under the lock with which :mod:`apgas.dist` re-spreads its followed arrays, so
-an order that comes in the middle of an iteration waits for its end, and the
-next iteration waits for the re-spread. That holds also for an order that
-fails half way (a handler's ``pre_grow`` would never see its ``post_grow``),
-which a pause held from ``pre_*`` to ``post_*`` would not survive.
+What the applications share lives here: :class:`Session` is one run's side of
+the orders (the handler that gives back the newest places, ``check_status``
+every ``check_every`` iterations, the times of the resizes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -34,10 +35,10 @@ import numpy.typing as npt
 
 import apgas
 from apgas import lowlevel
-from apgas.dist import BlockArray, _blocks, _follower
+from apgas.dist import BlockArray, at_each
 
-__all__ = ["APPS", "CheckSizes", "Resize", "Outcome", "Session", "owners", "at_owners", "at_owners_sum", "mark",
-           "row_sums", "total"]
+__all__ = ["APPS", "CheckSizes", "Resize", "Outcome", "Session", "Timed", "owners", "at_owners",
+           "at_owners_sum", "mark", "row_sums", "total"]
 
 APPS = ("jacobi", "cg", "nbody", "sleep")
 
@@ -54,9 +55,26 @@ def mark() -> float:
 
 @dataclasses.dataclass
 class Resize:
-    """One order as the application saw it: the whole order (handler's ``pre`` to
-    ``post``) and, within it, the wait for the iteration in progress and the
-    re-spread of the arrays (None if the session could not tell)."""
+    """One order as the application saw it, at place 0.
+
+    The order holds the steps from the moment it passes place 0's gate (the
+    handler's ``pre_*``: a step in progress has ended) to the end of its
+    ``post_*``; a grow starts its places before that, while the steps run.
+
+    - ``seconds``: ``wait_seconds`` plus the time the order held the steps;
+    - ``move_seconds``: within it, the re-spread of the arrays (None if the
+      session could not tell: the arrays had moved before its first mark);
+    - ``commit_seconds``: within it too, the commit of ``apgas.steps`` that
+      follows the re-spread inside the order (the resilient arrays copied over
+      the new places; None if none was timed);
+    - ``wait_seconds``: how long the order waited for the step in progress. The
+      application sees when an order passes the gate, not when it reached it: an
+      order that passes at a reconfiguring point (the session lets an order that
+      waited for the step go first, then calls ``on_iteration`` and
+      ``check_status``) waited for nothing, 0; for one that passes at the end of a
+      step this is *at most*: the length of that step (an order that had come
+      before the step began would have gone first).
+    """
 
     kind: str  # "grow" or "shrink"
     n: int
@@ -65,11 +83,13 @@ class Resize:
     seconds: float
     move_seconds: float | None
     wait_seconds: float | None = None
+    commit_seconds: float | None = None
 
 
 @dataclasses.dataclass
 class Outcome:
-    """What ``run`` returns: the values (in the order they are printed) and how it went."""
+    """What ``run`` returns: the values (in the order they are printed) and how it went.
+    ``repeated``: steps run again after a lost place rolled the arrays back."""
 
     values: dict[str, float]
     seconds: float
@@ -77,6 +97,7 @@ class Outcome:
     final_places: int
     iterations: int
     resizes: list[Resize]
+    repeated: int = 0
 
 
 def owners(a: BlockArray) -> list[int]:
@@ -120,54 +141,92 @@ def at_owners_sum(a: BlockArray, fn: Callable[..., npt.NDArray[np.float64]], *ar
     :func:`row_sums` of its rows of something; their sum, added in row order as
     :func:`total` does. A step and the reduction after it in one round of messages
     (CG's matrix-vector product and ``p . q``), instead of two."""
-    parts = _blocks.each(owners(a), fn, *args)
+    parts = at_each(owners(a), fn, *args)
     return float(np.concatenate(parts).sum()) if parts else 0.0
 
 
 class _Handler(apgas.MalleableHandler):
-    """Chooses the newest places to leave; times each order. The arrays follow by
-    themselves and the session keeps the iterations out, so there is no work to move."""
+    """Gives back the newest places (never place 0, never an mpiexec rank); times each
+    order. The arrays follow by themselves and the orders wait for the steps, so
+    there is no work to move."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
 
     def pre_shrink(self, n: int, chosen: list[apgas.Place] | None = None) -> list[apgas.Place]:
-        self.session._begin("shrink", n)
+        self.session._passed("shrink", n)
         if chosen is not None:
             return chosen
         return [p for p in apgas.places() if p.id != 0 and lowlevel.removable(p.id)][-n:]
 
     def post_shrink(self, n: int, removed: list[apgas.Place]) -> None:
-        self.session._end()
+        self.session._done()
 
     def pre_grow(self, n: int) -> None:
-        self.session._begin("grow", n)
+        self.session._passed("grow", n)
 
     def post_grow(self, n: int, continued: list[apgas.Place], added: list[apgas.Place]) -> None:
-        self.session._end()
+        self.session._done()
 
 
 class _Mark:
-    """A resize listener that notes when it was called (``first``: just before the
-    arrays are re-spread, then it also asks the iterations to make way)."""
+    """A resize listener that notes when it is called. The listeners are called in the
+    order they were added: mark 0 is added before the arrays are made (so before the
+    arrays' own listener, which re-spreads them), mark 1 after them, mark 2 once the
+    loop of ``apgas.steps`` listens (its commit comes between 1 and 2)."""
 
-    def __init__(self, session: Session, first: bool) -> None:
-        self.session, self.first = session, first
+    def __init__(self, session: Session, which: int) -> None:
+        self.session, self.which = session, which
 
     def before_shrink(self, leaving: list[apgas.Place]) -> None:
-        self.session._moving(self.first)
+        self.session._mark(self.which, {p.id for p in leaving}, False)
 
     def after_grow(self, added: list[apgas.Place]) -> None:
-        self.session._moving(self.first)
+        self.session._mark(self.which, {p.id for p in added}, True)
+
+
+class Timed:
+    """A step of :func:`apgas.steps` as :meth:`Session.steps` hands it out: ``with step:``
+    runs it (the step's own ``__enter__`` and ``__exit__``) and notes when it ran."""
+
+    __slots__ = ("step", "_session")
+
+    def __init__(self, step: apgas.Step, session: Session) -> None:
+        self.step, self._session = step, session
+
+    @property
+    def index(self) -> int:
+        return self.step.index
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.step.rolled_back
+
+    def __enter__(self) -> Timed:
+        self._session._entering()
+        self.step.__enter__()
+        return self
+
+    def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        try:
+            return self.step.__exit__(etype, exc, tb)
+        finally:
+            self._session._ended()
+
+    def __repr__(self) -> str:
+        return f"Timed({self.step!r})"
 
 
 class Session:
-    """One run's side of the orders, at place 0: the iterations under the re-spread
-    lock, the handler (``malleable``), ``check_status`` every ``check_every``
-    iterations (``check``: the sizes), and the times of the resizes.
+    """One run's side of the orders, at place 0: the handler (``malleable``: take
+    orders; it gives back the newest places), ``check_status`` every ``check_every``
+    iterations (``check``: the sizes), and the times of the resizes. It holds no
+    lock: :func:`apgas.steps` keeps the orders out of the iterations.
 
     ``on_iteration(i)``, if given, is called at every reconfiguring point, after
-    ``i`` iterations (tests use it to interleave orders with the iterations)."""
+    ``i`` iterations (tests use it to interleave orders with the iterations; after
+    a roll-back ``i`` comes again)."""
 
     def __init__(self, malleable: bool = False, check: CheckSizes | None = None,
                  check_every: int = 1, on_iteration: Callable[[int], None] | None = None) -> None:
@@ -178,13 +237,16 @@ class Session:
         self.check_every = check_every
         self.on_iteration = on_iteration
         self.resizes: list[Resize] = []
-        self._lock = threading.RLock()  # replaced by the follower's lock in start()
-        self._wanted = False  # an order is about to take the lock
-        self._order: tuple[str, int, int, float] | None = None  # kind, n, places, start
-        self._moves: list[float] = []
-        self._released = 0.0  # when the last iteration ended
-        self._undo: list[Callable[[], None]] = []
+        self.repeated = 0
         self.started = mark()
+        self._arrays: list[BlockArray] = []
+        # the order in progress: kind, n, places before, when it passed the gate, its wait
+        self._order: tuple[str, int, int, float, float] | None = None
+        self._marks: dict[int, float | None] = {}
+        # the last step that began: when it was entered and when it ended (None: it runs)
+        self._step: tuple[float, float | None] = (self.started, self.started)
+        self._between = False  # at a reconfiguring point, after the orders that waited
+        self._undo: list[Callable[[], None]] = []
         self.places = len(apgas.places())
 
     # -- lifecycle (run() calls these) ------------------------------------------------------
@@ -198,17 +260,18 @@ class Session:
         return False
 
     def start(self) -> None:
-        """Hook into the orders. Call it before making the arrays: the first mark must
-        come before the arrays' follower among the resize listeners."""
+        """Hook into the orders. Call it before making the arrays, so that the first
+        mark comes before their re-spread among the resize listeners."""
         if apgas.here().id != 0:
             raise apgas.ApgasError("the applications run at place 0 (their arrays follow the places)")
-        self._undo.append(lowlevel.on_resize(_Mark(self, True)))
-        self._lock = _follower().lock  # registers the follower (once per run)
-        self._undo.append(lowlevel.on_resize(_Mark(self, False)))
-
-    def ready(self) -> None:
-        """The arrays are made: take orders now (``malleable``)."""
         if self.malleable:
+            self._undo.append(lowlevel.on_resize(_Mark(self, 0)))
+
+    def ready(self, arrays: Sequence[BlockArray] = ()) -> None:
+        """The arrays are made: take orders now (``malleable``)."""
+        self._arrays = list(arrays)
+        if self.malleable:
+            self._undo.append(lowlevel.on_resize(_Mark(self, 1)))
             communicator = apgas.define_malleable_handler(_Handler(self))
             log.info("malleable: orders to %s", getattr(communicator, "address", "the scheduler"))
 
@@ -221,23 +284,30 @@ class Session:
         self._undo.clear()
 
     # -- the iterations -----------------------------------------------------------------
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        """One iteration: no order re-spreads the arrays meanwhile. If an order is
-        waiting for its turn, it goes first (a lock handed back at once is often
-        taken again by the same thread, and the order would wait for ever)."""
-        if self._wanted:
-            self._wanted = False
-            for _ in range(40):  # let the waiting order take the lock (it does within ~1 ms)
-                if not self._lock.acquire(blocking=False):
-                    break  # it did
-                self._lock.release()
-                time.sleep(0.0005)
-        with self._lock:
+    def steps(self, loop: Iterable[apgas.Step], total: int) -> Iterator[Timed]:
+        """The steps of ``loop`` (an :func:`apgas.steps` of ``total`` steps), each to run
+        as ``with step:``; after each, the reconfiguring point (:meth:`between`)."""
+        each = iter(loop)
+        step = next(each, None)  # the loop listens to the orders from here on
+        if self.malleable:
+            self._undo.append(lowlevel.on_resize(_Mark(self, 2)))
+        while step is not None:
+            index = step.index
+            yield Timed(step, self)
+            step = next(each, None)
+            done = total if step is None else step.index
+            if done <= index:  # a lost place rolled the loop back to a commit
+                self.repeated += index + 1 - done
+            if self.malleable:
+                # a top-level finish holds the gate (the arrays follow the places): an
+                # order that waited for the step passes it first, the others come later
+                with apgas.finish():
+                    pass
+            self._between = True
             try:
-                yield
+                self.between(done, total)
             finally:
-                self._released = mark()
+                self._between = False
 
     def between(self, done: int, total: int) -> None:
         """The reconfiguring point after ``done`` of ``total`` iterations: ask the
@@ -256,31 +326,47 @@ class Session:
     def outcome(self, values: dict[str, float], iterations: int) -> Outcome:
         return Outcome(values=values, seconds=mark() - self.started, places=self.places,
                        final_places=len(apgas.places()), iterations=iterations,
-                       resizes=list(self.resizes))
+                       resizes=list(self.resizes), repeated=self.repeated)
 
-    # -- called by the handler and the listeners, in the order's thread -----------------------
-    def _begin(self, kind: str, n: int) -> None:
-        self._order = (kind, n, len(apgas.places()), mark())
-        self._moves = []
+    # -- called by the steps, the handler and the listeners ---------------------------------
+    def _entering(self) -> None:
+        self._step = (mark(), None)
 
-    def _moving(self, first: bool) -> None:
-        if first:
-            self._wanted = True
-        self._moves.append(mark())
+    def _ended(self) -> None:
+        self._step = (self._step[0], mark())
 
-    def _end(self) -> None:
+    def _passed(self, kind: str, n: int) -> None:
+        now = mark()
+        began, ended = self._step  # the order waited for this step at most
+        wait = 0.0 if self._between else max(0.0, (now if ended is None else min(now, ended)) - began)
+        self._order = (kind, n, len(apgas.places()), now, wait)
+        self._marks = {}
+
+    def _mark(self, which: int, ids: set[int], grow: bool) -> None:
+        now: float | None = mark()
+        if which == 0:  # the arrays must not have moved yet (their listener may come first)
+            try:
+                held = {b[0] for b in self._arrays[0].layout} if self._arrays else set()
+            except apgas.ApgasError:
+                held = set()  # a listener must not fail the order
+            if not self._arrays or ((ids <= held) if grow else not (ids & held)):
+                now = None
+        self._marks[which] = now
+
+    def _done(self) -> None:
         if self._order is None:
             return
-        kind, n, before, since = self._order
-        moves = self._moves
-        move = wait = None
-        if len(moves) == 2:  # the re-spread began when both the order and the iteration were there
-            began = max(moves[0], self._released)
-            move, wait = moves[1] - began, began - moves[0]
-        resize = Resize(kind, n, before, len(apgas.places()), mark() - since, move, wait)
+        kind, n, before, passed, wait = self._order
+        end = mark()
+        spans = [_span(self._marks.get(i), self._marks.get(i + 1)) for i in (0, 1)]
+        resize = Resize(kind, n, before, len(apgas.places()), wait + end - passed, spans[0], wait,
+                        spans[1])
         self.resizes.append(resize)
         self._order = None
-        log.info("%s %d: %d -> %d place(s) in %.3f s (arrays moved in %s after %s for the "
-                 "iteration)", kind, n, before, resize.places_after, resize.seconds,
-                 "?" if move is None else f"{move:.3f} s", "?" if wait is None else f"{wait:.3f} s")
+        log.info("%s %d: %d -> %d place(s) in %.3f s (arrays moved in %s, committed in %s, after "
+                 "at most %.3f s for the step)", kind, n, before, resize.places_after, resize.seconds,
+                 *("?" if t is None else f"{t:.3f} s" for t in spans), wait)
 
+
+def _span(since: float | None, until: float | None) -> float | None:
+    return None if since is None or until is None else until - since

@@ -1,7 +1,8 @@
 """Run one of the DMR applications.
 
     python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [app options] [--places P]
-                              [--malleable] [--check] [--sequential] [--json]
+                              [--malleable] [--check] [--commit-every K]
+                              [--no-resilient] [--sequential] [--json]
 
 Prints the run (places at the start and the end, time), one line per resize,
 with ``--json`` one JSON object on one line, and last the values, one per line
@@ -51,6 +52,12 @@ def build_parser(prog: str = "python -m apgas.dist.apps") -> argparse.ArgumentPa
                             f"{module.CHECK} (min, max, preferred, factor); needs APGAS_SCHEDULER")
         p.add_argument("--check-every", type=int, default=module.CHECK_EVERY, metavar="K",
                        help=f"iterations between two checks; default {module.CHECK_EVERY}")
+        p.add_argument("--commit-every", type=int, default=module.COMMIT_EVERY, metavar="K",
+                       help="iterations between two commits of the arrays (copies for roll-back "
+                            "after a lost place); 0: only before the first and after each order; "
+                            f"default {module.COMMIT_EVERY}")
+        p.add_argument("--no-resilient", dest="resilient", action="store_false",
+                       help="keep no copies of the arrays (a lost place ends the run)")
         p.add_argument("--sequential", action="store_true",
                        help="run the plain numpy reference in this process instead")
         p.add_argument("--json", action="store_true", help="also print one JSON object (one line)")
@@ -64,7 +71,8 @@ def _distributed(module: ModuleType, params: dict[str, Any], ns: argparse.Namesp
                         os.environ.get("APGAS_MALLEABLE_LISTEN", "a free port; set it to choose"))
         outcome: Outcome = module.run(**params, malleable=ns.malleable,
                                       check_sizes=module.CHECK if ns.check else None,
-                                      check_every=ns.check_every)
+                                      check_every=ns.check_every,
+                                      commit_every=ns.commit_every, resilient=ns.resilient)
         return outcome
 
     return apgas.run(main, places=ns.places)
@@ -79,6 +87,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m apgas.dist.apps")
         parser.error(f"--places must be >= 1, got {ns.places}")
     if ns.check_every < 1:
         parser.error(f"--check-every must be >= 1, got {ns.check_every}")
+    if ns.commit_every < 0:
+        parser.error(f"--commit-every must be >= 0, got {ns.commit_every}")
     if ns.check and not os.environ.get("APGAS_SCHEDULER"):
         parser.error("--check asks a scheduler (apgas.check_status), but APGAS_SCHEDULER is not "
                      "set: submit the program as a job of our scheduler")
@@ -98,18 +108,23 @@ def main(argv: list[str] | None = None, prog: str = "python -m apgas.dist.apps")
     print(f"{ns.app} {shown}: {'sequential' if ns.sequential else 'distributed'}, "
           f"{outcome.places} place(s)"
           + (f" (at the end {outcome.final_places})" if outcome.final_places != outcome.places else "")
-          + f", {outcome.seconds:.3f} s", flush=True)
+          + f", {outcome.seconds:.3f} s"
+          + (f", {outcome.repeated} iteration(s) repeated after lost places" if outcome.repeated else ""),
+          flush=True)
     for r in outcome.resizes:
         moved = "?" if r.move_seconds is None else f"{r.move_seconds:.3f} s"
-        waited = "" if not r.wait_seconds else f", after {r.wait_seconds:.3f} s for the iteration"
+        committed = "" if r.commit_seconds is None else f", committed in {r.commit_seconds:.3f} s"
+        waited = "" if not r.wait_seconds else f", after at most {r.wait_seconds:.3f} s for the iteration"
         print(f"resize {r.kind} {r.n}: {r.places_before} -> {r.places_after} place(s) in "
-              f"{r.seconds:.3f} s (data moved in {moved}{waited})")
+              f"{r.seconds:.3f} s (data moved in {moved}{committed}{waited})")
     if ns.json:
         record = {"app": ns.app, "params": params,
                   "mode": "sequential" if ns.sequential else "distributed",
                   "malleable": bool(ns.malleable or ns.check), "check": bool(ns.check),
                   "results": outcome.values, "seconds": outcome.seconds,
                   "places": outcome.places, "final_places": outcome.final_places,
+                  "commit_every": ns.commit_every, "resilient": ns.resilient,
+                  "repeated": outcome.repeated,
                   "resizes": [dataclasses.asdict(r) for r in outcome.resizes]}
         print(json.dumps(record))
     for key, value in outcome.values.items():

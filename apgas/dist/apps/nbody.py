@@ -11,7 +11,8 @@ the accelerations anew and kicks by dt/2 again. The values are the energy
 sqrt(r^2 + eps^2)``) and the sum of the positions.
 
 Positions, velocities and accelerations are BlockArrays of shape (N, 3) that
-follow the places. Each place computes the accelerations of its own bodies
+follow the places, kept at the commits of :func:`apgas.steps` (a step follows
+from them alone). Each place computes the accelerations of its own bodies
 against all positions, which place 0 gathers and sends to every place once a
 step. A body's acceleration is computed by the same expressions whatever the
 places (chunks of rows, elementwise products, a sum along each row), and the
@@ -43,8 +44,8 @@ from apgas.dist import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners, row_sums, total
 
-__all__ = ["CHECK", "CHECK_EVERY", "EPS", "DT", "KERNELS", "positions", "accelerations", "potential_rows",
-           "kick", "drift", "sequential", "run", "add_arguments", "parameters"]
+__all__ = ["CHECK", "CHECK_EVERY", "COMMIT_EVERY", "EPS", "DT", "KERNELS", "positions", "accelerations",
+           "potential_rows", "kick", "drift", "sequential", "run", "add_arguments", "parameters"]
 
 log = logging.getLogger("apgas.dist.apps.nbody")
 
@@ -56,6 +57,8 @@ DT = 0.001
 CHECK: CheckSizes = (1, 16, 1, 2)
 #: steps between two ``check_status`` calls (DMR's N-body runs only 25 steps)
 CHECK_EVERY = 1
+#: steps between two commits of ``apgas.steps`` (copies of x, v and a: 72 bytes a body)
+COMMIT_EVERY = 5
 CHUNK = 256  # rows of bodies per pass of the numpy kernels: bounds the (rows, N) temporaries
 
 
@@ -220,6 +223,7 @@ def _potential_at(x: BlockArray, phi: BlockArray, xs: Array) -> None:
 
 def run(n: int, steps: int, seed: int = 0, places: Sequence[apgas.Place | int] | None = None, *,
         malleable: bool = False, check_sizes: CheckSizes | None = None, check_every: int = CHECK_EVERY,
+        commit_every: int = COMMIT_EVERY, resilient: bool = True,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The steps over the places, at place 0 inside ``apgas.run``; the options as for
     :func:`apgas.dist.apps.jacobi.run`."""
@@ -228,25 +232,27 @@ def run(n: int, steps: int, seed: int = 0, places: Sequence[apgas.Place | int] |
     follow = session.follows(places)
     session.start()
     start = positions(n, seed)
-    x = BlockArray.from_array(start, places=places, follow=follow)
-    v = BlockArray.zeros((n, 3), np.float64, places=places, follow=follow)
-    a = BlockArray.zeros((n, 3), np.float64, places=places, follow=follow)
-    phi = BlockArray.zeros((n,), np.float64, places=places, follow=follow)
+    x = BlockArray.from_array(start, places=places, follow=follow, resilient=resilient)
+    v = BlockArray.zeros((n, 3), np.float64, places=places, follow=follow, resilient=resilient)
+    a = BlockArray.zeros((n, 3), np.float64, places=places, follow=follow, resilient=resilient)
+    bodies = [x, v, a]
     try:
         at_owners(x, _accelerate_at, x, a, start)
-        session.ready()
+        session.ready(bodies)
         try:
-            for i in range(steps):
-                with session.step():
+            loop = apgas.steps(steps, commit_every=commit_every, arrays=bodies)
+            for step in session.steps(loop, steps):
+                with step:
                     at_owners(x, _kick_drift_at, x, v, a)
                     at_owners(x, _accelerate_kick_at, x, v, a, x.gather())
-                session.between(i + 1, steps)
         finally:
             session.close()
+        phi = BlockArray.zeros((n,), np.float64, places=places, follow=follow)
+        bodies.append(phi)
         at_owners(x, _potential_at, x, phi, x.gather())
         values = {"energy": energy(n, total(v, v), total(phi)), "checksum": total(x)}
     finally:
-        for b in (x, v, a, phi):
+        for b in bodies:
             b.free()
     return session.outcome(values, steps)
 

@@ -5,7 +5,9 @@ the job reaches a reconfiguring point, where orders are carried out. The job
 holds a float64 BlockArray of B bytes in all (default 1 GiB) that follows the
 places, so each grow or shrink moves data as DMR's FS does; its elements are
 0, 1, 2, ..., so the sum (the checksum) is exact and shows any lost or
-misplaced row. The per-resize times say what the moves cost.
+misplaced row. The per-resize times say what the moves cost. The data is
+resilient: the steps of :func:`apgas.steps` copy it at their commits, and a
+lost place (not place 0) rolls it back.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from apgas.dist import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners
 
-__all__ = ["CHECK", "CHECK_EVERY", "GiB", "parse_bytes", "fill", "expected", "intact", "sequential", "run",
-           "add_arguments", "parameters"]
+__all__ = ["CHECK", "CHECK_EVERY", "COMMIT_EVERY", "GiB", "parse_bytes", "fill", "expected", "intact",
+           "sequential", "run", "add_arguments", "parameters"]
 
 log = logging.getLogger("apgas.dist.apps.sleep")
 
@@ -36,6 +38,9 @@ GiB = 1 << 30
 CHECK: CheckSizes = (1, 20, None, 2)
 #: steps between two ``check_status`` calls: every step ends at a reconfiguring point
 CHECK_EVERY = 1
+#: steps between two commits of ``apgas.steps``: 0, only the commits before the first step
+#: and after each order (a commit copies all the data, as a resize moves it)
+COMMIT_EVERY = 0
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -96,6 +101,7 @@ def _fill_at(a: BlockArray) -> None:
 def run(steps: int, seconds: float, nbytes: int = GiB,
         places: Sequence[apgas.Place | int] | None = None, *, malleable: bool = False,
         check_sizes: CheckSizes | None = None, check_every: int = CHECK_EVERY,
+        commit_every: int = COMMIT_EVERY, resilient: bool = True,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The steps over the places, at place 0 inside ``apgas.run``; the options as for
     :func:`apgas.dist.apps.jacobi.run`."""
@@ -103,15 +109,16 @@ def run(steps: int, seconds: float, nbytes: int = GiB,
     session = Session(malleable, check_sizes, check_every, on_iteration)
     follow = session.follows(places)
     session.start()
-    data = BlockArray.zeros((nbytes // 8,), np.float64, places=places, follow=follow)
+    data = BlockArray.zeros((nbytes // 8,), np.float64, places=places, follow=follow,
+                            resilient=resilient)
     try:
         at_owners(data, _fill_at, data)
-        session.ready()
+        session.ready([data])
         try:
-            for i in range(steps):
-                with session.step():
+            loop = apgas.steps(steps, commit_every=commit_every, arrays=[data])
+            for step in session.steps(loop, steps):
+                with step:
                     at_owners(data, time.sleep, seconds)
-                session.between(i + 1, steps)
         finally:
             session.close()
         values = {"checksum": float(data.sum())}
