@@ -1,18 +1,19 @@
 """The DMR study's applications on :mod:`apgas.dist`: Jacobi, CG, N-body and Flexible Sleep.
 
     python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [options] [--places P]
-                              [--malleable] [--check] [--commit-every K] [--json]
+                              [--malleable] [--check] [--resilient] [--commit-every K] [--json]
 
 Each module has ``sequential(...)`` (plain numpy in one process, the reference),
 ``run(...)`` (the same problem over :class:`~apgas.dist.BlockArray`\\ s, called
 at place 0 inside ``apgas.run``) and its per-place kernels as plain functions.
 They use the public API only, as a user's program would: every array follows
 the places (``follow=True``), so no application has redistribution code of its
-own, and is made ``resilient=True``; the iterations are the steps of
-:func:`apgas.steps`, which lists the arrays and any scalar state. So an order
-that comes in the middle of an iteration is carried out at its end, the arrays
-are copied at a commit every ``commit_every`` iterations, and a lost place
-(not place 0) rolls them back to the last commit: everything an iteration does
+own; the iterations are the steps of :func:`apgas.steps`, which lists the arrays
+and any scalar state. So an order that comes in the middle of an iteration is
+carried out at its end. With ``resilient=True`` (``--resilient``; off by default,
+since the copies cost memory and time: docs/results.md) the arrays are copied at
+a commit every ``commit_every`` iterations, and a lost place (not place 0) rolls
+them back to the last commit: everything an iteration does
 follows from ``step.index``, the arrays and the state, so the values stay
 those of ``sequential`` bit for bit.
 

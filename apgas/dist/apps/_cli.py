@@ -2,7 +2,7 @@
 
     python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [app options] [--places P]
                               [--malleable] [--check] [--commit-every K]
-                              [--no-resilient] [--sequential] [--json]
+                              [--resilient] [--sequential] [--json]
 
 Prints the run (places at the start and the end, time), one line per resize,
 with ``--json`` one JSON object on one line, and last the values, one per line
@@ -56,8 +56,11 @@ def build_parser(prog: str = "python -m apgas.dist.apps") -> argparse.ArgumentPa
                        help="iterations between two commits of the arrays (copies for roll-back "
                             "after a lost place); 0: only before the first and after each order; "
                             f"default {module.COMMIT_EVERY}")
-        p.add_argument("--no-resilient", dest="resilient", action="store_false",
-                       help="keep no copies of the arrays (a lost place ends the run)")
+        p.add_argument("--resilient", action="store_true",
+                       help="keep copies of the arrays at the commits, so that a lost place "
+                            "(not place 0) rolls the run back to the last commit instead of "
+                            "ending it; costs a copy of each block at its place and at a buddy, "
+                            "and the time of the commits")
         p.add_argument("--sequential", action="store_true",
                        help="run the plain numpy reference in this process instead")
         p.add_argument("--json", action="store_true", help="also print one JSON object (one line)")

@@ -154,7 +154,7 @@ def _residual_at(x: BlockArray, out: BlockArray) -> None:
 
 def run(n: int, iterations: int, places: Sequence[apgas.Place | int] | None = None, *,
         malleable: bool = False, check_sizes: CheckSizes | None = None, check_every: int = CHECK_EVERY,
-        commit_every: int = COMMIT_EVERY, resilient: bool = True,
+        commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The iterations over the places, at place 0 inside ``apgas.run``; the options
     as for :func:`apgas.dist.apps.jacobi.run`."""

@@ -127,7 +127,7 @@ def _sweep_at(old: BlockArray, new: BlockArray) -> None:
 
 def run(n: int, iterations: int, places: Sequence[apgas.Place | int] | None = None, *,
         malleable: bool = False, check_sizes: CheckSizes | None = None, check_every: int = CHECK_EVERY,
-        commit_every: int = COMMIT_EVERY, resilient: bool = True,
+        commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The iterations over the places, at place 0 inside ``apgas.run``: the steps of
     :func:`apgas.steps`.

@@ -223,7 +223,7 @@ def _potential_at(x: BlockArray, phi: BlockArray, xs: Array) -> None:
 
 def run(n: int, steps: int, seed: int = 0, places: Sequence[apgas.Place | int] | None = None, *,
         malleable: bool = False, check_sizes: CheckSizes | None = None, check_every: int = CHECK_EVERY,
-        commit_every: int = COMMIT_EVERY, resilient: bool = True,
+        commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The steps over the places, at place 0 inside ``apgas.run``; the options as for
     :func:`apgas.dist.apps.jacobi.run`."""

@@ -101,7 +101,7 @@ def _fill_at(a: BlockArray) -> None:
 def run(steps: int, seconds: float, nbytes: int = GiB,
         places: Sequence[apgas.Place | int] | None = None, *, malleable: bool = False,
         check_sizes: CheckSizes | None = None, check_every: int = CHECK_EVERY,
-        commit_every: int = COMMIT_EVERY, resilient: bool = True,
+        commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The steps over the places, at place 0 inside ``apgas.run``; the options as for
     :func:`apgas.dist.apps.jacobi.run`."""
