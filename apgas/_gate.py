@@ -32,8 +32,6 @@ class Gate:
         self._order: int | None = None  # the thread carrying out an order
         #: arrays following the places: while some exist, top-level finishes hold the gate
         self.guards = 0
-        #: orders carried out through the gate so far (a step loop re-commits after one)
-        self.epoch = 0
 
     def enter(self) -> bool:
         """Hold the gate (waiting for an order that runs or waits); False if this thread
@@ -75,11 +73,6 @@ class Gate:
         with self._cond:
             return threading.get_ident() in self._holds
 
-    def held(self) -> bool:
-        """Whether any thread holds the gate now."""
-        with self._cond:
-            return bool(self._holds)
-
     @contextlib.contextmanager
     def order(self) -> Iterator[None]:
         """Carry out an order: wait until nobody holds the gate, keep new holds out."""
@@ -99,5 +92,4 @@ class Gate:
         finally:
             with self._cond:
                 self._order = None
-                self.epoch += 1
                 self._cond.notify_all()

@@ -369,10 +369,15 @@ class Runtime:
            immediate: bool = False) -> T:
         """``apgas.at``; with ``immediate``, ``fn`` runs on the target's immediate pool
         (for short control calls that must not queue behind busy workers)."""
-        if self.id == 0 and self.gate.guards and _top_level(getattr(_ctx, "finish", None)):
+        if self.guarded(getattr(_ctx, "finish", None)):
             with self.gate.hold():  # arrays follow the places: no order under this call
                 return self._at(place, fn, args, kwargs, immediate)
         return self._at(place, fn, args, kwargs, immediate)
+
+    def guarded(self, prev: object) -> bool:
+        """Whether a finish or ``at`` opened under ``prev`` holds the gate: at place 0,
+        while arrays follow the places, at the top level of the program's own code."""
+        return self.id == 0 and bool(self.gate.guards) and _top_level(prev)
 
     def _at(self, place: Place | int, fn: Callable[..., T], args: tuple[Any, ...],
             kwargs: dict[str, Any], immediate: bool) -> T:
@@ -933,8 +938,7 @@ class Finish:
         self._f = None
         self._prev = getattr(_ctx, "finish", None)
         # arrays follow the places: no order re-spreads them under a top-level finish
-        self._gated = rt.id == 0 and bool(rt.gate.guards) and _top_level(self._prev) \
-            and rt.gate.enter()
+        self._gated = rt.guarded(self._prev) and rt.gate.enter()
         _ctx.finish = self  # opened by ref() at the first spawn of this thread
         return self
 

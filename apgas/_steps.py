@@ -102,7 +102,7 @@ class _Loop:
                              f"is place {rt.id}")
         self._rt = rt
         self._gate = rt.gate
-        self.n, self.start, self.commit_every = n, start, commit_every
+        self.n, self.commit_every = n, commit_every
         self.arrays = arrays
         self.state = state
         self._handled = set(rt.dead)  # losses that happened before, or were rolled back

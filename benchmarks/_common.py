@@ -117,6 +117,18 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() or None
 
 
+def available_bytes() -> int | None:
+    """``MemAvailable`` of /proc/meminfo, or None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def write_json(path: Path, report: dict[str, Any], logger: logging.Logger | None = None) -> None:
     """Write ``report`` to ``path`` (parents created); log it under ``logger`` or ``benchmarks``."""
     path.parent.mkdir(parents=True, exist_ok=True)

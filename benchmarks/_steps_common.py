@@ -13,6 +13,7 @@ import numpy as np
 
 import apgas
 from apgas.dist import BlockArray, at_each
+from benchmarks._common import available_bytes
 from benchmarks._dist_common import COLS, ROW_BYTES, GiB, MiB, mib
 
 __all__ = ["MiB", "GiB", "COLS", "ROW_BYTES", "mib", "Timed", "spans", "Progress", "make_arrays",
@@ -105,18 +106,6 @@ def loopback_bytes() -> int | None:
                 name, _, counters = line.partition(":")
                 if name.strip() == "lo":
                     return int(counters.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def available_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo, or None where there is none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None

@@ -108,7 +108,7 @@ import numpy as np
 import apgas
 from apgas.dist import BlockArray
 from apgas.dist._layout import Layout, even, overlaps
-from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks._common import available_bytes, machine_info, setup_logging, write_json
 from benchmarks._dist_actions import DMR_PAPER, DMR_TABLE2, actions, render_actions
 from benchmarks._dist_ceiling import bandwidth_ceiling, bandwidth_once, render_ceiling
 from benchmarks._dist_common import CHECK_MAX, COLS, ROW_BYTES, GiB, MiB, check, fill_here, mib
@@ -157,18 +157,6 @@ def make_params(mode: str, repeats: int | None) -> Params:
 
 
 # -- memory ------------------------------------------------------------------------------------
-
-def available_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo, or None where there is none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
 
 def fitting(sizes: Sequence[int], part: str, skipped: list[dict[str, Any]]) -> list[int]:
     """The sizes whose peak (``PEAK_FACTOR`` x S + ``HEADROOM``) fits in the free memory now;
