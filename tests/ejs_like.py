@@ -132,7 +132,10 @@ class EjsLike:
                        and time.monotonic() - self.last_resize >= self.cooldown)
                 free = [n for n in self.nodes if n not in self.held]
             if due and free:
-                self.grow([free[0]])
+                try:
+                    self.grow([free[0]])
+                except OSError:                   # the job ended after its ready line
+                    return
                 with self._changed:
                     self.granted.append(free[0])
 

@@ -37,7 +37,9 @@ record = {}
 
 def save(**items):
     record.update(items)
-    OUT.write_text(json.dumps(record))
+    partial = OUT.with_suffix(".partial")      # the test reads OUT while we write:
+    partial.write_text(json.dumps(record))     # it sees a whole file or none
+    os.replace(partial, OUT)
 
 def wait_file(name, timeout=60):
     deadline = time.monotonic() + timeout
