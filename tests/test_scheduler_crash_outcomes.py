@@ -234,8 +234,9 @@ print(json.dumps(h.identity), flush=True)
 
 def test_an_adopted_job_reports_the_recorded_status_of_its_program(tmp_path):
     """Started by another daemon process, which is gone: once its program has
-    exited 4, :class:`Adopted` says 4 (what it left behind still runs, as it
-    would for a child of ours, and is killed after)."""
+    exited 4, :class:`Adopted` says 4, and what it left behind (a setsid child,
+    re-parented to the supervisor, its subreaper) was ended by the supervisor
+    before it exited."""
     import json
 
     outcomes = tmp_path / "outcomes"
@@ -250,9 +251,9 @@ def test_an_adopted_job_reports_the_recorded_status_of_its_program(tmp_path):
     try:
         proc = containment.adopt(identity)
         assert proc.wait(10) == 4 and proc.ended
-        assert alive(sleeper) and containment.alive(identity)
-        containment.kill(identity, 0.5)
         assert wait_gone([sleeper], 2) == []
+        assert not containment.alive(identity)
+        containment.kill(identity, 0.5)  # nothing left: returns at once
     finally:
         if alive(sleeper):
             os.kill(sleeper, signal.SIGKILL)

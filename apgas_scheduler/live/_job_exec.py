@@ -9,25 +9,33 @@ scheduler's rights, so ``LD_PRELOAD``, ``LD_AUDIT`` and their kind in a job's
 
 1. enters the job's cgroup (writes its pid to ``cgroup.procs``, which needs the
    scheduler's rights), so that nothing of the job runs outside it;
-2. forks. The child closes what it must not keep (the outcome directory),
+2. becomes the *child subreaper* of what it starts (``PR_SET_CHILD_SUBREAPER``),
+   and forks. The child closes what it must not keep (the outcome
+   directory), turns the command, environment and directory into bytes and
+   works out where on the job's ``PATH`` the program may be (so that it
+   needs nothing of this Python after the switch: ``os.execvpe`` imports
+   lazily, and the scheduler's Python may live where the user cannot read),
    becomes the job's user (groups, gid, uid; all three ids of each) and, as
-   that user, changes to the job's directory, finds the program on the job's
-   ``PATH`` and ``execve``\\ s it with the job's environment. So the directory
-   and the program are looked up with the user's rights: a job cannot learn
-   whether a file of root's exists from the error it gets.
+   that user, changes to the job's directory and ``execve``\\ s the first of
+   those paths that is there. So the directory and the program are looked
+   up with the user's rights: a job cannot learn whether a file of root's
+   exists from the error it gets. Any failure, of whatever kind, is
+   reported with its text.
 3. The parent, the **supervisor**, never runs anything of the user's: it
    waits for the child, passes on the signals it is sent (TERM, INT, HUP,
-   QUIT, USR1, USR2, ALRM) to it, and when the child has ended writes its
-   exit status to the outcome directory (``<name>``, written as
+   QUIT, USR1, USR2, ALRM) to it, reaps the orphans re-parented to it, and
+   when the child has ended writes its exit status to the outcome directory (``<name>``, written as
    ``<name>.tmp`` and renamed, so it is whole or absent), then exits with the
    same status (a signal that would dump a core: ``128 + signal``). A
    scheduler that was down meanwhile reads the file (it is root's, in root's
    state directory: the user's program, which runs as another user and never
-   held the directory open, cannot write or forge it).
+   held the directory open, cannot write or forge it). Before it exits, it
+   ends what the program left (its children by then: TERM, KILL after the
+   spec's ``grace`` seconds).
 
 What to run comes as JSON on the descriptor ``argv[1]`` (read to its end):
 ``{"cgroup", "uid", "gid", "groups", "cwd", "env", "argv", "outcome_fd",
-"outcome_name", "tag"}`` (``null`` for "leave as is"; ``outcome_fd`` is a
+"outcome_name", "tag", "grace"}`` (``null`` for "leave as is"; ``outcome_fd`` is a
 directory open for us, or null: record nothing). A failure to start is
 written to the descriptor ``argv[2]`` as ``step NUL errno NUL text NUL
 filename`` and the process exits with 127, recording nothing; once the
@@ -73,6 +81,7 @@ def main() -> None:
                 procs.write(str(os.getpid()))
     except OSError as e:
         fail(error_fd, "cgroup", e)
+    subreaper()  # orphans of the job become our children, not init's
     started_r, started_w = os.pipe2(os.O_CLOEXEC)  # the child writes to it if it cannot exec
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # until the child is known
     child = os.fork()
@@ -97,7 +106,7 @@ def main() -> None:
     os.dup2(devnull, 0)  # the job's input (a key, for ssh) is the program's alone
     os.dup2(devnull, 1)
     os.close(devnull)
-    name, tag = spec.get("outcome_name"), spec.get("tag")
+    name, tag, grace = spec.get("outcome_name"), spec.get("tag"), float(spec.get("grace") or 3.0)
     del spec  # the job's environment (its key): not kept here longer than needed
     with os.fdopen(started_r, "rb") as started:
         ran = not started.read()
@@ -107,9 +116,9 @@ def main() -> None:
         except OSError:
             pass  # the scheduler stopped listening: it kills us, or learns the end otherwise
     os.close(error_fd)
-    while True:  # a stop (the program may have asked to be traced) is no end
-        _, status = os.waitpid(child, 0)
-        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+    while True:  # a stop (the program may have asked to be traced) is no end; orphans
+        pid, status = os.waitpid(-1, 0)  # of the job that ended are reaped on the way
+        if pid == child and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
             break
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     os.close(pidfd)
@@ -117,18 +126,48 @@ def main() -> None:
         os._exit(127)  # it never became the job: nothing to record
     if outcome_fd is not None and name:
         record(outcome_fd, name, tag, status)
+    end_leftovers(grace)
     end_like(status)
 
 
 def fail(error_fd: int, step: str, e: OSError) -> None:
-    report = [step, str(e.errno or 0), e.strerror or str(e), str(e.filename or "")]
-    os.write(error_fd, "\0".join(report).encode(errors="replace"))
+    report = [step, str(e.errno or 0), e.strerror or str(e),
+              os.fsdecode(e.filename) if e.filename else ""]
+    os.write(error_fd, "\0".join(report).encode("utf-8", "backslashreplace"))
     os._exit(127)
 
 
+def subreaper() -> None:
+    """Become the child subreaper of everything the job starts: a process whose
+    parent ends (a double fork) is re-parented to us, not to init, so without a
+    cgroup the scheduler still finds it among our descendants, and we end it."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass  # not Linux's libc: the scheduler's session scan is what is left
+
+
+def candidates(spec: dict) -> list[bytes]:
+    """The paths the program may be at, in order: itself if it names a path, else
+    each directory of the job's ``PATH`` with its name, as ``execvpe`` tries
+    them. Worked out before the switch of user, so that nothing of this Python
+    is needed after it (``os.execvpe`` imports lazily, from wherever the
+    scheduler's Python lives, which the user may not read). Which of them
+    exists is found as the user, by ``execve`` itself: the error a job gets
+    says nothing about files the user cannot see."""
+    argv0 = os.fsencode(spec["argv"][0])
+    if b"/" in argv0:
+        return [argv0]
+    path = os.fsencode(spec["env"].get("PATH", os.defpath))
+    return [os.path.join(d or b".", argv0) for d in path.split(b":")]
+
+
 def become_the_job(spec: dict, error_fd: int, started_w: int, outcome_fd: int | None) -> None:
-    """In the child: drop what is the supervisor's, become the user, exec the program."""
-    step = "user"
+    """In the child: drop what is the supervisor's, become the user, exec the
+    program. Every failure is reported with its text, whatever its kind."""
+    step = "command"
     try:
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
@@ -137,6 +176,12 @@ def become_the_job(spec: dict, error_fd: int, started_w: int, outcome_fd: int | 
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         if outcome_fd is not None:
             os.close(outcome_fd)
+        # everything the exec needs, as bytes, before the switch: a lone surrogate fails here
+        argv = [os.fsencode(a) for a in spec["argv"]]
+        env = {os.fsencode(k): os.fsencode(v) for k, v in spec["env"].items()}
+        cwd = os.fsencode(spec["cwd"]) if spec["cwd"] else None
+        paths = candidates(spec)
+        step = "user"
         if spec["groups"] is not None:
             os.setgroups(spec["groups"])
         if spec["gid"] is not None:
@@ -144,13 +189,70 @@ def become_the_job(spec: dict, error_fd: int, started_w: int, outcome_fd: int | 
         if spec["uid"] is not None:
             os.setresuid(spec["uid"], spec["uid"], spec["uid"])
         step = "cwd"
-        if spec["cwd"]:
-            os.chdir(spec["cwd"])
+        if cwd is not None:
+            os.chdir(cwd)
         step = "exec"
-        os.execvpe(spec["argv"][0], spec["argv"], spec["env"])  # PATH: the job's own
-    except OSError as e:
+        first: OSError | None = None
+        for path in paths:  # execvpe's rule: the first error other than "not here" counts
+            try:
+                os.execve(path, argv, env)
+            except (FileNotFoundError, NotADirectoryError) as e:
+                first = first or e
+            except OSError as e:
+                if first is None or isinstance(first, (FileNotFoundError, NotADirectoryError)):
+                    first = e
+        if len(paths) > 1 and isinstance(first, (FileNotFoundError, NotADirectoryError)):
+            first = FileNotFoundError(2, "no such program on the job's PATH", spec["argv"][0])
+        raise first or FileNotFoundError(2, "the job's PATH is empty", spec["argv"][0])
+    except BaseException as e:  # noqa: BLE001 - anything: it is told, never a silent 127
         os.write(started_w, b"!")
-        fail(error_fd, step, e)
+        fail(error_fd, step, e if isinstance(e, OSError) else
+             OSError(0, f"{type(e).__name__}: {e}"))
+
+
+def end_leftovers(grace: float) -> None:
+    """End what the program left running, all of it re-parented to us (we are its
+    subreaper): TERM, KILL after ``grace`` seconds, until we have no child.
+    They are our children, unreaped, so a pid here is never another's."""
+    deadline = time.monotonic() + grace
+    me, termed = os.getpid(), set()
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            return  # no child left
+        kids = children(me)
+        if not kids:
+            return
+        late = time.monotonic() >= deadline
+        for kid in kids:
+            if late or kid not in termed:
+                try:
+                    os.kill(kid, signal.SIGKILL if late else signal.SIGTERM)
+                    if not late:
+                        os.kill(kid, signal.SIGCONT)
+                except OSError:
+                    pass
+        termed |= set(kids)
+        time.sleep(0.02)
+
+
+def children(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (from ``/proc/<pid>/stat``)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == parent and fields[0] != b"Z":
+            found.append(int(name))
+    return found
 
 
 def record(directory: int, name: str, tag: str | None, status: int) -> None:

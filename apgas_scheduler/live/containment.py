@@ -2,9 +2,11 @@
 the same ones, end them all.
 
 A job is started (:func:`start`) in a session and process group of its own
-and, where the machine allows it, in a cgroup (v2) of its own; every process
-also carries a tag in its environment (``APGAS_SCHEDULER_JOB=<token>``). The
-job's processes are then:
+and, where the machine allows it, in a cgroup (v2) of its own. Its processes
+carry a tag in their environment (``APGAS_SCHEDULER_JOB=<token>``), which
+names its Slurm steps and its outcome file but never decides what is the
+job's: any user can put any variable into the environment of their own
+processes. The job's processes are:
 
 * with a cgroup: every process in it. Nothing a job does without privileges
   takes a process out (``setsid``, double forks, ignoring SIGTERM: all stay);
@@ -15,21 +17,26 @@ job's processes are then:
   the daemon is threaded). The first process stays, as the program's parent
   (the *supervisor*), and records how it ended (below).
 * without one (no writable ``cgroup2`` mount: not root and no delegation, a
-  container; or ``APGAS_SCHEDULER_CGROUPS=0``): every process whose
-  environment holds the tag (``/proc/<pid>/environ``: a ``setsid`` or
-  double-forked child keeps it), plus every process still in the job's
-  process group or session (those that cleared their environment). A process
-  that both leaves the session and drops the tag escapes this fallback; a
-  cgroup is the only complete answer.
-* in both cases, every process tagged so (a Slurm step's processes, started
-  by ``slurmstepd``, are in no cgroup of ours; on this machine the tag finds
-  them).
+  container; or ``APGAS_SCHEDULER_CGROUPS=0``): every descendant of the
+  supervisor, which is the *child subreaper* of the job (a process whose
+  parent ends, a double fork, is re-parented to it, not to init), plus every
+  process of the job's user still in the job's process group or session. A
+  scan reads only the ``/proc`` entries of those two users' processes
+  (other users' cost one ``stat``), and never an environment. What escapes
+  this fallback: a process that leaves the session while the supervisor is
+  gone (killed by root or the OOM killer); a cgroup is the only complete
+  answer.
 * under Slurm (the job's command runs through ``srun`` in the allocation):
   also every step of the allocation named after the tag
   (``apgas-job-<tag>``, :func:`step_name`); ``srun`` names the job's own step
   so, and the srun launcher names the steps the job itself starts so too
   (it reads ``APGAS_STEP_NAME`` from the environment). :func:`kill` ends them
-  with ``scancel`` and waits until ``squeue`` no longer lists them.
+  with ``scancel`` and waits until ``squeue`` no longer lists them. Their
+  processes on this machine are ``slurmstepd``'s, in Slurm's own cgroups.
+
+Once the program has ended, its supervisor ends what it left (TERM, KILL
+after the grace time: they are its children by then) and only then exits, so
+nothing of the job outlives it unseen.
 
 :func:`kill` sends TERM to every process of the job (again to those that
 appear while it waits), KILL to what is left after the grace time (with a
@@ -47,8 +54,8 @@ pipe already closed after the ssh key went through). Its output goes to files.
 So a job keeps running when the daemon is killed (``kill -9``, a crash), and a
 restarted daemon re-adopts it from the persisted :attr:`Handle.identity`:
 :func:`alive` tells whether its processes are provably the same ones (same
-boot; the pid exists with the same start time, or the cgroup, the tag or the
-Slurm steps still have processes), :func:`adopt` watches it although it is no
+boot; the pid exists with the same start time, or the cgroup, the
+supervisor's descendants or session, or the Slurm steps still have processes), :func:`adopt` watches it although it is no
 child of ours, and :func:`kill` ends it.
 
 **How a job ended, when the daemon did not see it.** The supervisor (the
@@ -145,7 +152,8 @@ class Handle:
     all of it, for :func:`alive`, :func:`kill`, :func:`adopt`,
     :func:`outcome`, also in another daemon process (keys: ``pid``,
     ``start_time``, ``boot_id``, ``cgroup`` (path or None), ``tag``, ``slurm``
-    (``{"job": id, "step_name": name}`` or None), ``supervised`` (True: the
+    (``{"job": id, "step_name": name}`` or None), ``uid`` (the job's user) and
+    ``supervisor_uid`` (the scheduler's), ``supervised`` (True: the
     first process is a supervisor, not the program), ``outcome`` (the file it
     records the program's end in, or None))."""
 
@@ -295,7 +303,7 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
           cwd: str | None = None, user: RunAs | None = None, stdin: Any = subprocess.DEVNULL,
           stdout: Any = None, stderr: Any = None, tag: str | None = None,
           cgroup: bool | None = None, slurm_job: str | None = None,
-          outcome_dir: str | os.PathLike[str] | None = None) -> Handle:
+          outcome_dir: str | os.PathLike[str] | None = None, grace: float = 3.0) -> Handle:
     """Start ``argv`` as job ``job_id``, contained: its own session and process
     group, its own cgroup when possible (``cgroup``: None where possible, False
     never, True or OSError), the tag ``tag`` (default: :func:`new_tag`) in its
@@ -307,7 +315,9 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
     directory of the scheduler's own (nobody else may write it) where the
     supervisor records how the program ended (:func:`outcome`); None: nowhere.
     OSError if it cannot start (as the user found: the directory or the
-    program missing or not theirs to use); nothing is left behind then."""
+    program missing or not theirs to use); nothing is left behind then. Once the
+    program has ended, its supervisor ends what it left (TERM, KILL after
+    ``grace`` seconds) before it exits itself."""
     tag = tag or new_tag(job_id)
     job_env = {**(os.environ if env is None else env), TAG_ENV: tag}
     name = f"job-{tag}{OUTCOME_SUFFIX}"
@@ -322,7 +332,7 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
     spec = {"cgroup": str(path) if path is not None else None, "cwd": cwd, "env": job_env,
             "argv": list(argv), "uid": user.uid if user else None,
             "gid": user.gid if user else None, "groups": list(user.groups) if user else None,
-            "outcome_fd": outcome_fd, "outcome_name": name, "tag": tag}
+            "outcome_fd": outcome_fd, "outcome_name": name, "tag": tag, "grace": grace}
     spec_r, spec_w = os.pipe()
     error_r, error_w = os.pipe()
     inherited = (spec_r, error_w) + ((outcome_fd,) if outcome_fd is not None else ())
@@ -344,7 +354,8 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
     identity = {"pid": proc.pid, "start_time": start_time(proc.pid), "boot_id": boot_id(),
                 "cgroup": str(path) if path is not None else None, "tag": tag,
                 "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None,
-                "supervised": True,
+                "supervised": True, "uid": user.uid if user else os.geteuid(),
+                "supervisor_uid": os.geteuid(),
                 "outcome": str(Path(outcome_dir, name)) if outcome_dir is not None else None}
     if failure is not None:
         proc.wait()
@@ -388,7 +399,8 @@ def _hand_over(proc: subprocess.Popen, spec: dict[str, Any], spec_file: Any,
                                  f"{proc.returncode} before it started the job")
     step, number, text, filename = (report.decode(errors="replace").split("\0") + ["", "", ""])[:4]
     where = {"cgroup": "entering the job's cgroup", "user": "becoming the job's user",
-             "cwd": "the job's directory", "exec": "the job's program"}.get(step, step)
+             "cwd": "the job's directory", "exec": "the job's program",
+             "command": "the job's command, directory or environment"}.get(step, step)
     # OSError(errno, ...) is the subclass of that errno: FileNotFoundError, PermissionError...
     return OSError(int(number) if number.isdigit() else 0, f"{where}: {text}", filename or None)
 
@@ -399,31 +411,69 @@ def _same_boot(identity: Mapping[str, Any]) -> bool:
     return not identity.get("boot_id") or identity["boot_id"] == boot_id()
 
 
-def _tagged(tag: str) -> Iterable[int]:
-    entry = f"{TAG_ENV}={tag}".encode()
+def _scan(uids: set[int] | None) -> dict[int, list[str]]:
+    """``/proc/<pid>/stat`` fields (:func:`_stat`) of every process but ours owned by
+    one of ``uids`` (None: by anyone). The owner comes from one ``stat`` of the
+    ``/proc`` entry, so other users' processes cost no read: a scan stays cheap
+    however many processes others run, and reads nothing they control."""
     mine = os.getpid()
+    found: dict[int, list[str]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == mine:
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        if entry in data.split(b"\0"):
-            yield int(name)
-
-
-def _grouped(leader: int, since: int | None) -> Iterable[int]:
-    """Processes in the process group or session ``leader`` started no earlier than ``since``."""
-    mine = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == mine:
-            continue
+        if uids is not None:
+            try:
+                if os.stat(f"/proc/{name}").st_uid not in uids:
+                    continue
+            except OSError:
+                continue
         fields = _stat(int(name))
-        if fields and (int(fields[2]) == leader or int(fields[3]) == leader) \
-                and (since is None or int(fields[19]) >= since):
-            yield int(name)
+        if fields is not None:
+            found[int(name)] = fields
+    return found
+
+
+def _owners(identity: Mapping[str, Any]) -> set[int] | None:
+    """Whose processes can be the job's: its user's and, for its supervisor, the
+    scheduler's (None for an identity recorded before ``uid`` was: anyone's)."""
+    uid = identity.get("uid")
+    return None if uid is None else {int(uid), int(identity.get("supervisor_uid", uid))}
+
+
+def _fallback_members(identity: Mapping[str, Any]) -> set[int]:
+    """Without a cgroup: the supervisor's descendants (it is a child subreaper, so a
+    double fork stays below it), and the job user's processes still in the job's
+    process group or session. Never a process of another user, never by anything
+    a process can set about itself (its environment)."""
+    pid, since = identity.get("pid"), identity.get("start_time")
+    if not pid:
+        return set()
+    procs = _scan(_owners(identity))
+    found: set[int] = set()
+    if since is not None and pid in procs and int(procs[pid][19]) == since:
+        children: dict[int, list[int]] = {}
+        for p, fields in procs.items():
+            children.setdefault(int(fields[1]), []).append(p)
+        todo = [pid]
+        while todo:
+            kids = children.get(todo.pop(), [])
+            found.update(kids)
+            todo.extend(kids)
+    if _group_is_ours(pid, since):
+        uid = identity.get("uid")
+        for p, fields in procs.items():
+            if (int(fields[2]) == pid or int(fields[3]) == pid) \
+                    and (since is None or int(fields[19]) >= since) \
+                    and (uid is None or _owner(p) == uid):
+                found.add(p)
+    return found
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def _group_is_ours(leader: int, since: int | None) -> bool:
@@ -436,17 +486,15 @@ def _group_is_ours(leader: int, since: int | None) -> bool:
 
 
 def members(identity: Mapping[str, Any]) -> set[int]:
-    """The live (not zombie) processes of the job on this machine."""
+    """The live (not zombie) processes of the job on this machine: those in its
+    cgroup, or without one :func:`_fallback_members`; and its first process."""
     if not _same_boot(identity):
         return set()
-    found: set[int] = set()
     pid, since = identity.get("pid"), identity.get("start_time")
     if identity.get("cgroup"):
-        found |= _cgroup_pids(identity["cgroup"])
-    elif pid and _group_is_ours(pid, since):
-        found |= set(_grouped(pid, since))
-    if identity.get("tag"):  # also with a cgroup: a Slurm step's processes are not in it
-        found |= set(_tagged(identity["tag"]))
+        found = _cgroup_pids(identity["cgroup"])
+    else:
+        found = _fallback_members(identity)
     if pid and since is not None and start_time(pid) == since:
         found.add(pid)
     found.discard(os.getpid())
@@ -483,7 +531,8 @@ def leader_alive(identity: Mapping[str, Any]) -> bool:
 def alive(identity: Mapping[str, Any]) -> bool:
     """Whether the job is provably still the same processes: same boot, and its
     first pid exists with the same start time, or its cgroup (or, without one,
-    its tag) still has processes, or its Slurm steps are still listed."""
+    the supervisor's descendants or the job's session) still has processes, or
+    its Slurm steps are still listed."""
     if not identity or not _same_boot(identity):
         return False
     return bool(members(identity)) or bool(_slurm_steps(identity))
@@ -492,51 +541,37 @@ def alive(identity: Mapping[str, Any]) -> bool:
 # -- ending ----------------------------------------------------------------------------------------------
 
 def _signal(pids: Iterable[int], sig: int, identity: Mapping[str, Any]) -> None:
-    """Send ``sig`` to each of ``pids`` that is still the job's (checked after its
-    pidfd is open, so a reused pid is never hit). A supervisor gets only KILL:
-    it passes other signals on to the program, which gets them here itself."""
+    """Send ``sig`` to each of ``pids`` that is still the job's (checked after the
+    pidfds are open, so a reused pid is never hit). A supervisor gets only KILL,
+    and without a cgroup only once nothing else of the job is left (it is the
+    subreaper that keeps the job's orphans findable): it passes other signals
+    on to the program, which gets them here itself."""
     supervisor = identity.get("pid") if identity.get("supervised") else None
-    for pid in pids:
-        if pid == supervisor and sig != signal.SIGKILL:
-            continue
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            if _belongs(pid, identity):
-                signal.pidfd_send_signal(fd, sig)
-                if sig == signal.SIGTERM:
-                    signal.pidfd_send_signal(fd, signal.SIGCONT)  # a stopped process must see it
-        except OSError:
-            pass
-        finally:
+    fds: dict[int, int] = {}
+    try:
+        for pid in pids:
+            if pid == supervisor and sig != signal.SIGKILL:
+                continue
+            try:
+                fds[pid] = os.pidfd_open(pid)
+            except OSError:
+                continue
+        if not fds:
+            return
+        ours = members(identity)
+        if supervisor in fds and not identity.get("cgroup") and ours - {supervisor}:
+            ours.discard(supervisor)
+        for pid, fd in fds.items():
+            if pid in ours:
+                try:
+                    signal.pidfd_send_signal(fd, sig)
+                    if sig == signal.SIGTERM:
+                        signal.pidfd_send_signal(fd, signal.SIGCONT)  # a stopped one must see it
+                except OSError:
+                    pass
+    finally:
+        for fd in fds.values():
             os.close(fd)
-
-
-def _belongs(pid: int, identity: Mapping[str, Any]) -> bool:
-    if pid == os.getpid():
-        return False
-    if pid == identity.get("pid") and start_time(pid) == identity.get("start_time"):
-        return True
-    if identity.get("cgroup") and pid in _cgroup_pids(identity["cgroup"]):
-        return True
-    tag = identity.get("tag")
-    if tag:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"{TAG_ENV}={tag}".encode() in f.read().split(b"\0"):
-                    return True
-        except OSError:
-            pass
-    if identity.get("cgroup"):
-        return False
-    fields = _stat(pid)
-    leader, since = identity.get("pid"), identity.get("start_time")
-    if not fields or leader is None or not _group_is_ours(leader, since):
-        return False
-    return (int(fields[2]) == leader or int(fields[3]) == leader) and \
-        (since is None or int(fields[19]) >= since)
 
 
 def _cancel_steps(identity: Mapping[str, Any]) -> None:

@@ -133,6 +133,7 @@ class Scheduler:
             core.watchers.append(self.dashboard.add)
         core.event("pool", nodes=list(core.owner))
         self.resumed: str | None = None  # what was taken up from an earlier run, for the operator
+        self.unended: list[int] = []  # jobs of that run whose processes would not end at the start
         self._adopted = self._resume(earlier, nodes)
 
     @property
@@ -233,9 +234,10 @@ class Scheduler:
                     self.core.event("adopt", job=job.id, nodes=list(s.nodes))
                     log.info("job %d (%s) still runs on %s: adopted", job.id, s.spec.name,
                              ",".join(s.nodes))
+                elif s.state == "running" and s.identity and not self._end_left(job, s):
+                    adopted.append(job)  # its watch goes on ending it; its nodes stay taken
                 elif s.state == "running" and s.identity and \
                         (code := containment.outcome(s.identity)) is not None:
-                    containment.kill(s.identity, KILL_GRACE)  # what it left, before its nodes are free
                     self.engine.submit(job)
                     job.start = s.start  # it ran; its nodes were never another's
                     state, reason = ending(code, f"{self.output_dir}/job-{job.id}.err")
@@ -244,8 +246,6 @@ class Scheduler:
                     containment.forget(s.identity)
                     meanwhile += 1
                 elif s.state == "running":
-                    if s.identity:
-                        containment.kill(s.identity, KILL_GRACE)  # before its nodes are free
                     self.engine.submit(job)
                     self.processes.end(job, "failed", "the scheduler restarted and the job's "
                                        "first process had ended meanwhile (exit status unknown) "
@@ -259,9 +259,34 @@ class Scheduler:
             running = taken.pop("running", 0)
             taken["adopted"], taken["ended meanwhile"] = len(adopted), meanwhile
             taken["failed at this start"] = running - len(adopted) - meanwhile
+            taken["adopted"] -= len(self.unended)
+            taken["still ending (see the errors above)"] = len(self.unended)
             self.resumed = _resumed(self.core.store.directory, taken, earlier, asked)
             log.info("%s", self.resumed)
         return adopted
+
+    def _end_left(self, job: Job, s: Any) -> bool:
+        """End what is left of a job of the earlier run that is no longer its first
+        process's (before its nodes are free). False if some of it would not end
+        (a process in uninterruptible sleep): said in the log, the job is
+        resumed on its nodes and its watch goes on ending it."""
+        try:
+            containment.kill(s.identity, KILL_GRACE)
+            return True
+        except (containment.StillRunning, OSError) as e:
+            log.error("job %d (%s): could not end what the earlier run left: %s; its nodes "
+                      "%s stay taken, and it is ended as soon as it can be", job.id,
+                      s.spec.name, e, ",".join(s.nodes))
+        self.engine.submit(job)
+        self.engine.resume(job, s.nodes, s.start if s.start is not None else self.now())
+        job.proc = containment.adopt(s.identity)
+        code = containment.outcome(s.identity)
+        if code is None:
+            job.kill_reason = ("killed: the scheduler restarted and the job's first process had "
+                               "ended meanwhile (exit status unknown) or was not provably the same")
+        self.core.event("adopt", job=job.id, nodes=list(s.nodes))
+        self.unended.append(job.id)
+        return False
 
     def _drop_stale_outcomes(self, adopted: list[Job]) -> None:
         """Remove the outcome files of jobs whose end is in the state already (an
