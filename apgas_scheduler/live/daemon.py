@@ -16,6 +16,7 @@ programs' asks are answered only under policies with ``grants_requests``
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import os
 import re
@@ -216,6 +217,8 @@ class Scheduler:
         stored = self.core.store.jobs()
         taken = collections.Counter(s.state if s.state == "queued" else
                                     "running" if s.state == "running" else "ended" for s in stored)
+        left = _end_all_left([s for s in stored if s.state == "running" and s.identity
+                              and not containment.leader_alive(s.identity)])
         with self.core.lock:
             for s in stored:
                 job = Job(s.id, s.spec, s.submit, s.owner)
@@ -234,7 +237,8 @@ class Scheduler:
                     self.core.event("adopt", job=job.id, nodes=list(s.nodes))
                     log.info("job %d (%s) still runs on %s: adopted", job.id, s.spec.name,
                              ",".join(s.nodes))
-                elif s.state == "running" and s.identity and not self._end_left(job, s):
+                elif s.state == "running" and s.identity and s.id in left:
+                    self._still_ending(job, s, left[s.id])
                     adopted.append(job)  # its watch goes on ending it; its nodes stay taken
                 elif s.state == "running" and s.identity and \
                         (code := containment.outcome(s.identity)) is not None:
@@ -265,18 +269,13 @@ class Scheduler:
             log.info("%s", self.resumed)
         return adopted
 
-    def _end_left(self, job: Job, s: Any) -> bool:
-        """End what is left of a job of the earlier run that is no longer its first
-        process's (before its nodes are free). False if some of it would not end
-        (a process in uninterruptible sleep): said in the log, the job is
-        resumed on its nodes and its watch goes on ending it."""
-        try:
-            containment.kill(s.identity, KILL_GRACE)
-            return True
-        except (containment.StillRunning, OSError) as e:
-            log.error("job %d (%s): could not end what the earlier run left: %s; its nodes "
-                      "%s stay taken, and it is ended as soon as it can be", job.id,
-                      s.spec.name, e, ",".join(s.nodes))
+    def _still_ending(self, job: Job, s: Any, why: Exception) -> None:
+        """Resume a job of the earlier run whose leftovers would not end (a process
+        stuck in the kernel): said in the log, its nodes stay taken, and its
+        watch goes on ending it."""
+        log.error("job %d (%s): could not end what the earlier run left: %s; its nodes %s stay "
+                  "taken, and it is ended as soon as it can be", job.id, s.spec.name, why,
+                  ",".join(s.nodes))
         self.engine.submit(job)
         self.engine.resume(job, s.nodes, s.start if s.start is not None else self.now())
         job.proc = containment.adopt(s.identity)
@@ -286,7 +285,6 @@ class Scheduler:
                                "ended meanwhile (exit status unknown) or was not provably the same")
         self.core.event("adopt", job=job.id, nodes=list(s.nodes))
         self.unended.append(job.id)
-        return False
 
     def _drop_stale_outcomes(self, adopted: list[Job]) -> None:
         """Remove the outcome files of jobs whose end is in the state already (an
@@ -411,6 +409,24 @@ class Scheduler:
                 else:
                     self.engine.begin_shrink(job, d.nodes, now)
                     self.orders.send_shrink(job, d.nodes)
+
+
+def _end_all_left(stored: list[Any]) -> dict[int, Exception]:
+    """End what is left of the earlier run's jobs in ``stored`` (their first processes
+    are gone), all at once, so that a start waits at most one kill bound however
+    many there are; what would not end, by job id."""
+    def end(s: Any) -> Exception | None:
+        try:
+            containment.kill(s.identity, KILL_GRACE)
+            return None
+        except (containment.StillRunning, OSError) as e:
+            return e
+
+    if not stored:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(min(len(stored), 32)) as pool:
+        failures = dict(zip((s.id for s in stored), pool.map(end, stored), strict=True))
+    return {i: e for i, e in failures.items() if e is not None}
 
 
 def _resumed(directory: Path, jobs: collections.Counter[str], earlier: list[str],
