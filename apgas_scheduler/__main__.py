@@ -14,6 +14,7 @@ shutdown, dashboard-url, report, simulate, compare.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from typing import Any
 import launcher as launchers
 from apgas import auth, protocol
 from apgas.errors import ConfigError
-from apgas.lowlevel import parse_address
+from apgas.lowlevel import loggable, parse_address
 
 from .client import SchedulerError, SchedulerUnreachable, request, submit
 from .jobs import JobFileError, load_job_file
@@ -107,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "their names do not resolve to them, e.g. 'node[1-3]=10.0.0.5' "
                             "(repeatable)")
     serve.add_argument("--order-port-base", type=int, default=None, metavar="PORT",
-                       help="a malleable job listens for orders on PORT + its id (default "
-                            "27100; wraps after 1000)")
+                       help="a plain-protocol malleable job listens for orders on PORT + its "
+                            "id (default 27100; wraps after 1000); a signed one on a port the "
+                            "kernel gives it, which it reports")
     serve.add_argument("--key-file", default=None, metavar="PATH",
                        help="the operator's key, which TCP requests must be signed with; made "
                             "(mode 0600) if missing (default: ~/.apgas/scheduler.key)")
@@ -229,6 +231,10 @@ def _serve(ns: argparse.Namespace) -> int:
         except launchers.HostSpecError as e:
             print(f"error: SLURM_JOB_NODELIST: {e}", file=sys.stderr)
             return 2
+    from .live.core import EscapeFilter
+
+    for handler in logging.getLogger().handlers:  # whatever any part logs: no forged lines
+        handler.addFilter(EscapeFilter())
     name = ns.launcher or launchers.detect_launcher(os.environ, mpi=False)
     if name == "local":  # the node names all stand for this machine
         known = [h for h in os.environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h]
@@ -287,6 +293,8 @@ def _client(ns: argparse.Namespace) -> int:
     if ns.command == "status":
         reply = request(ns.to, "status", **door)
         reply.pop("ok", None)
+        if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal that cannot show a name
+            sys.stdout.reconfigure(errors="backslashreplace")  # (ASCII only) still gets the rest
         print(json.dumps(reply, indent=2) if ns.json else _status_table(reply))
     elif ns.command == "cancel":
         print(request(ns.to, "cancel", id=ns.id, **door)["state"])
@@ -331,15 +339,22 @@ def _submit(to: tuple[str, int], files: list[str], door: dict[str, Any], retry: 
 
 
 def _status_table(status: dict[str, Any]) -> str:
-    down = [n["name"] for n in status["nodes"] if n.get("down")]
+    """The status as text for a terminal. Every text in it is escaped and cut
+    (``loggable``): a job's name is another user's, and a state written by an
+    older scheduler may hold any (control characters, lone surrogates)."""
+    def text(value: Any, limit: int = 1000) -> str:
+        return loggable(str(value), limit)
+
+    down = [text(n["name"]) for n in status["nodes"] if n.get("down")]
     idle = sum(n["job"] is None and not n.get("down") for n in status["nodes"])
-    lines = [f"policy {status['policy']}, t = {status['time']:.1f} s, "
+    lines = [f"policy {text(status['policy'])}, t = {status['time']:.1f} s, "
              f"{idle}/{len(status['nodes'])} node(s) idle"
              + (f", {len(down)} down: {','.join(down)}" if down else ""),
              f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} reason"]
     for j in status["jobs"]:
-        lines.append(f"{j['id']:>4} {j['name'][:20]:<20} {j['class']:<10} {j['state']:<10} "
-                     f"{','.join(j['nodes'])[:24]:<24} {j['reason']}")
+        nodes = text(",".join(map(str, j["nodes"])))
+        lines.append(f"{j['id']:>4} {text(j['name'])[:20]:<20} {text(j['class'])[:10]:<10} "
+                     f"{text(j['state'])[:10]:<10} {nodes[:24]:<24} {text(j['reason'])}")
     return "\n".join(lines)
 
 

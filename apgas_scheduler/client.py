@@ -26,13 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from apgas import auth
-from apgas.lowlevel import owner_name, peer_is_local, peer_uid
+from apgas.lowlevel import loggable, owner_name, peer_is_local, peer_uid
 
 from .live import access
 
-__all__ = ["request", "submit", "new_request_key", "SchedulerError", "SchedulerUnreachable"]
+__all__ = ["request", "submit", "new_request_key", "SchedulerError", "SchedulerUnreachable",
+           "MAX_ERROR"]
 
 log = logging.getLogger("apgas_scheduler.client")
+
+MAX_ERROR = 2000
+"""Characters of a refusal's reason that a SchedulerError keeps (escaped: the
+reason may quote a client's text, e.g. a job's name)."""
 
 
 class SchedulerError(RuntimeError):
@@ -186,7 +191,7 @@ def request(address: tuple[str, int], op: str, timeout: float = 30.0, *, key: st
         raise SchedulerUnreachable(f"the scheduler at {where} sent no valid reply "
                                    f"({data[:200]!r})", True) from None
     if not reply.get("ok"):
-        raise SchedulerError(reply.get("error", "refused"))
+        raise SchedulerError(loggable(str(reply.get("error", "refused")), MAX_ERROR))
     return reply
 
 

@@ -19,6 +19,7 @@ import math
 import re
 import shlex
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from ._model import CLASSES
 
 __all__ = ["JobSpec", "JobFileError", "load_job_file", "parse_job", "MAX_NODES", "MAX_WALLTIME",
-           "shown"]
+           "MAX_NAME", "MAX_COMMAND", "MAX_ENV", "MAX_CWD", "shown"]
 
 _KEYS = {"name", "command", "class", "nodes", "min_nodes", "max_nodes", "walltime", "env", "cwd",
          "protocol"}
@@ -35,6 +36,14 @@ MAX_NODES = 1_000_000
 """No job asks for more nodes than this (``nodes``, ``min_nodes``, ``max_nodes``)."""
 MAX_WALLTIME = 366 * 24 * 3600.0
 """No job runs longer than a year (``walltime``, in seconds)."""
+MAX_NAME = 200
+"""Characters in a job's name: it is logged and shown to every user (``status``)."""
+MAX_COMMAND = 64 * 1024
+"""Characters in a job's command, its words together."""
+MAX_ENV = 64 * 1024
+"""Characters in a job's ``env``, its names and values together."""
+MAX_CWD = 4096
+"""Characters in a job's ``cwd`` (Linux's PATH_MAX)."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 
@@ -77,24 +86,35 @@ class JobSpec:
 
 def load_job_file(path: str | Path) -> JobSpec:
     """Read and check a job file."""
-    where = str(path)
+    where = _plain(str(path))
     try:
         data = tomllib.loads(Path(path).read_text())
     except OSError as e:
         raise JobFileError(f"{where}: cannot read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise JobFileError(f"{where}: not valid TOML: {e}") from None
-    spec = parse_job(data, where)
+    spec = parse_job(data, str(path))
     cwd = Path(path).resolve().parent / spec.cwd  # relative to the job file
     if not cwd.is_dir():
         raise JobFileError(f"{where}: key 'cwd': no such directory {str(cwd)!r}")
     return dataclasses.replace(spec, cwd=str(cwd.resolve()))
 
 
-def parse_job(data: object, where: str = "job") -> JobSpec:
+def parse_job(data: object, where: str = "job", *, stored: bool = False) -> JobSpec:
     """Check a job description (a job file's table, or what ``submit`` sent: anything,
-    refused with the reason unless it is a table of the known keys)."""
-    where = where if len(where) <= 200 else shown(where, 200)
+    refused with the reason unless it is a table of the known keys).
+
+    Its texts are bounded: the name to ``MAX_NAME`` characters, the command to
+    ``MAX_COMMAND``, ``env`` to ``MAX_ENV``, ``cwd`` to ``MAX_CWD``. The name,
+    which the scheduler logs and shows to every user, must be printable
+    (``str.isprintable``: no control character such as a newline, a tab, ESC,
+    a C1 control or DEL, no format character, no lone surrogate): such a name
+    is refused, not escaped, so that the name everyone sees is the one given.
+
+    ``stored``: a job the scheduler's state holds, which an older version may
+    have taken with any name: its name is escaped and cut instead
+    (:func:`apgas.lowlevel.loggable`), and its other texts are not bounded."""
+    where = _plain(where)
 
     def bad(key: str, problem: str) -> JobFileError:
         return JobFileError(f"{where}: key {key!r}: {problem}")
@@ -109,8 +129,16 @@ def parse_job(data: object, where: str = "job") -> JobSpec:
         if key not in data:
             raise JobFileError(f"{where}: key {key!r} is missing")
     name = data["name"]
-    if not isinstance(name, str) or not name.strip() or "\0" in name:
+    if not isinstance(name, str) or not name.strip() or ("\0" in name and not stored):
         raise bad("name", f"must be a non-empty string, got {shown(name)}")
+    if stored:
+        name = _stored_name(name)
+    if len(name) > MAX_NAME:
+        raise bad("name", f"is {len(name)} characters long; at most {MAX_NAME} are taken")
+    if not name.isprintable():
+        at = next(i for i, c in enumerate(name) if not c.isprintable())
+        raise bad("name", f"must be printable text: character {at + 1} is "
+                          f"{_character(name[at])}; got {shown(name)}")
     command = data["command"]
     if isinstance(command, str):
         try:
@@ -121,6 +149,8 @@ def parse_job(data: object, where: str = "job") -> JobSpec:
             or not all(isinstance(c, str) and c and "\0" not in c for c in command)):
         raise bad("command", f"must be a string or a non-empty list of strings, "
                              f"got {shown(data['command'])}")
+    if not stored:
+        _bounded(bad, "command", sum(map(len, command)), MAX_COMMAND)
     cls = data["class"]
     if not isinstance(cls, str) or cls not in CLASSES:
         raise bad("class", f"must be one of {list(CLASSES)}, got {shown(cls)}")
@@ -130,11 +160,45 @@ def parse_job(data: object, where: str = "job") -> JobSpec:
     cwd = data.get("cwd", "")
     if not isinstance(cwd, str) or "\0" in cwd:
         raise bad("cwd", f"must be a directory path, got {shown(cwd)}")
+    if not stored:
+        _bounded(bad, "env", sum(len(k) + len(v) for k, v in env), MAX_ENV)
+        _bounded(bad, "cwd", len(cwd), MAX_CWD)
     protocol = data.get("protocol", "signed")
     if protocol not in PROTOCOLS:
         raise bad("protocol", f"must be one of {list(PROTOCOLS)}, got {shown(protocol)}")
     return JobSpec(name.strip(), tuple(command), cls, min_nodes, max_nodes, walltime, env, cwd,
                    protocol)
+
+
+def _plain(text: str, limit: int = MAX_NAME) -> str:
+    """``text`` (a client's) as a message may show it: itself if printable and at
+    most ``limit`` characters long, else escaped and cut (``loggable``)."""
+    if text.isprintable() and len(text) <= limit:
+        return text
+    from apgas.lowlevel import loggable  # only then: the job model needs no runtime
+
+    return loggable(text, limit)
+
+
+def _stored_name(name: str) -> str:
+    """A stored job's name as the rules of :func:`parse_job` take it: escaped, and cut
+    to ``MAX_NAME`` (the same again for a name that already is)."""
+    name = _plain(name, len(name))
+    return name if len(name) <= MAX_NAME else f"{name[:MAX_NAME - 3]}..."
+
+
+def _character(c: str) -> str:
+    """``U+001B, a control character``: what a character that is not printable is."""
+    kinds = {"Cc": "a control character", "Cs": "a lone surrogate", "Cf": "a format character",
+             "Co": "a private-use character", "Cn": "not an assigned character",
+             "Zl": "a line separator", "Zp": "a paragraph separator",
+             "Zs": "a space other than ' '"}
+    return f"U+{ord(c):04X}, {kinds.get(unicodedata.category(c), 'not printable')}"
+
+
+def _bounded(bad, key: str, size: int, limit: int) -> None:
+    if size > limit:
+        raise bad(key, f"{size} characters in all; at most {limit} are taken")
 
 
 def _walltime(value: Any, bad) -> float:

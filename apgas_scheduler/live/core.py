@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from apgas.lowlevel import open_append
+from apgas.lowlevel import loggable, open_append
 
 from ..engine import Engine
 from ..policies.planning import Policy
@@ -23,9 +23,28 @@ from .records import Job
 from .state import StateStore
 from .views import down_nodes
 
-__all__ = ["SchedulerCore", "log"]
+__all__ = ["SchedulerCore", "log", "EscapeFilter"]
+
+
+class EscapeFilter(logging.Filter):
+    """Escapes a log record's message that is not printable (a newline, ESC, a
+    C1 control, DEL, a lone surrogate: :func:`apgas.lowlevel.loggable`), so that
+    no text in it starts a line of the log or acts on a terminal. A second
+    guard: the clients' texts are bounded and checked where they come in, and
+    logged through ``loggable``. Tracebacks (``exc_info``) keep their lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # logging reports a bad format itself
+            return True
+        if not message.isprintable():
+            record.msg, record.args = loggable(message, len(message)), None
+        return True
+
 
 log = logging.getLogger("scheduler")
+log.addFilter(EscapeFilter())  # also where no handler of ours is (a scheduler in a test)
 
 
 class SchedulerCore:

@@ -13,12 +13,18 @@ and every other timing line of the job that came while the order was in
 flight (``preGrowTimeGLB``, ...: ``timing`` events). A place a job lost
 without an order is marked as a failure on its node's row, and the nodes
 that are down (``node_down`` until ``node_up``) are named above the chart.
+
+The texts a client or a job gave (a job's name, a timing's name, a reason a
+job sent) are shown escaped and cut (:func:`apgas.lowlevel.loggable`): an
+event log written by an older scheduler may hold any.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from apgas.lowlevel import loggable
 
 from ..metrics import Interval, _ordered, compute_metrics, node_intervals
 
@@ -73,8 +79,8 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
                                        "end": None, "held": set(), "grows": 0, "shrinks": 0})
         nodes = e.get("nodes", ())
         if kind == "submit":
-            job.update(name=str(e.get("name", "")), submit=e["t"], min=e.get("min_nodes"),
-                       max=e.get("max_nodes"), **{"class": str(e.get("class", ""))})
+            job.update(name=_text(e.get("name", "")), submit=e["t"], min=e.get("min_nodes"),
+                       max=e.get("max_nodes"), **{"class": _text(e.get("class", ""))})
         elif kind in ("start", "adopt"):
             job.update(state="running", start=job["start"] if job["start"] is not None else e["t"])
             job["held"].update(nodes)
@@ -85,7 +91,7 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             job["held"].difference_update(nodes)
             job["shrinks"] += kind == "shrink"
         elif kind == "end":
-            job.update(state=str(e.get("state", "ended")), end=e["t"])
+            job.update(state=_text(e.get("state", "ended")), end=e["t"])
             job["held"].clear()
     return jobs
 
@@ -142,7 +148,7 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
                           "rows": rows})
             continue
         if kind.endswith("_failed"):
-            label = f"job {job}: {kind.replace('_', ' ')}: {e.get('reason', '')}"
+            label = f"job {job}: {kind.replace('_', ' ')}: {_text(e.get('reason', ''))}"
             marks.append({"t": t, "kind": "failed", "key": str(job), "label": label,
                           "short": "✗", "rows": rows})
             continue
@@ -160,7 +166,7 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
         label = f"job {job} {kind}s by {len(nodes)} ({', '.join(nodes)}){took}"
         if reported:
             label += "; the job reports " + ", ".join(
-                f"{t_['name']} {float(t_.get('seconds', 0)):.3f} s" for t_ in reported)
+                f"{_text(t_['name'])} {float(t_.get('seconds', 0)):.3f} s" for t_ in reported)
         whole = [float(t_.get("seconds", 0)) for t_ in reported
                  if str(t_.get("name", "")).lower() == f"{kind}timeapgas"]
         shown = whole[0] if whole else duration
@@ -168,6 +174,11 @@ def _resize_marks(ordered: list[dict[str, Any]], row: dict[str, int]) -> list[di
         marks.append({"t": t, "kind": kind, "key": str(job), "label": label, "short": short,
                       "rows": rows})
     return marks
+
+
+def _text(value: Any) -> str:
+    """A text of the log as the page shows it: escaped and cut."""
+    return loggable(str(value))
 
 
 def _verb(name: str) -> str:
