@@ -70,20 +70,26 @@ class Launcher(abc.ABC):
 
         ``env`` are variables the program needs there: the caller also sets them
         in the local process, and launchers that do not carry the local
-        environment along (ssh) put them into the command. ``secret_names`` are
-        variables the program reads from its stdin first, one line each, when
-        :meth:`secret_input` gave bytes for them (ssh); a launcher whose
-        :meth:`secret_input` is ``None`` is never given any. The scheduler starts
-        its jobs with this; raise ``OSError`` if ``host`` cannot be reached.
+        environment along (ssh) put them into the command, except those named in
+        ``secret_names``: the program's side reads these from its stdin first, in
+        the bytes :meth:`secret_input` gave for them (ssh: one block, in which
+        values may hold any character but NUL), and they are in no command
+        line. A launcher whose :meth:`secret_input` is ``None`` is never given
+        any. The scheduler starts its jobs with this, naming every variable of
+        the job (its key, its tag, its ``env``): nothing of a job's environment is
+        in a command line that other users can read (``/proc/<pid>/cmdline``).
+        Raise ``OSError`` if ``host`` cannot be reached.
         """
         raise OSError(f"the {self.name} launcher cannot run a command on a host")
 
     def secret_input(self, host: str, secret_env: Mapping[str, str]) -> bytes | None:
-        """How ``secret_env`` (a job's key) reaches the program on ``host`` without
-        showing in any command line: ``None`` if the local environment does
-        (the caller sets it there; local and srun carry it along), else the
-        bytes to write to the process's stdin, for a command made by
-        :meth:`command` with ``secret_names``."""
+        """How ``secret_env`` (a job's key and environment) reaches the program on
+        ``host`` without showing in any command line: ``None`` if the local
+        environment does (the caller sets it there; local and srun carry it
+        along), else the bytes to write to the process's stdin, for a command
+        made by :meth:`command` with ``secret_names`` naming the same variables.
+        OSError if a variable cannot be passed so (ssh: a name that is no
+        variable name)."""
         return None
 
 

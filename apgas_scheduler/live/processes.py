@@ -102,9 +102,11 @@ class Processes:
         if command[0] in ("python", "python3"):  # the scheduler's own Python, with apgas
             command[0] = sys.executable
         try:
-            stdin = self.launcher.secret_input(nodes[0], private)
+            # the key, the tag and the job's env: in no command line (ssh: on stdin)
+            hidden = {**env, **private}
+            stdin = self.launcher.secret_input(nodes[0], hidden)
             argv = self.launcher.command(nodes[0], command, env, cwd=cwd,
-                                         secret_names=list(private) if stdin is not None else ())
+                                         secret_names=list(hidden) if stdin is not None else ())
             # ssh and srun enter the job's directory on its node (the launcher wrapped the
             # command); a job that runs here enters it here, as its user
             here = argv == command
@@ -125,7 +127,7 @@ class Processes:
             if job.proc is not None:  # started, but the key did not go through: end all of it
                 self.end_all(job, 0.0)
                 job.proc.wait()
-            self.end(job, "failed", f"could not start {job.spec.command[0]!r} on {nodes[0]}: {e}")
+            self.end(job, "failed", f"could not start {job.spec.command[0]!r:.200} on {nodes[0]}: {e}")
             return
         taken = self.core.engine.start(job, len(nodes), self.core.now())
         assert taken == nodes, (taken, nodes)
