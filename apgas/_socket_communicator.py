@@ -47,6 +47,13 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     Under EJS the job also prints the Java runtime's ``[APGAS] Place startup
     time`` line, which EJS's analysis script reads, and warns of a shrink reply
     later than EJS waits for it (:data:`apgas.ejs.SHRINK_BUDGET`).
+
+    Signed lines and an ``APGAS_JOB_ID`` mean our scheduler started the job: it
+    is told to listen on port 0, binds a port the kernel gives it, and names
+    that port in its signed ready line (:func:`apgas.protocol.ready`), where
+    the scheduler learns it; a port chosen by the scheduler ahead of the job
+    could be taken first by another user. Any other job sends the bare
+    :data:`apgas.protocol.READY`.
     """
 
     MAX_LINE = 4096
@@ -67,6 +74,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         self._job_id = os.environ.get("APGAS_JOB_ID", "")
         self._plain = os.environ.get("APGAS_PLAIN_PROTOCOL", "").lower() in ("1", "true", "yes")
         self.ejs = self._plain and not self._job_id
+        self._reports_port = bool(self._job_id) and not self._plain  # our scheduler, signed
         self._secret = os.environ.get("APGAS_JOB_SECRET", "")
         self._key_file = None
         if self._plain:
@@ -133,7 +141,10 @@ class SocketMalleableCommunicator(MalleableCommunicator):
         return not self.ejs
 
     def report(self, message: str) -> None:
-        """Queue a message; a thread sends them in order, so a slow scheduler delays no order."""
+        """Queue a message; a thread sends them in order, so a slow scheduler delays no order.
+        Towards our scheduler, signed, the ready line names the order port."""
+        if message == protocol.READY and self._reports_port:
+            message = protocol.ready(self.address[1])
         if self.ejs and not protocol.ejs_knows(message):
             log.debug("not sent (the ElasticJobScheduler does not know it): %s", message)
             return

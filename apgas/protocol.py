@@ -3,8 +3,9 @@
 ``docs/protocol.md`` describes it; the ElasticJobScheduler of malleable APGAS
 for Java speaks the same lines. A job sends its scheduler one line per
 connection, ``<message>:<ip>[:<job id>]`` (its communicator adds the address):
-:data:`READY`, :data:`NOT_MALLEABLE`, :func:`timing` lines, :func:`place_lost`,
-and the evolving asks :func:`request`, :func:`release` and :func:`check`. A
+:data:`READY` (or :func:`ready`, which names the job's order port),
+:data:`NOT_MALLEABLE`, :func:`timing` lines, :func:`place_lost`, and the
+evolving asks :func:`request`, :func:`release` and :func:`check`. A
 scheduler sends a job one order per connection (:func:`grow`, :func:`shrink`, :data:`STATUS`,
 :func:`refuse`) and reads the reply lines (``apgas.order.send_order``).
 """
@@ -18,12 +19,13 @@ from launcher._hostnames import MAX_HOST as MAX_HOST  # the grammar lives in the
 from launcher._hostnames import check_host
 
 __all__ = ["READY", "NOT_MALLEABLE", "PLACE_LOST", "STATUS", "JobMessage", "parse_message",
-           "ejs_knows", "timing", "place_lost", "parse_timing", "request", "release", "check",
+           "ready", "ready_port", "ejs_knows", "timing", "place_lost", "parse_timing", "request", "release", "check",
            "parse_check", "grow", "shrink", "refuse", "Order", "parse_order", "check_host",
            "status_reply", "grow_reply", "refuse_reply", "error_reply"]
 
 READY = "APGAS-Ready"
-"""The job registered a handler: orders are welcome from now on."""
+"""The job registered a handler: orders are welcome from now on. The bare line
+is the ElasticJobScheduler's; :func:`ready` adds the order port."""
 NOT_MALLEABLE = "APGAS-NotMalleable"
 """The job disabled its handler: it takes no more orders."""
 PLACE_LOST = "APGAS-PlaceLost"
@@ -35,6 +37,30 @@ _EVOLVING = "Evolving"
 
 
 # -- job -> scheduler -------------------------------------------------------------------
+
+def ready(port: int | None = None) -> str:
+    """The ready line: bare :data:`READY` (``port`` None), or ``APGAS-Ready;<port>``,
+    which names the port the job listens on for orders (an extension). A job our
+    scheduler starts with the signed protocol binds a port the kernel gives it
+    and reports it so, signed: the scheduler sends orders to no other port
+    (``docs/protocol.md``). Both are of kind ``ready``."""
+    if port is None:
+        return READY
+    if not 0 < port < 65536:
+        raise ValueError(f"a port is in 1..65535, got {port}")
+    return f"{READY};{port}"
+
+
+def ready_port(message: JobMessage) -> int | None:
+    """The order port a ready message names (:func:`ready`); None for the bare line
+    (or a message of another kind). ValueError if the field is not a port."""
+    if message.kind != "ready" or message.text == READY:
+        return None
+    field = message.fields[0]
+    if not re.fullmatch(r"[0-9]{1,5}", field) or not 0 < int(field) < 65536:
+        raise ValueError(f"the ready line's port must be a number in 1..65535, got {field[:20]!r}")
+    return int(field)
+
 
 def timing(event: str, n: int, ns: int, source: str = "APGAS") -> str:
     """A timing line, e.g. ``growTimeAPGAS;2;165802561``; GLB's own phases say
@@ -66,11 +92,14 @@ def check(low: int, high: int, preferred: int | None, factor: int) -> str:
 
 
 def ejs_knows(message: str) -> bool:
-    """Whether the ElasticJobScheduler knows ``message``: the ready line, timing
+    """Whether the ElasticJobScheduler knows ``message``: the bare ready line, timing
     lines, requests and releases. It answers anything else with an error line,
-    so a job sends it nothing else (``docs/protocol.md``)."""
-    kind = parse_message(message).kind
-    return kind in ("ready", "timing", "request", "release")
+    so a job sends it nothing else (``docs/protocol.md``); a ready line with a
+    port is not its own either."""
+    parsed = parse_message(message)
+    if parsed.kind == "ready":
+        return parsed.text == READY
+    return parsed.kind in ("timing", "request", "release")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +111,13 @@ class JobMessage:
 
     @property
     def kind(self) -> str:
-        """``ready``, ``not_malleable``, ``place_lost``, ``request``, ``check``, ``release``,
-        ``timing`` or ``other``."""
-        if self.text == READY:
-            return "ready"
+        """``ready`` (with or without a port), ``not_malleable``, ``place_lost``,
+        ``request``, ``check``, ``release``, ``timing`` or ``other``."""
         if self.text == NOT_MALLEABLE:
             return "not_malleable"
         name, *rest = self.text.split(";")
+        if name == READY and len(rest) <= 1:  # APGAS-Ready, or APGAS-Ready;<port>
+            return "ready"
         if name == PLACE_LOST:
             return "place_lost"
         if name == _EVOLVING and rest and rest[0] in ("Request", "Check", "Release"):

@@ -77,7 +77,9 @@ def _no_answer(message: str, fake: FakeScheduler) -> None:
 class FakeScheduler:
     """Listens on ``host`` like the scheduler, one line per connection (the job's
     communicator opens one per message). ``job`` is where the job takes orders,
-    for :meth:`later`. Use it as a context manager, or call :meth:`close`.
+    for :meth:`later`; without it, the port a ready line names
+    (:func:`apgas.protocol.ready`, :attr:`reported`) serves. Use it as a
+    context manager, or call :meth:`close`.
 
     Signed lines (:mod:`apgas.auth`) are recorded without their signature. With
     ``secret`` (the job's ``APGAS_JOB_SECRET``) the signatures are checked, lines
@@ -94,6 +96,8 @@ class FakeScheduler:
         self.refused: list[tuple[str, str]] = []
         self._guard = auth.ReplayGuard()
         self.job = job
+        #: the order address the job's ready line named (its address and port), if any
+        self.reported: tuple[str, int] | None = None
         self.silence = silence
         #: every line received, in order
         self.lines: list[str] = []
@@ -137,6 +141,11 @@ class FakeScheduler:
             return
         if not line:
             return
+        message = protocol.parse_message(line)
+        with contextlib.suppress(ValueError):
+            port = protocol.ready_port(message)
+            if port is not None:
+                self.reported = (message.sender.partition(":")[0], port)
         with self._cond:
             self.lines.append(line)
             self._pending.append(Received(line, time.perf_counter()))
@@ -169,10 +178,12 @@ class FakeScheduler:
             return found
 
     def later(self, *orders: str) -> None:
-        """Send the job these orders one by one, from a thread (as the scheduler does)."""
-        job = self.job
+        """Send the job these orders one by one, from a thread (as the scheduler does),
+        to ``job``, else to the address the job's ready line named."""
+        job = self.job or self.reported
         if job is None:
-            raise ValueError("this FakeScheduler was made without the job's order address (job=)")
+            raise ValueError("this FakeScheduler was made without the job's order address (job=), "
+                             "and no ready line named one")
 
         def send() -> None:
             for line in orders:

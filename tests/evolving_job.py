@@ -6,7 +6,8 @@ this process listens on ``APGAS_MALLEABLE_LISTEN`` and answers the orders as
 an apgas job would: ``grow`` with ``ok grow <n> places <ids>``, ``shrink``
 with the hosts it gives back, ``refuse`` with ``ok refuse <n>``. Every order
 and the hosts held after it go to ``FAKE_LOG`` as JSON lines, after a first
-line ``{"order": "listening"}``.
+line ``{"order": "listening", "port": <the port it bound>}`` (the test names
+that port in the job's ready line).
 
 ``FAKE_DELAY`` seconds pass before each answer (so that an order stays in
 flight a while); ``FAKE_GROW_ERROR``/``FAKE_SHRINK_ERROR`` make grows/shrinks
@@ -50,7 +51,8 @@ def main() -> None:
     listen = os.environ.get("APGAS_MALLEABLE_LISTEN")  # unset for a rigid job: it just runs
     server = socket.create_server(address(listen)) if listen else None
     with open(os.environ["FAKE_LOG"], "a", buffering=1) as log:
-        log.write(json.dumps({"order": "listening", "hosts": hosts}) + "\n")
+        port = server.getsockname()[1] if server is not None else None
+        log.write(json.dumps({"order": "listening", "hosts": hosts, "port": port}) + "\n")
         if server is None:
             time.sleep(max(0.0, deadline - time.monotonic()))
             return

@@ -1,6 +1,8 @@
 """A malleable job that speaks the socket protocol with plain sockets, without apgas.
 
-It announces itself with ``APGAS-Ready`` (as an evolving job it then asks for
+It announces itself with ``APGAS-Ready;<port>``, naming the port it bound
+(``APGAS_MALLEABLE_LISTEN`` says port 0), or plain with the bare
+``APGAS-Ready`` on the fixed port it was given (as an evolving job it then asks for
 ``FOREIGN_REQUEST`` nodes, and with ``FOREIGN_RELEASE`` gives the last one
 back after a grow), takes grow and shrink orders for
 ``FOREIGN_SECONDS`` seconds (answering a shrink with the hosts it gives back,
@@ -54,7 +56,8 @@ server.settimeout(0.1)
 me = f"127.0.0.1:{os.environ['APGAS_JOB_ID']}"
 with open(os.environ["FOREIGN_LOG"], "a") as log:
     log.write(json.dumps({"order": "start", "hosts": hosts}) + "\n")
-    tell(f"APGAS-Ready:{me}")
+    port = server.getsockname()[1]
+    tell(f"APGAS-Ready:{me}" if PLAIN else f"APGAS-Ready;{port}:{me}")
     if os.environ.get("FOREIGN_REQUEST"):  # an evolving job asks for more nodes
         tell(f"Evolving;Request;{os.environ['FOREIGN_REQUEST']}:{me}")
     deadline = time.monotonic() + float(os.environ.get("FOREIGN_SECONDS", "5"))

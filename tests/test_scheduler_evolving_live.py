@@ -60,7 +60,7 @@ class FakeJob:
                                          f"{message}:127.0.0.1:{self.id}"))
 
     def ready(self) -> FakeJob:
-        self.ask("APGAS-Ready")
+        self.ask(f"APGAS-Ready;{self.orders()[0]['port']}")  # the port the job bound
         wait_for(lambda: self.state()["ready"], f"job {self.id} to be ready")
         return self
 

@@ -198,17 +198,26 @@ def test_submit_to_no_scheduler_names_the_files_not_submitted(tmp_path):
 
 
 def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
-    """On this machine a malleable job listens where the scheduler does, at base + its
-    id (or the next port free here); on another one at that node's address,
-    and is told the scheduler's host name (the scheduler listens on every
-    interface here); a message without a job id is matched by that address."""
+    """On this machine a malleable job listens where the scheduler does; on another
+    one at that node's address, and is told the scheduler's host name (the
+    scheduler listens on every interface here). A signed job is told port 0 and
+    has no order address until its ready line names the port; a plain job gets
+    base + its id (or the next port free here). A message without a job id is
+    matched by that address."""
     from apgas_scheduler.live.daemon import Job
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "here")
     sched = Scheduler(["here", "far", "lost"], get_policy("malleable"), host="0.0.0.0", port=0,
                       launcher="ssh", output_dir=tmp_path, node_addresses={"far": "192.0.2.7"},
                       order_port_base=30000)
     try:
-        spec = job("m", [PY, "-c", "pass"], "malleable", 1, 3)
+        signed = job("m", [PY, "-c", "pass"], "malleable", 1, 3)
+        spec = dataclasses.replace(signed, protocol="plain")
+        mine, theirs = Job(1, signed, 0.0), Job(2, signed, 0.0)
+        env = sched.processes.order_env(mine, "here")
+        assert env["APGAS_MALLEABLE_LISTEN"] == "0.0.0.0:0" and mine.listen is None
+        env = sched.processes.order_env(theirs, "far")
+        assert env["APGAS_MALLEABLE_LISTEN"] == "192.0.2.7:0" and theirs.listen is None
+        assert theirs.reports == "192.0.2.7"
         local, far, lost = Job(1, spec, 0.0), Job(5, spec, 0.0), Job(6, spec, 0.0)
         env = sched.processes.order_env(local, "here")
         assert env["APGAS_SCHEDULER"] == f"0.0.0.0:{sched.address[1]}"
@@ -321,10 +330,11 @@ sched.shutdown()
 def test_a_malleable_job_under_srun_listens_on_its_first_node(slurm_cluster, tmp_path):
     """The scheduler inside a 3-node allocation starts a malleable job with srun on
     node1, which is not this machine's name: the job listens at node1's address
-    (given as 127.0.0.1: the fixture's NodeAddr) on base + its id, is grown
+    (given as 127.0.0.1: the fixture's NodeAddr) on the port the kernel gave it
+    there (not base + its id: it is a signed job), which its ready line named, is grown
     onto node2 and node3 (places that are srun steps there), then shrunk for a
     rigid job of 2."""
-    port = free_port()  # free now: job 1 listens here
+    port = free_port()  # the order port base (+ 1); a signed job 1 does not listen there
     environ = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("APGAS_")}
     proc = subprocess.Popen(["salloc", "--nodes=3", "--quiet", "--time=5", "--kill-command=SIGKILL",
                              PY, "-c", SCHEDULER_IN_ALLOCATION, str(tmp_path), str(port - 1),
@@ -344,7 +354,8 @@ def test_a_malleable_job_under_srun_listens_on_its_first_node(slurm_cluster, tmp
     job_out = (tmp_path / "job-1.out").read_text()
     assert (m["state"], r["state"]) == ("done", "done"), (
         m, r, job_out, (tmp_path / "events.jsonl").read_text(), (tmp_path / "job-1.err").read_text())
-    assert m["listen"] == f"127.0.0.1:{port}" and f"LISTEN 127.0.0.1:{port}" in job_out
+    assert m["listen"] and f"LISTEN {m['listen']}" in job_out  # the port its ready line named
+    assert m["listen"].startswith("127.0.0.1:") and m["listen"] != f"127.0.0.1:{port}"
     assert m["grows"] == 1 and m["shrinks"] == 1, m
     lines = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
              for line in job_out.splitlines() if line.startswith(("GROWN ", "SHRUNK "))}

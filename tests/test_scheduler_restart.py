@@ -151,8 +151,8 @@ def test_report_reads_the_database(daemon, tmp_path):
 
 
 def test_an_adopted_malleable_job_takes_orders_again(tmp_path):
-    """Its key and order address survive the restart: the new scheduler shrinks it
-    for a rigid job."""
+    """Its key and order address (the port its signed ready line named) survive the
+    restart: the new scheduler shrinks it for a rigid job."""
     daemon = Daemon(tmp_path, nodes="node[0-2]", policy="malleable").start()
     try:
         root = Path(__file__).resolve().parent.parent
@@ -160,9 +160,11 @@ def test_an_adopted_malleable_job_takes_orders_again(tmp_path):
             "name": "m", "class": "malleable", "min_nodes": 1, "max_nodes": 3, "walltime": 60,
             "cwd": str(root), "command": ["python", "examples/malleable_hello.py", "--seconds", "40"]})["id"]
         eventually(lambda: len(daemon.jobs()[m]["nodes"]) == 3, "the malleable job to grow onto every node")
+        listen = daemon.jobs()[m]["listen"]
         daemon.kill()
         daemon.start()
         assert daemon.jobs()[m]["state"] == "running" and len(daemon.jobs()[m]["nodes"]) == 3
+        assert daemon.jobs()[m]["listen"] == listen and listen.startswith("127.0.0.1:")
         r = daemon.request("submit", job=sleeper(tmp_path, "rigid", 0.2) | {"nodes": 2})["id"]
         jobs = eventually(lambda: (j := daemon.jobs())[r]["state"] == "done" and j, "the rigid job", 60)
         assert jobs[m]["shrinks"] >= 1 and jobs[m]["state"] == "running"

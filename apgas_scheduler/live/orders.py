@@ -1,6 +1,11 @@
 """Orders to malleable jobs (grow, shrink, refuse), each sent from a thread
 of its own so that a slow job holds up nobody; the reply is handed to the
-engine, which confirms or undoes the resize."""
+engine, which confirms or undoes the resize.
+
+An order goes only to ``job.listen``: for a signed job, the port its verified
+ready line named (:mod:`.server`), never one chosen ahead of the job; the
+engine resizes no job before its ready message, and evolving asks wait for
+it (:mod:`.asks`)."""
 
 from __future__ import annotations
 
@@ -46,7 +51,11 @@ class Orders:
 
     @staticmethod
     def _order(job: Job, line: str) -> list[str]:
-        assert job.listen is not None
+        """Send ``line`` to where ``job`` takes orders; OSError (the order failed)
+        if it has not told us where (no verified ready line)."""
+        if job.listen is None:
+            raise OSError(f"job {job.id} has not reported where it takes orders "
+                          f"({protocol.READY};<port>); no order goes out before")
         return send_order(job.listen, line, ORDER_TIMEOUT, secret="" if job.plain else job.secret)
 
     def _grow(self, job: Job, hosts: list[str], counted: int = 0) -> None:

@@ -40,11 +40,14 @@ __all__ = ["Processes", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "en
 KILL_GRACE = 3.0
 ORDER_PORT_BASE = 27100
 ORDER_PORT_COUNT = 1000
-"""A malleable job whose first node is another machine listens for orders on
-that node at ``ORDER_PORT_BASE + id`` (wrapping after ``ORDER_PORT_COUNT``
-ports, skipping those our running jobs use there): a port on another
-machine cannot be probed from here, and the protocol lets no job report
-the port it bound."""
+"""The fixed order ports, for plain-protocol jobs only (``protocol = "plain"``,
+which cannot report a port): such a job listens for orders at
+``ORDER_PORT_BASE + id`` (wrapping after ``ORDER_PORT_COUNT`` ports,
+skipping those our running jobs use there, and on this machine those
+something listens on now). The port is known, and shown in ``status``,
+before the job binds it, so another user may bind it first: part of what
+the compatibility mode exposes. A signed job binds a port the kernel gives
+it and reports it in its signed ready line instead (``Processes.order_env``)."""
 
 
 class Processes:
@@ -153,23 +156,32 @@ class Processes:
     def order_env(self, job: Job, first: str) -> dict[str, str]:
         """Where a malleable job listens for orders and sends its messages.
 
-        On this machine (the local launcher, or a first node that
-        ``launcher.is_local_host`` takes for this machine): the scheduler's own
-        address and a port of the order port range (``ORDER_PORT_BASE``) that
-        is free here. On another machine: the first node's address
-        (``node_addresses``, else its name resolved here) and a port of that
-        range; the job is told to send to the scheduler's advertised address.
-        The range lies below the kernel's ephemeral ports, so no outgoing
-        connection takes the port before the job binds it (a port found by
-        binding port 0 could be). OSError if the node has no address or no port
-        of the range is left.
+        The address: on this machine (the local launcher, or a first node that
+        ``launcher.is_local_host`` takes for this machine) the scheduler's own;
+        on another machine the first node's (``node_addresses``, else its name
+        resolved here), and the job is told to send to the scheduler's
+        advertised address. ``job.reports`` is that address as the job's
+        communicator resolves it.
+
+        The port: a signed job is told port 0, binds a port the kernel gives
+        it, and names it in its signed ready line (``protocol.ready(port)``);
+        ``job.listen`` stays None until the server has verified that line, so
+        no order goes out and ``status`` shows no port before (a port chosen
+        here could be bound first by any user who reads ``status``). A plain
+        job cannot report a port: it gets one of the fixed range
+        (``ORDER_PORT_BASE``), free here if the node is this machine, and
+        ``job.listen`` is set now. The range lies below the kernel's ephemeral
+        ports, so no outgoing connection takes such a port before the job binds
+        it; another user still can. OSError if the node has no address or no
+        port of the range is left.
         ``APGAS_MAX_PLACES`` is left to the job (default 256): a job may run
         several places per node, so ``max_nodes`` is no bound on its places; the
         engine bounds the scheduler's own grows by ``max_nodes``, and nobody
         else can sign an order."""
         host, port = self.address
-        if self.local or launchers.is_local_host(first):
-            listen, scheduler = (host, self._order_port(job, host, bindable=True)), f"{host}:{port}"
+        here = self.local or launchers.is_local_host(first)
+        if here:
+            address, scheduler = host, f"{host}:{port}"
         else:
             given = self.node_addresses.get(first)
             try:
@@ -178,20 +190,21 @@ class Processes:
                 raise OSError(f"cannot resolve node {first!r}, where the job would listen for "
                               f"orders: {e}; give its address (serve --node-address "
                               f"{first}=ADDRESS)") from None
-            listen, scheduler = (address, self._order_port(job, address)), f"{self.advertised}:{port}"
+            scheduler = f"{self.advertised}:{port}"
             if self.advertised.startswith("127.") or self.advertised == "localhost":
                 if not self._warned_loopback:
                     log.warning("job %d runs on %s but the scheduler listens on %s: unless %s is "
                                 "this machine, its messages cannot reach us (serve --host)",
                                 job.id, first, self.advertised, first)
                 self._warned_loopback = True
-        job.listen = listen
+        # plain: a fixed port, known now; signed: the one the job reports (server.py)
+        job.listen = (address, self._order_port(job, address, bindable=here)) if job.plain else None
         try:
-            job.reports = socket.gethostbyname(listen[0])  # as the job's communicator does
+            job.reports = socket.gethostbyname(address)  # as the job's communicator does
         except OSError:
-            job.reports = listen[0]
+            job.reports = address
         return {"APGAS_COMMUNICATOR": "socket", "APGAS_SCHEDULER": scheduler,
-                "APGAS_MALLEABLE_LISTEN": f"{listen[0]}:{listen[1]}"}
+                "APGAS_MALLEABLE_LISTEN": f"{address}:{job.listen[1] if job.listen else 0}"}
 
     def _order_port(self, job: Job, address: str, bindable: bool = False) -> int:
         """``order_port_base + id``, or the next port of the range that none of our

@@ -20,7 +20,12 @@ short (:func:`apgas.lowlevel.loggable`), so that a flood fills no disk.
 The server only reads, checks and dispatches: a client's request goes to the
 daemon's operations (:class:`Requests`), a job's ask, release or lost place
 to :class:`.asks.Asks`; it changes the engine itself only for a job's ready
-and not-malleable messages."""
+and not-malleable messages.
+
+A signed job's ready line names the port it bound for orders
+(:func:`apgas.protocol.ready`): only that line, verified with the job's key,
+sets where its orders go (``job.listen``). A plain job's port is the fixed one
+it was given at its start; its ready line does not change it."""
 
 from __future__ import annotations
 
@@ -241,6 +246,11 @@ class Server:
         core = self.core
         with core.lock:
             if parsed.kind == "ready":
+                problem = self._take_order_port(job, parsed, signed)
+                if problem:
+                    self._refused(peer, "job %d's ready line %s from %s: %s; it takes no orders",
+                                  job.id, loggable(line), peer, problem)
+                    return None
                 job.ready, job.disabled = True, False
                 core.event("ready", job=job.id)
                 core.ready_cv.notify_all()
@@ -261,6 +271,26 @@ class Server:
         core.wake.set()
         return None
 
+    @staticmethod
+    def _take_order_port(job: Job, parsed: protocol.JobMessage, signed: auth.Signed | None) -> str:
+        """Set where ``job`` takes orders from its verified ready line; what is
+        wrong with the line, else "". A signed job's orders go to the port its
+        line names, at the address it was told (``job.reports``); a plain line
+        proves nothing, so a plain job keeps its fixed port. The caller holds
+        ``core.lock`` and has checked the line's signature."""
+        try:
+            port = protocol.ready_port(parsed)
+        except ValueError as e:
+            return str(e)
+        if job.plain or signed is None:
+            return "" if job.listen is not None else "a plain job without an order port"
+        if port is not None:
+            job.listen = (job.reports, port)  # stored with the ready event
+        elif job.listen is None:
+            return (f"it names no port, and a job started with the signed protocol listens on the "
+                    f"port the kernel gave it: {protocol.READY};<port> (docs/protocol.md)")
+        return ""
+
     def _with_down(self, status: dict[str, Any]) -> dict[str, Any]:
         """The status with each node's ``down``: out of service since a job lost its
         place there (until ``node-up``)."""
@@ -275,6 +305,7 @@ class Server:
         if job_id.isdigit() and int(job_id) in jobs:
             return jobs[int(job_id)]
         matches = [j for j in jobs.values()  # a foreign job without an id: by its address
-                   if j.state == "running" and j.listen and (ip or job_id) in (j.reports, j.listen[0])]
+                   if j.state == "running" and j.reports
+                   and (ip or job_id) in (j.reports, j.listen[0] if j.listen else j.reports)]
         return matches[0] if len(matches) == 1 else None
 
