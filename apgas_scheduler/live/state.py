@@ -90,6 +90,7 @@ class StateStore:
             raise StateError(f"another scheduler uses the state directory {self.directory} "
                              "(give this one its own: --state-dir)") from None
         self.path = self.directory / DB_NAME
+        self._mutex = threading.Lock()  # one transaction at a time, and no close during one
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             os.close(fd)  # made private before any secret
@@ -105,7 +106,6 @@ class StateStore:
         except sqlite3.DatabaseError as e:
             self.close()
             raise StateError(f"cannot use {self.path}: {e}") from None
-        self._mutex = threading.Lock()
         version = self._meta("schema")
         if version is None:
             self._set_meta("schema", str(SCHEMA))
@@ -167,7 +167,11 @@ class StateStore:
     def close(self) -> None:
         db = getattr(self, "_db", None)
         if db is not None:
-            db.close()
+            # not under a transaction another thread is writing (a job's late message while
+            # the daemon shuts down): closing it there crashed the process (SIGSEGV); a
+            # record after this raises sqlite3.ProgrammingError instead
+            with self._mutex:
+                db.close()
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
         finally:
