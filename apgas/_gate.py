@@ -68,6 +68,11 @@ class Gate:
             if held:
                 self.exit()
 
+    def wanted(self) -> bool:
+        """Whether an order waits or runs: a long hold should let it pass now
+        (``exit`` then ``enter`` again)."""
+        return self._waiting > 0 or self._order is not None
+
     def held_here(self) -> bool:
         """Whether this thread holds the gate (it is inside a step or a guarded finish)."""
         with self._cond:

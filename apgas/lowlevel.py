@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._config import Config, parse_address
+from ._durable import DamagedFile, read_sealed, write_atomically
+from ._gate import Gate
 from ._peers import peer_is_local, peer_key, peer_uid
 from ._pool import blocking
 from ._runtime import current, current_finish
@@ -56,7 +58,9 @@ __all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "
            "render_page", "CONTENT_SECURITY_POLICY",
            # files and directories a daemon may trust (nobody else can change them)
            "UntrustedPath", "trusted_dir", "trusted_file", "trusted_location", "make_trusted_dir",
-           "open_new_file", "open_append", "owner_name"]
+           "open_new_file", "open_append", "owner_name",
+           # checkpoints: files whole or absent after a crash; a pause for consistent copies
+           "write_atomically", "read_sealed", "DamagedFile", "Gate"]
 
 
 T = TypeVar("T")

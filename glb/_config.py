@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 __all__ = ["GLBConfig"]
 
@@ -32,6 +33,15 @@ class GLBConfig:
     result: place 0 keeps a backup of every other worker's bag, written at least
     every ``backup_interval`` seconds of work and whenever work leaves the bag,
     and restores a lost place's work at the live places (docs/glb.md, "Resilience").
+
+    ``checkpoint``: a directory where place 0 writes a consistent snapshot of the
+    computation every ``checkpoint_interval`` seconds, so that it survives the
+    loss of place 0 too: a run started on a directory that holds a snapshot of
+    the same problem resumes from it, on any number of places, and gives the
+    exact result (docs/glb.md, "Checkpoints"). The snapshot is the store that
+    ``resilient`` keeps, so a checkpointing run keeps it too (its workers back up
+    every ``checkpoint_interval`` seconds unless ``resilient`` asks for more), and
+    survives the loss of other places as well.
     """
 
     n: int = 511
@@ -48,6 +58,8 @@ class GLBConfig:
     evolving_backoff: float = 10.0
     resilient: bool = False
     backup_interval: float = 0.5
+    checkpoint: str | None = None
+    checkpoint_interval: float = 60.0
 
     def __post_init__(self) -> None:
         for name, low in (("n", 1), ("w", 0), ("workers", 1)):
@@ -60,9 +72,25 @@ class GLBConfig:
         if not 0 <= self.evolving_low < self.evolving_high <= 1:
             raise ValueError(f"GLBConfig needs 0 <= evolving_low < evolving_high <= 1, got "
                              f"{self.evolving_low!r} and {self.evolving_high!r}")
-        for name in ("evolving_interval", "evolving_backoff", "backup_interval"):
+        if self.checkpoint is not None:
+            if not isinstance(self.checkpoint, (str, os.PathLike)) or not os.fspath(self.checkpoint):
+                raise ValueError(f"GLBConfig.checkpoint must be a directory path, got "
+                                 f"{self.checkpoint!r}")
+            object.__setattr__(self, "checkpoint", os.fspath(self.checkpoint))
+        for name in ("evolving_interval", "evolving_backoff", "backup_interval",
+                     "checkpoint_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"GLBConfig.{name} must be a positive number of seconds, "
                                  f"got {getattr(self, name)!r}")
         if self.lifeline not in LIFELINES:
             raise ValueError(f"GLBConfig.lifeline must be one of {LIFELINES}, got {self.lifeline!r}")
+
+    @property
+    def keeps_copies(self) -> bool:
+        """Whether place 0 keeps the store of copies (``resilient`` or ``checkpoint``)."""
+        return self.resilient or self.checkpoint is not None
+
+    @property
+    def effective_backup_interval(self) -> float:
+        """Seconds of work between two backups of a worker's bag."""
+        return self.backup_interval if self.resilient else self.checkpoint_interval

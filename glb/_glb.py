@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import apgas
@@ -17,6 +18,7 @@ from apgas.lowlevel import current_timeline, immediate_at, sample_interval, watc
 from apgas.malleable import MalleableCommunicator
 
 from . import _worker as w
+from ._checkpoint import CheckpointStats, Disk
 from ._config import GLBConfig
 from ._evolving import Evolver
 from ._recovery import Recovery
@@ -118,12 +120,14 @@ class GLB:
         self.evolver: Evolver | None = None  # the last computation's, in evolving mode
         #: the last computation's backups and restores (GLBConfig(resilient=True) only)
         self.resilience: ResilienceStats | None = None
+        #: the last computation's snapshots (GLBConfig(checkpoint=DIR) only)
+        self.checkpoints: CheckpointStats | None = None
 
     def compute_dynamic(self, bag: Bag, result: R) -> R:
         """All work starts at place 0 in ``bag``; ``result`` is the neutral result."""
         def starts(gid: int, members: list[int]) -> list[_Start]:  # the others start by stealing
             return [(p, w.start_dynamic, (gid, bag if p == 0 else None)) for p in members]
-        return self._compute(result, starts)
+        return self._compute(result, starts, bag)
 
     def compute_static(self, make_bag: Callable[[int, int], Bag], result: R) -> R:
         """Each worker starts with ``make_bag(worker_index, worker_count)``.
@@ -134,32 +138,48 @@ class GLB:
             if self._recovery is not None:
                 self._recovery.store.static_records(members, make_bag, self.config.workers)
             return [(p, w.start_static, (gid, make_bag, i, len(members))) for i, p in enumerate(members)]
-        return self._compute(result, starts)
+        return self._compute(result, starts, make_bag)
 
     def stats(self) -> GLBStats:
         """Per-place statistics of the last computation (places that left included)."""
         return self._stats
 
     # -------------------------------------------------------------------------------------
-    def _compute(self, prototype: R, starts: Callable[[int, list[int]], list[_Start]]) -> R:
+    def _compute(self, prototype: R, starts: Callable[[int, list[int]], list[_Start]],
+                 problem: Any) -> R:
         if apgas.here().id != 0:
             raise apgas.ApgasError("GLB computations are started at place 0")
         if not isinstance(prototype, Result):
             raise TypeError(f"the result must have a fold(other) method, got {prototype!r}")
+        disk = Disk(self.config, problem, prototype) if self.config.checkpoint else None
+        if disk is not None and disk.snapshot is not None and disk.snapshot.final:
+            self._stats, self.seconds = GLBStats(), 0.0
+            self.checkpoints = disk.stats
+            done: R = disk.result(prototype)  # the same run again: its result, at once
+            return done
         gid = next(_ids) * 100_000 + os.getpid() % 100_000
         members = [p.id for p in apgas.places()]
         start = time.monotonic()
         sample = sample_interval()  # None: no timeline, no load samples
-        recovery = self._recovery = Recovery(gid, prototype) if self.config.resilient else None
+        recovery = self._recovery = Recovery(gid, prototype) if self.config.keeps_copies else None
+        if disk is not None and recovery is not None and disk.snapshot is not None:
+            starts = disk.resume_into(recovery.store)  # its work goes to the places there are
         lost: list[tuple[int, str]] = []  # plain GLB: places that died (their results with them)
         stop_watching = watch_deaths(lambda pid, host, reason: lost.append((pid, reason)))
         try:
             if recovery is not None:
                 recovery.start()
             self._init_places(gid, prototype, members, sample)
+            if disk is not None and recovery is not None:
+                disk.start(gid, recovery.store)
             total = self._run(gid, prototype, members, starts, sample, start)
+            if disk is not None:
+                disk.final(total)
         finally:
             stop_watching()
+            if disk is not None:
+                disk.stop()
+                self.checkpoints = disk.stats
             if recovery is not None:
                 recovery.close()
                 self.resilience = recovery.stats
@@ -335,8 +355,9 @@ class _GLBHandler(apgas.MalleableHandler):
             recovery = self.glb._recovery
             # Resilient, a loss declared between the leave's answer and now wins: the
             # store restores the place's copies, so the result in hand is dropped.
-            if recovery is None or recovery.store.retire(p.id):
-                w.absorb(self.gid, result)  # place 0 stays: partial results live on here
+            with _paused(self.gid):  # a snapshot sees the result in the store or here
+                if recovery is None or recovery.store.retire(p.id):
+                    w.absorb(self.gid, result)  # place 0 stays: partial results live on here
             self._call(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
             self.glb._moved.append(stats)
         return leaving
@@ -373,6 +394,17 @@ class _GLBHandler(apgas.MalleableHandler):
             log.warning("GLB %d: place %d was lost during an order; going on without it",
                         self.gid, place)
             return None
+
+
+@contextlib.contextmanager
+def _paused(gid: int) -> Iterator[None]:
+    """Hold place 0's pause (checkpoints: no snapshot in between), if it has one."""
+    pause = w.state(gid).pause
+    if pause is None:
+        yield
+        return
+    with pause.hold():
+        yield
 
 
 def _write_loads(place: int, gid: int, samples: list[Sample] | None) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import apgas
-from apgas.lowlevel import blocking, immediate_at
+from apgas.lowlevel import Gate, blocking, immediate_at
 
 from ._config import GLBConfig
 from ._lifelines import lifelines
@@ -94,7 +94,11 @@ class PlaceState:
         # opt-in bags (concurrent_split) whose worker is inside process() now, by id(bag);
         # a steal splits them under self.lock (never in resilient mode: pieces need a ledger)
         self.open: dict[int, Any] = {}
-        self.concurrent = not config.resilient
+        self.concurrent = not config.keeps_copies
+        # checkpoints, at place 0: its workers hold the pause between two safe points, a
+        # snapshot passes it as an order; ``slots`` are their bags (glb._checkpoint)
+        self.pause = Gate() if config.checkpoint is not None and self.me == 0 else None
+        self.slots: dict[int, Slot] = {}
         self.dry_since: float | None = None  # when the place ran out of work (steal latency)
 
     def sample(self) -> tuple[int, int, int]:
@@ -213,7 +217,7 @@ class PlaceState:
             first = self.forwarded
             self.forwarded += 1
             self.stats.moved_bags += 1
-        if not self.config.resilient:
+        if not self.config.keeps_copies:
             apgas.async_at(self.targets[first % len(self.targets)], _deliver, self.gid, bag)
             return
         for k in range(len(self.targets)):
@@ -288,18 +292,66 @@ def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> Non
     keeps a :class:`Ledger` with place 0 (``took``: the id of the piece it starts
     with; ``key``: its record's key if place 0 made one for it)."""
     st = state(gid)
+    pause = st.pause
+    if pause is None:
+        _work(st, gid, bag, took, key, None)
+        return
+    pause.enter()  # checkpoints: from its first step to its end at place 0's store
+    slot = Slot()
+    with st.lock:
+        st.slots[id(slot)] = slot
+    try:
+        _work(st, gid, bag, took, key, slot)
+    finally:
+        with st.lock:
+            del st.slots[id(slot)]
+        pause.exit()
+
+
+class Slot:
+    """A worker's bag and ledger at place 0, for a snapshot (read at a safe point)."""
+
+    __slots__ = ("bag", "ledger")
+
+    def __init__(self) -> None:
+        self.bag: Any = None
+        self.ledger: Ledger | None = None
+
+
+def checkpoint_share(gid: int) -> tuple[list[Any], set[int], Any]:
+    """Place 0's share of a snapshot, read while its workers stand (glb._checkpoint):
+    the bags they hold, the pieces they merged but place 0's store still lists,
+    and the place's result."""
+    st = state(gid)
+    with st.lock:
+        slots = list(st.slots.values())
+        result = st.result
+    bags = [s.bag for s in slots if s.bag is not None]
+    merged = {pid for s in slots if s.ledger is not None for pid in s.ledger.merged}
+    return bags, merged, result
+
+
+def _work(st: PlaceState, gid: int, bag: Any, took: int | None, key: Any, slot: Slot | None) -> None:
+    """The body of :func:`_worker`; ``slot``: at a checkpointing place 0, where the
+    worker shows its bag, and the top of its loop is where it lets a snapshot pass."""
     result = copy.deepcopy(st.prototype)
     n = st.config.n
     units, busy = 0, 0.0
-    ledger = Ledger(gid, st.me, st.config.backup_interval, key) if st.config.resilient else None
+    ledger = (Ledger(gid, st.me, st.config.effective_backup_interval, key)
+              if st.config.keeps_copies else None)
     if ledger is not None and took is not None:
         ledger.took(took)
+    if slot is not None:
+        slot.bag, slot.ledger = bag, ledger
     live = st.live if st.sampler is not None else None  # the timeline's sampler reads it
     if live is not None:
         with st.lock:  # the key is added under the lock, so the sampler's sum sees no resize
             live[id(result)] = 0
     sealed = None
     while True:
+        if slot is not None and st.pause is not None and st.pause.wanted():
+            st.pause.exit()  # a safe point: the bag and place 0's store agree
+            st.pause.enter()
         if bag is not None and not bag.is_empty():
             if st.leaving and _send_away(st, bag, ledger):
                 continue
@@ -361,6 +413,8 @@ def _worker(gid: int, bag: Any, took: int | None = None, key: Any = None) -> Non
             loot = loot.bag
         if bag is None:
             bag = loot
+            if slot is not None:
+                slot.bag = bag
         else:
             bag.merge(loot)
     if ledger is not None:
@@ -506,7 +560,7 @@ def start_static(gid: int, make_bag: Callable[[int, int], Any], position: int, p
         st.active += workers
         st.start_ran = True
     def key(index: int) -> Any:  # resilient: the record place 0 made for this worker
-        return (st.me, ("static", index)) if st.config.resilient else None
+        return (st.me, ("static", index)) if st.config.keeps_copies else None
     for k in range(1, workers):
         index = position * workers + k
         apgas.async_(_worker, gid, make_bag(index, places * workers), None, key(index))

@@ -1,7 +1,8 @@
 """Run one GLB benchmark application.
 
     python -m glb.apps {uts,nqueens,bc,pi,synthetic} [app options] --places P --workers W
-                       [--sequential] [--static] [--malleable | --evolving] [--json FILE]
+                       [--sequential] [--static] [--malleable | --evolving] [--resilient]
+                       [--checkpoint DIR [--checkpoint-interval S]] [--json FILE]
 
 Prints the result, whether it is correct against a known reference, the time of
 the computation alone and the throughput; ``--json`` writes one record. Under the
@@ -62,6 +63,12 @@ def build_parser(apps: dict[str, App], prog: str = "python -m glb.apps") -> argp
         p.add_argument("--resilient", action="store_true",
                        help="survive the loss of places other than 0 with the exact result "
                             "(place 0 keeps backups of the others' work)")
+        p.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                       help="write a snapshot of the computation to DIR every "
+                            "--checkpoint-interval seconds; a run started on a DIR holding one "
+                            "of the same problem resumes from it (docs/glb.md, Checkpoints)")
+        p.add_argument("--checkpoint-interval", type=float, default=60.0, metavar="S",
+                       help="seconds between two snapshots (default: %(default)s)")
         p.add_argument("--n", type=int, default=None, help="GLB units per process() call")
         p.add_argument("--w", type=int, default=3, help="GLB random steal attempts")
         p.add_argument("--lifeline", default="hypercube", choices=("hypercube", "binary"))
@@ -86,7 +93,9 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
                 apgas.async_at(p, lambda r=ref: _report_warm_up(r, app.name))
         warm = dict([first, *loads])
         config = GLBConfig(n=ns.n or app.default_n, w=ns.w, workers=ns.workers, lifeline=ns.lifeline,
-                           malleable=ns.malleable, evolving=ns.evolving, resilient=ns.resilient)
+                           malleable=ns.malleable, evolving=ns.evolving, resilient=ns.resilient,
+                           checkpoint=os.fspath(ns.checkpoint) if ns.checkpoint else None,
+                           checkpoint_interval=ns.checkpoint_interval)
         glb = GLB(config)
         if ns.malleable:
             log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
@@ -100,14 +109,36 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
         stats = glb.stats()
         print(stats, file=sys.stderr)
         resilience = dataclasses.asdict(glb.resilience) if glb.resilience is not None else None
+        checkpoints = dataclasses.asdict(glb.checkpoints) if glb.checkpoints is not None else None
         return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
                 "init_seconds": start - begin, "resilience": resilience,
+                "checkpoints": checkpoints,
                 "glb_stats": [dataclasses.asdict(s) for s in stats],
                 "places": first_places, "final_places": len(apgas.places())}
 
     # forked places (those a grow adds too) come with the app imported and its kernels loaded
     preload = os.environ.get("APGAS_PRELOAD") or f"glb.apps.{app.name}:warm_up"
     return apgas.run(main, places=ns.places, threads=ns.workers + 1, preload=preload)
+
+
+def claim_checkpoint_dir(directory: Path, app: str, params: Params, static: bool) -> None:
+    """Record in ``directory`` (made if missing) which problem its snapshots are of:
+    the app, its parameters and its mode; ValueError naming both if it holds
+    another's. GLB itself refuses a snapshot of another problem too (by its
+    fingerprint); this says which one in the app's terms."""
+    from apgas.lowlevel import make_trusted_dir, read_sealed, write_atomically
+
+    path = make_trusted_dir(directory, "the checkpoint directory") / "app.json"
+    mine = {"app": app, "params": params, "mode": "static" if static else "dynamic"}
+    if path.exists():
+        held = json.loads(read_sealed(path))
+        if held != mine:
+            raise ValueError(f"the checkpoint directory {directory} holds snapshots of {held['app']} "
+                             f"{held['params']} ({held['mode']}), not of {app} {params} "
+                             f"({mine['mode']}); give another directory, or remove it to start "
+                             "afresh")
+        return
+    write_atomically(path, json.dumps(mine, sort_keys=True).encode())
 
 
 def _report_warm_up(ref: apgas.GlobalRef[list[tuple[int, float]]], name: str) -> None:
@@ -130,6 +161,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         params = app.params(ns)
     except ValueError as e:
         parser.error(str(e))
+    if ns.checkpoint_interval <= 0:
+        parser.error(f"--checkpoint-interval must be a positive number of seconds, got "
+                     f"{ns.checkpoint_interval}")
+    if ns.checkpoint is not None and not ns.sequential:
+        try:
+            claim_checkpoint_dir(ns.checkpoint, app.name, params, ns.static)
+        except (ValueError, OSError) as e:
+            parser.error(str(e))
     total_start = time.perf_counter()
     if ns.sequential:
         warm = {"sequential": app.warm_up()}
@@ -154,6 +193,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         "mode": "sequential" if ns.sequential else ("static" if ns.static else "dynamic"),
         "malleable": bool(ns.malleable), "evolving": bool(ns.evolving), "resilient": bool(ns.resilient),
         "resilience": record.get("resilience") if not ns.sequential else None,
+        "checkpoints": record.get("checkpoints") if not ns.sequential else None,
         # per place: units, steals (random and lifeline, tried and won), idle time, latency samples
         "glb_stats": record.get("glb_stats") if not ns.sequential else None,
         "result": value, "correct": correct,
