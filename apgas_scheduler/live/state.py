@@ -191,7 +191,8 @@ def _stored(row: tuple) -> StoredJob:
     (jid, spec, owner, secret, state, submit, start, end, reason, nodes, listen, reports, ready,
      disabled, grows, shrinks, identity, request) = row
     return StoredJob(
-        jid, parse_job(json.loads(spec), f"stored job {jid}"), owner, secret, state, submit, start, end, reason, json.loads(nodes),
+        jid, parse_job(json.loads(spec), f"stored job {jid}", stored=True),  # an older one's: kept
+        owner, secret, state, submit, start, end, reason, json.loads(nodes),
         tuple(json.loads(listen)) if listen else None, reports, bool(ready),
         bool(disabled), grows, shrinks, json.loads(identity) if identity else None, request)
 
