@@ -54,7 +54,7 @@ def run(argv: list[str], record: Path, timeout: float = 900) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out: dict[str, Any] = json.loads(record.read_text())
-    if not out["correct"]:
+    if out["correct"] is False:  # None: no published count (depth 14); the runs must agree
         raise RuntimeError(f"{' '.join(argv)}: wrong result {out['result']}")
     return out
 
@@ -87,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             for mode, interval in modes.items():
                 ck = work / f"ck-{r}-{mode.replace(' ', '')}" if interval else None
                 out = run(uts(depth, known.places, work / "run.json", ck, interval or 0), work / "run.json")
-                runs[mode].append({"seconds": out["seconds"], "checkpoints": out["checkpoints"]})
+                runs[mode].append({"seconds": out["seconds"], "checkpoints": out["checkpoints"],
+                                   "result": out["result"]})
                 log.info("repeat %d, %s: %.2f s", r + 1, mode, out["seconds"])
+        results = {x["result"] for items in runs.values() for x in items}
+        if len(results) != 1:
+            raise RuntimeError(f"the runs disagree on the result: {sorted(results)}")
         plain = statistics.median(x["seconds"] for x in runs["plain"])
         killed_dir = work / "resume"
         halfway = plain / 2 + 2.0  # the places' start, then half the computation
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
               "resume": {"killed_after_s": halfway, "resumed_from": resumed["checkpoints"]["resumed_from"],
                          "resume_s": resumed["checkpoints"]["resume_s"],
                          "resumed_run_s": resumed["seconds"], "resumed_wall_s": resumed_wall,
-                         "correct": resumed["correct"]}}
+                         "correct": resumed["result"] in results}}
     print(f"\nUTS depth {depth}, {known.places} places x 1 worker, medians of {repeats}")
     print(f"{'mode':<18}{'seconds':>9}{'ratio':>8}{'snapshots':>11}{'bytes':>9}{'pause':>9}{'write':>9}")
     for mode, row in rows.items():
