@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
+from ._checkpoint_steps import MODES, Disk
 from ._runtime import current
 from .errors import ApgasError, DeadPlaceError, MultipleException
 
@@ -49,6 +50,17 @@ class _Resilient(Protocol):
     def _steps_restore(self, commit: Any) -> None: ...
 
 
+class _Array(_Resilient, Protocol):
+    """An array a loop with ``checkpoint=DIR`` also writes to disk and reads back."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+    def _steps_write(self, folder: str, k: int, mode: str) -> list[dict[str, Any]]: ...
+
+    def _steps_read(self, folder: str, files: list[dict[str, Any]], mode: str) -> None: ...
+
+
 class Step:
     """One step of :func:`steps`: run its body as ``with step:``.
 
@@ -56,13 +68,15 @@ class Step:
     with a loss: its work (and the steps' since the last commit) was undone, and the
     loop repeats them, so an index may come again. Everything a step does must
     follow from ``index``, the listed arrays and ``state``; code after ``with step:``
-    that uses the step's outcome checks ``rolled_back``."""
+    that uses the step's outcome checks ``rolled_back``. ``resumed`` is True for the
+    first step of a loop that resumed from a commit on disk (``checkpoint=DIR``)."""
 
-    __slots__ = ("index", "rolled_back", "_loop", "_state")
+    __slots__ = ("index", "rolled_back", "resumed", "_loop", "_state")
 
-    def __init__(self, loop: _Loop, index: int) -> None:
+    def __init__(self, loop: _Loop, index: int, resumed: bool = False) -> None:
         self.index = index
         self.rolled_back = False
+        self.resumed = resumed
         self._loop = loop
         self._state = "new"  # new -> running -> ended
 
@@ -94,8 +108,9 @@ class _Loop:
     roll-back). A grow needs no commit: every copy stays where it was.
     """
 
-    def __init__(self, n: int, start: int, commit_every: int, arrays: list[_Resilient],
-                 state: dict[str, Any] | None) -> None:
+    def __init__(self, n: int, start: int, commit_every: int, arrays: list[_Array],
+                 state: dict[str, Any] | None, checkpoint: str | os.PathLike[str] | None = None,
+                 mode: str = "parallel") -> None:
         rt = current()
         if rt.orders is None:
             raise ApgasError(f"apgas.steps runs at place 0, where orders are carried out; this "
@@ -111,6 +126,8 @@ class _Loop:
         self._saved_state: bytes | None = None
         self._committed: int | None = None  # the step a roll-back goes back to
         self._next = start  # the step that runs next
+        self._checkpoint, self._mode = checkpoint, mode
+        self._disk: Disk | None = None  # the commits on disk, while the loop runs
 
     def __repr__(self) -> str:
         return f"the apgas.steps loop at step {self._next}"
@@ -119,17 +136,66 @@ class _Loop:
         assert self._rt.orders is not None, "checked when the loop was made"
         stop_listening = self._rt.orders.add_listener(self)
         try:
-            while self._next < self.n:
-                step = Step(self, self._next)
-                yield step
-                if step._state != "ended":
-                    raise ApgasError(f"step {step.index} of apgas.steps was not run: write the "
-                                     "loop's body as `with step:` (orders wait for the step, "
-                                     "losses roll it back)")
+            resumed = self._resume()
+            while True:
+                while self._next < self.n:
+                    step = Step(self, self._next, resumed)
+                    resumed = False
+                    yield step
+                    if step._state != "ended":
+                        raise ApgasError(f"step {step.index} of apgas.steps was not run: write "
+                                         "the loop's body as `with step:` (orders wait for the "
+                                         "step, losses roll it back)")
+                if self._disk is None or self._last_commit():
+                    break
         finally:
             stop_listening()
+            if self._disk is not None:
+                self._disk.close()
+                self._disk = None
         for a in self._resilient():
             a._steps_forget(None)  # the loop is over: no more roll-back, free the copies
+
+    # -- commits on disk ------------------------------------------------------------------
+    def _resume(self) -> bool:
+        """With ``checkpoint=DIR``: lock DIR and load its newest whole commit, if any, over
+        the live places (again if a place is lost meanwhile); whether one was loaded."""
+        if self._checkpoint is None:
+            return False
+        with self._gate.hold():
+            self._disk = Disk(self._checkpoint, self._mode, self.n, self.arrays)
+            while True:
+                try:
+                    resumed = self._disk.load(self.arrays, self.state)
+                except (DeadPlaceError, MultipleException):
+                    if not self._losses():
+                        raise
+                    self._handled |= self._losses()  # loaded over the live places: again
+                    continue
+                break
+        if resumed is not None:
+            self._next = resumed
+        return resumed is not None
+
+    def _last_commit(self) -> bool:
+        """The loop's end on disk (running it again yields no step); False if a place was
+        lost since the last step (the loop rolls back and goes on)."""
+        assert self._disk is not None
+        step = Step(self, self.n - 1)
+        with self._gate.hold():
+            try:
+                if not self._losses():
+                    self._disk.write(self.n, self.arrays, self._state_bytes(), len(self._rt.sorted_places()))
+            except (ApgasError, MultipleException):
+                if not self._losses():
+                    raise
+            if self._losses():
+                self._roll_back(step)
+                return False
+        return True
+
+    def _state_bytes(self) -> bytes | None:
+        return None if self.state is None else _pickled(self.state)
 
     # -- a step's two ends -------------------------------------------------------------
     def _begin(self, step: Step) -> None:
@@ -191,9 +257,11 @@ class _Loop:
         return self._rt.dead - self._handled
 
     def _commit(self, index: int) -> None:
-        saved = None if self.state is None else _pickled(self.state)
+        saved = self._state_bytes()
         tag = next(_tags)
         commits = [a._steps_commit(tag) for a in self._resilient()]
+        if self._disk is not None:  # in memory, then on disk: the commit is whole once both are
+            self._disk.write(index, self.arrays, saved, len(self._rt.sorted_places()))
         old = self._tag
         self._tag, self._commits, self._saved_state = tag, commits, saved
         self._committed = index
@@ -258,7 +326,8 @@ def _count(name: str, value: object, low: int) -> int:
 
 def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any] = (),
           state: dict[str, Any] | None = None,
-          checkpoint: str | os.PathLike[str] | None = None) -> Iterator[Step]:
+          checkpoint: str | os.PathLike[str] | None = None,
+          checkpoint_mode: str = "parallel") -> Iterator[Step]:
     """The steps ``start .. n - 1`` of an iterative program, at place 0::
 
         for step in apgas.steps(1000, commit_every=10, arrays=[u, v], state=st):
@@ -284,8 +353,27 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
       block lost with its buddy, or a listed array that is not resilient, is an
       ``ApgasError``. Other exceptions of a step end the loop as they are.
 
-    ``checkpoint=DIR`` (commits on disk, to survive place 0) is reserved and not
-    built yet: passing it is an error.
+    **Commits on disk** (``checkpoint=DIR``, to survive the loss of place 0, of the
+    whole job, or its end by a time limit): every commit is also written to DIR,
+    with every listed array (resilient or not) and ``state``, atomically (temporary
+    names, fsync, rename; the commit before is kept until the new one is whole; a
+    torn one is never loaded), and the loop's end leaves a final commit. A commit
+    whose step DIR holds already (after a roll-back or a resume) is not written
+    again. A loop started on a DIR that holds a commit *resumes*: its arrays (made
+    afresh by the program, with the same shapes and dtypes) get the committed rows,
+    spread over the places it has now, however many; ``state`` is restored in
+    place; the steps go on after the commit (``start`` is then ignored;
+    ``step.resumed`` marks the first). A finished loop run again yields no step and
+    leaves the arrays and ``state`` as they were at its end. DIR records ``n`` and
+    the arrays' shapes and dtypes, in order: a loop of another problem refuses it
+    with an ``ApgasError``. One loop uses a DIR at a time; a resume unpickles
+    ``state``, so DIR must be writable by you alone.
+
+    ``checkpoint_mode``: ``"parallel"`` (the default: each place writes, and at a
+    resume reads, its own blocks, all at once; on a cluster DIR must be on a
+    filesystem all places share) or ``"gathered"`` (the rows travel to place 0,
+    which writes and reads every file; DIR need only be place 0's). Measured with
+    ``python -m benchmarks.steps_checkpoint`` (docs/tutorial-resilient-solver.md).
     """
     _count("n", n, 0)
     _count("start", start, 0)
@@ -294,14 +382,17 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
     _count("commit_every", commit_every, 0)
     if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
         raise TypeError(f"apgas.steps: arrays must be a list of BlockArrays, got {arrays!r}")
+    need = ("_steps_commit",) if checkpoint is None else ("_steps_commit", "_steps_write")
     for a in arrays:
-        if not callable(getattr(a, "_steps_commit", None)):
+        if not all(callable(getattr(a, name, None)) for name in need):
             raise TypeError(f"apgas.steps: arrays must be a list of apgas.dist.BlockArray, got "
                             f"{type(a).__name__}: {a!r:.80}")
     if state is not None and not isinstance(state, dict):
         raise TypeError(f"apgas.steps: state must be a dict (updated in place), got "
                         f"{type(state).__name__}")
-    if checkpoint is not None:
-        raise ApgasError(f"apgas.steps: checkpoint={os.fspath(checkpoint)!r}: commits to disk "
-                         "are not built yet; run without checkpoint")
-    return iter(_Loop(n, start, commit_every, list(arrays), state))
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(f"apgas.steps: checkpoint must be a directory's path, got {checkpoint!r}")
+    if checkpoint_mode not in MODES:
+        raise ValueError(f"apgas.steps: checkpoint_mode must be one of {', '.join(MODES)}, got "
+                         f"{checkpoint_mode!r}")
+    return iter(_Loop(n, start, commit_every, list(arrays), state, checkpoint, checkpoint_mode))

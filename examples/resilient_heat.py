@@ -14,7 +14,9 @@ the grids are committed every ``--commit-every`` steps, and a lost place rolls
 them back to the last commit. At the end the program runs the same iterations
 in plain numpy, in this process, and prints ``exact: True`` when the two grids
 and the step's largest change are equal bit for bit (exit code 1 if not).
-``docs/tutorial-resilient-solver.md`` walks through it.
+With ``--checkpoint DIR`` the commits also go to disk, and a run started again on
+DIR (after a kill of the whole program, on any number of places) goes on from the
+last of them. ``docs/tutorial-resilient-solver.md`` walks through it.
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ class Handler(apgas.MalleableHandler):
         print(f"lost {places}", flush=True)
 
 
-def solve(n: int, count: int, commit_every: int, pids: str | None) -> tuple[np.ndarray, dict]:
+def solve(n: int, count: int, commit_every: int, pids: str | None,
+          checkpoint: str | None = None) -> tuple[np.ndarray, dict]:
     """The ``count`` steps over the places, at place 0 inside ``apgas.run``."""
     communicator = apgas.define_malleable_handler(Handler(pids))
     if communicator.address is not None:
@@ -116,9 +119,12 @@ def solve(n: int, count: int, commit_every: int, pids: str | None) -> tuple[np.n
     v = BlockArray.from_array(u0, follow=True, resilient=True)  # the edges of both stay 0
     state = {"time": 0.0, "change": 0.0}  # the plate's time; the last step's largest change
     last = -1
-    for step in apgas.steps(count, commit_every=commit_every, arrays=[u, v], state=state):
+    for step in apgas.steps(count, commit_every=commit_every, arrays=[u, v], state=state,
+                            checkpoint=checkpoint):
         with step:
-            if step.index <= last:
+            if step.resumed:
+                print(f"resumed from {checkpoint} at step {step.index}", flush=True)
+            elif step.index <= last:
                 print(f"step {step.index} again: rolled back to the last commit", flush=True)
             last = step.index
             old, new = (u, v) if step.index % 2 == 0 else (v, u)
@@ -157,11 +163,13 @@ def main() -> int:
     parser.add_argument("--places", type=int, default=2, help="places at the start; default 2")
     parser.add_argument("--pids", metavar="FILE",
                         help="keep the places' process ids here, one a line, place 0 first")
+    parser.add_argument("--checkpoint", metavar="DIR",
+                        help="write the commits to DIR too, and go on from the last one there")
     args = parser.parse_args()
     if args.size < 3 or args.steps < 0 or args.commit_every < 0:
         parser.error("needs --size >= 3, --steps >= 0 and --commit-every >= 0")
-    grid, state = apgas.run(lambda: solve(args.size, args.steps, args.commit_every, args.pids),
-                            places=args.places)
+    grid, state = apgas.run(lambda: solve(args.size, args.steps, args.commit_every, args.pids,
+                                          args.checkpoint), places=args.places)
     reference, expected = sequential(args.size, args.steps)
     exact = np.array_equal(grid, reference) and state == expected
     print(f"largest change in the last step: {state['change']:.6e}")

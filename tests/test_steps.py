@@ -339,7 +339,8 @@ def test_steps_say_what_was_wrong(malleable_address):
             (dict(n=3, commit_every=1.5), ValueError, "commit_every must be an integer"),
             (dict(n=3, arrays=[np.zeros(3)]), TypeError, "arrays must be a list of apgas.dist"),
             (dict(n=3, state=[1]), TypeError, "state must be a dict"),
-            (dict(n=3, checkpoint="ckpt"), apgas.ApgasError, "not built yet"),
+            (dict(n=3, checkpoint="ckpt", checkpoint_mode="fast"), ValueError,
+             "checkpoint_mode must be one of parallel, gathered"),
         ]:
             with pytest.raises(kind, match=text):
                 apgas.steps(**bad)

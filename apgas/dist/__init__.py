@@ -51,7 +51,7 @@ import apgas
 from apgas import _runtime, lowlevel
 from apgas._pool import on_pool_thread
 
-from . import _blocks, _rollback
+from . import _blocks, _disk, _rollback
 from ._layout import Layout, even, find, overlaps
 
 __all__ = ["BlockArray", "dot", "at_each"]
@@ -437,15 +437,9 @@ class BlockArray:
                 elif pid in live:
                     apgas.async_at(pid, _blocks.drop, self.id)
 
-    # -- roll-back (apgas.steps calls these at place 0, orders kept out: apgas.dist._rollback) --
-    def _steps_commit(self, tag: int) -> _rollback.Commit:
-        return _rollback.commit(self, tag)
-
-    def _steps_forget(self, keep: int | None) -> None:
-        _rollback.forget(self, keep)
-
-    def _steps_restore(self, commit: _rollback.Commit) -> None:
-        _rollback.restore(self, commit)
+    # -- roll-back and commits on disk (apgas.steps calls these at place 0, orders kept out) --
+    _steps_commit, _steps_forget, _steps_restore = _rollback.commit, _rollback.forget, _rollback.restore
+    _steps_write, _steps_read = _disk.write, _disk.read  # apgas.dist._disk
 
     # -- a value ---------------------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, ...]:

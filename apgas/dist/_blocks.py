@@ -28,8 +28,8 @@ import apgas
 from ._layout import Layout, find, overlaps
 
 __all__ = ["Entry", "ArrayId", "entry", "each", "install", "adopt", "make_zeros", "rows_of",
-           "push", "commit", "drop", "unstage", "padded", "send_rows", "partial_sum", "partial_dot",
-           "save", "forget", "push_copy", "ReSpread"]
+           "push", "receive", "commit", "drop", "stage", "unstage", "padded", "send_rows",
+           "partial_sum", "partial_dot", "save", "forget", "push_copy", "ReSpread"]
 
 ArrayId = tuple[int, int]  # (home place id, serial number at the home)
 Array = npt.NDArray[Any]
@@ -132,7 +132,7 @@ def _push_rows(aid: ArrayId, block: Array, start: int, new: Layout, share: bool)
             continue
         for lo in range(first, last, step):
             hi = min(last, lo + step)
-            apgas.async_at(pid, _receive, aid, nstop - nstart, lo - nstart,
+            apgas.async_at(pid, receive, aid, nstop - nstart, lo - nstart,
                            block[lo - start:hi - start])
     if kept is None:
         return
@@ -141,10 +141,12 @@ def _push_rows(aid: ArrayId, block: Array, start: int, new: Layout, share: bool)
         with _lock:
             _staging[aid] = block  # the same rows stay: no copy
     else:
-        _receive(aid, nstop - nstart, first - nstart, block[first - start:last - start])
+        receive(aid, nstop - nstart, first - nstart, block[first - start:last - start])
 
 
-def _receive(aid: ArrayId, rows: int, offset: int, piece: Array) -> None:
+def receive(aid: ArrayId, rows: int, offset: int, piece: Array) -> None:
+    """Rows of a piece into this place's staging buffer of ``aid`` (made on the first piece
+    with ``rows`` rows), at ``offset``."""
     with _lock:
         buf = _staging.get(aid)
         if buf is None:
@@ -170,6 +172,12 @@ def drop(aid: ArrayId) -> None:
         _entries.pop(aid, None)
         _staging.pop(aid, None)
     forget(aid, None)
+
+
+def stage(aid: ArrayId, block: Array) -> None:
+    """Stage ``block``, whole, as this place's next block of ``aid`` (a commit read from disk)."""
+    with _lock:
+        _staging[aid] = block
 
 
 def unstage(aid: ArrayId) -> None:
