@@ -1,11 +1,12 @@
-"""``python -m apgas_scheduler``: serve, submit, status, cancel, add-nodes, node-up,
-shutdown, dashboard-url, report, simulate, compare.
+"""``python -m apgas_scheduler``: serve, submit, status, cancel, requeue, add-nodes,
+node-up, shutdown, dashboard-url, report, simulate, compare.
 
     python -m apgas_scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
     python -m apgas_scheduler serve --nodes 'node[0-7]' --dashboard 8082    # then: dashboard-url
     python -m apgas_scheduler dashboard-url --dashboard 127.0.0.1:8082
     python -m apgas_scheduler submit --to 127.0.0.1:8081 job.toml
     python -m apgas_scheduler status --to 127.0.0.1:8081 [--json]
+    python -m apgas_scheduler requeue --to 127.0.0.1:8081 ID     # back to the queue (requeue = N)
     python -m apgas_scheduler report events.jsonl [--gantt gantt.png] [--html report.html] [--json]
     python -m apgas_scheduler simulate --trace FILE.swf --nodes N --policy NAME [--malleable-share F] [--json OUT]
     python -m apgas_scheduler compare --generate kit --nodes 512 --policies easy,mebf [--plot cmp.png]
@@ -128,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="accept jobs with protocol = \"plain\" (the ElasticJobScheduler's "
                             "unsigned lines): anyone who can reach the ports can speak for them")
     for name, helptext in (("submit", "submit a job file"), ("status", "show jobs and nodes"),
-                           ("cancel", "cancel a job"), ("add-nodes", "add nodes to the pool"),
+                           ("cancel", "cancel a job"),
+                           ("requeue", "put a job back in the queue: a running one is killed "
+                                       "first; counts towards its requeue = N"),
+                           ("add-nodes", "add nodes to the pool"),
                            ("node-up", "put nodes that are down (a job lost its place there) "
                                        "back into service"),
                            ("shutdown", "stop the scheduler (running jobs are killed)")):
@@ -150,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "it arrives (default: 0, no retry)")
         elif name == "status":
             p.add_argument("--json", action="store_true", help="print the status as JSON")
-        elif name == "cancel":
+        elif name in ("cancel", "requeue"):
             p.add_argument("id", type=int)
         elif name in ("add-nodes", "node-up"):
             p.add_argument("names", type=_nodes)
@@ -296,8 +300,8 @@ def _client(ns: argparse.Namespace) -> int:
         if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal that cannot show a name
             sys.stdout.reconfigure(errors="backslashreplace")  # (ASCII only) still gets the rest
         print(json.dumps(reply, indent=2) if ns.json else _status_table(reply))
-    elif ns.command == "cancel":
-        print(request(ns.to, "cancel", id=ns.id, **door)["state"])
+    elif ns.command in ("cancel", "requeue"):
+        print(request(ns.to, ns.command, id=ns.id, **door)["state"])
     elif ns.command == "add-nodes":
         print(",".join(request(ns.to, "add-nodes", nodes=ns.names, **door)["nodes"]))
     elif ns.command == "node-up":
@@ -350,11 +354,17 @@ def _status_table(status: dict[str, Any]) -> str:
     lines = [f"policy {text(status['policy'])}, t = {status['time']:.1f} s, "
              f"{idle}/{len(status['nodes'])} node(s) idle"
              + (f", {len(down)} down: {','.join(down)}" if down else ""),
-             f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} reason"]
+             f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} "
+             f"{'requeues':<8} reason"]
     for j in status["jobs"]:
         nodes = text(",".join(map(str, j["nodes"])))
+        count = j.get("requeues") or 0  # an older daemon's status has none
+        requeues = f"{count}/{j.get('requeue', 0)}" if count else "-"
+        reason = text(j["reason"])
+        if count and not j["reason"].startswith("requeued"):  # why it went back, last time
+            reason += f" (last requeue: {text(j.get('requeue_reason', ''))})"
         lines.append(f"{j['id']:>4} {text(j['name'])[:20]:<20} {text(j['class'])[:10]:<10} "
-                     f"{text(j['state'])[:10]:<10} {nodes[:24]:<24} {text(j['reason'])}")
+                     f"{text(j['state'])[:10]:<10} {nodes[:24]:<24} {requeues:<8} {reason}")
     return "\n".join(lines)
 
 

@@ -74,6 +74,8 @@ class Tracked:
     priority: bool = False  # a queued job a check's shrink made room for
     grows: int = 0
     shrinks: int = 0
+    requeues: int = 0  # times it went back to the queue (see Engine.requeue)
+    lost: int = 0  # places lost without an order (nodes now down) in this run
     cached: JobView | None = dataclasses.field(default=None, repr=False)
 
     def touch(self) -> None:
@@ -222,6 +224,15 @@ class Engine(Generic[Node]):
         if self.priority == job.id:
             self.set_priority(None)
         return dropped
+
+    def requeue(self, job: Tracked, now: float) -> None:
+        """The job (running, or ended) goes back to the queue: its nodes come back as
+        at an end, and it waits to start again with its id and submit time."""
+        self.end(job, "queued", now)
+        job.start = job.end = None
+        job.requeues, job.lost, job.stopping = job.requeues + 1, 0, ""
+        job.ready = job.disabled = job.busy = False
+        self.submit(job)
 
     def overdue(self, now: float, register_timeout: float) -> list[tuple[Tracked, str]]:
         """Running jobs to stop: past their walltime, or malleable ones that never
@@ -381,6 +392,7 @@ class Engine(Generic[Node]):
         job.reserved = [h for h in job.reserved if h != host]
         self.owner[host] = None
         self.down.add(host)
+        job.lost += 1
         job.cached = None
         return True
 

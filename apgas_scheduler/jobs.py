@@ -8,6 +8,7 @@ A job file::
     min_nodes = 1                # or: nodes = 2 (rigid: exactly that many)
     max_nodes = 4
     walltime = 120               # seconds; past it the job is killed
+    requeue = 2                  # back to the queue at most twice if place 0 or a node is lost
     [env]
     APGAS_THREADS = "2"
 """
@@ -27,10 +28,10 @@ from typing import Any
 from ._model import CLASSES
 
 __all__ = ["JobSpec", "JobFileError", "load_job_file", "parse_job", "MAX_NODES", "MAX_WALLTIME",
-           "MAX_NAME", "MAX_COMMAND", "MAX_ENV", "MAX_CWD", "shown"]
+           "MAX_NAME", "MAX_COMMAND", "MAX_ENV", "MAX_CWD", "MAX_REQUEUE", "shown"]
 
 _KEYS = {"name", "command", "class", "nodes", "min_nodes", "max_nodes", "walltime", "env", "cwd",
-         "protocol"}
+         "protocol", "requeue"}
 PROTOCOLS = ("signed", "plain")
 MAX_NODES = 1_000_000
 """No job asks for more nodes than this (``nodes``, ``min_nodes``, ``max_nodes``)."""
@@ -44,6 +45,8 @@ MAX_ENV = 64 * 1024
 """Characters in a job's ``env``, its names and values together."""
 MAX_CWD = 4096
 """Characters in a job's ``cwd`` (Linux's PATH_MAX)."""
+MAX_REQUEUE = 100
+"""Times a job may go back to the queue (``requeue``; docs/scheduler.md, "Requeue")."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 
@@ -74,6 +77,8 @@ class JobSpec:
     #: "signed" (apgas.auth), or "plain" for a job speaking the ElasticJobScheduler's
     #: unsigned lines, which a scheduler accepts only with --allow-plain-jobs
     protocol: str = "signed"
+    #: how many times it may go back to the queue (its place 0 or a node lost, or asked)
+    requeue: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The TOML keys again, for the wire (``submit`` sends this)."""
@@ -81,7 +86,7 @@ class JobSpec:
                  else {"min_nodes": self.min_nodes, "max_nodes": self.max_nodes})
         return {"name": self.name, "command": list(self.command), "class": self.cls, **sizes,
                 "walltime": self.walltime, "env": dict(self.env), "cwd": self.cwd,
-                "protocol": self.protocol}
+                "protocol": self.protocol, **({"requeue": self.requeue} if self.requeue else {})}
 
 
 def load_job_file(path: str | Path) -> JobSpec:
@@ -166,8 +171,12 @@ def parse_job(data: object, where: str = "job", *, stored: bool = False) -> JobS
     protocol = data.get("protocol", "signed")
     if protocol not in PROTOCOLS:
         raise bad("protocol", f"must be one of {list(PROTOCOLS)}, got {shown(protocol)}")
+    requeue = data.get("requeue", 0)
+    if isinstance(requeue, bool) or not isinstance(requeue, int) or not 0 <= requeue <= MAX_REQUEUE:
+        raise bad("requeue", f"must be a whole number from 0 to {MAX_REQUEUE} (how many times "
+                             f"the job may go back to the queue), got {shown(requeue)}")
     return JobSpec(name.strip(), tuple(command), cls, min_nodes, max_nodes, walltime, env, cwd,
-                   protocol)
+                   protocol, requeue)
 
 
 def _plain(text: str, limit: int = MAX_NAME) -> str:

@@ -11,6 +11,9 @@ Events (``t`` in seconds; a change of nodes takes effect at ``t``):
   flight (the live scheduler's; they count as the job's from then on), given
   back by ``{"event": "grow_failed"|"release", "job": id, "nodes": [...]}``
 * ``{"event": "end", "job": id, "state": "done"|"failed"|"cancelled", "reason": str}``
+* ``{"event": "requeue", "job": id, "reason": str, "count": k}``: the job went back to
+  the queue (its k-th time): its nodes come back as at an end; it starts again later,
+  and its wait counts to its first start, its turnaround to its last end
 * ``{"event": "decision", "job": id, "decision": "start"|"grow"|"shrink", "nodes": k,
   "policy": str}``: a decision of the policy that the scheduler carries out
 * ``{"event": "timing", "job": id, "name": "growTimeAPGAS", "n": k, "seconds": s}``:
@@ -87,7 +90,7 @@ def node_intervals(events: Iterable[dict[str, Any]]) -> dict[str, list[Interval]
         elif kind in ("shrink", "grow_failed", "release"):
             for node in e.get("nodes", ()):
                 release(node, e["job"], t)
-        elif kind == "end":
+        elif kind in ("end", "requeue"):
             for node, job in [k for k in held if k[1] == e["job"]]:
                 release(node, job, t)
     last = float(ordered[-1]["t"]) if ordered else 0.0
@@ -133,13 +136,16 @@ def compute_metrics(events: Iterable[dict[str, Any]],
     ``by_class``: the figures of each class present among the submitted jobs
     (the ``class`` of their ``submit`` event; see
     :func:`~apgas_scheduler.stats.summarize_by_class`), with
-    ``reconfigurations`` their grows and shrinks."""
+    ``reconfigurations`` their grows and shrinks. ``requeues``: how many times
+    jobs went back to the queue, ``requeued_jobs`` how many jobs did; a
+    requeued job counts once, in the state of its last end."""
     ordered = _ordered(events)
     submit: dict[int, float] = {}
     start: dict[int, float] = {}
     end: dict[int, float] = {}
     classes: dict[int, str] = {}
-    states: Counter[str] = Counter()
+    final: dict[int, str] = {}  # each job's state at its last end
+    requeues: Counter[int] = Counter()
     resizes: dict[str, list[float | None]] = {"grow": [], "shrink": []}
     resized: Counter[int] = Counter()
     for e in ordered:
@@ -151,12 +157,16 @@ def compute_metrics(events: Iterable[dict[str, Any]],
         elif kind == "start":
             start.setdefault(e["job"], t)
         elif kind == "end":
-            end.setdefault(e["job"], t)
-            states[e.get("state", "unknown")] += 1
+            end[e["job"]], final[e["job"]] = t, str(e.get("state", "unknown"))
+        elif kind == "requeue":  # back in the queue: not ended (any more)
+            end.pop(e["job"], None)
+            final.pop(e["job"], None)
+            requeues[e["job"]] += 1
         elif kind in resizes:
             resizes[kind].append(e.get("duration"))
             resized[e["job"]] += 1
 
+    states = Counter(final.values())
     intervals = node_intervals(ordered) if intervals is None else intervals
     used = capacity = None
     if submit and end:
@@ -182,6 +192,8 @@ def compute_metrics(events: Iterable[dict[str, Any]],
         "mean_grow_seconds": mean_duration("grow"),
         "mean_shrink_seconds": mean_duration("shrink"),
         "max_overlap_violations": _overlaps(intervals),
+        "requeues": sum(requeues.values()),
+        "requeued_jobs": len(requeues),
         "by_class": summarize_by_class(times),
     }
 

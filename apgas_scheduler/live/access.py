@@ -11,7 +11,7 @@ the token derived from the operator's key (:func:`dashboard_token`).
 
 The rules: the operator (the scheduler's own user, or root) may do everything;
 another user may submit jobs (they run as that user), see the status, and
-cancel their own jobs; adding nodes, bringing nodes that are down back
+cancel and requeue their own jobs; adding nodes, bringing nodes that are down back
 (``node-up``) and shutting down are the operator's (:data:`OPERATOR_ONLY`).
 """
 
@@ -80,8 +80,8 @@ def authorize(client: Client, op: str, owner: int | None = None) -> None:
         return
     if op in OPERATOR_ONLY:
         raise PermissionError(f"{op} is for the scheduler's operator, not {client.user}")
-    if op == "cancel" and owner is not None and owner != client.uid:
-        raise PermissionError(f"{client.user} may cancel only their own jobs; this one is "
+    if op in ("cancel", "requeue") and owner is not None and owner != client.uid:
+        raise PermissionError(f"{client.user} may {op} only their own jobs; this one is "
                               f"{_user_name(owner)}'s")
 
 

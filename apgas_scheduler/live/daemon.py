@@ -4,7 +4,7 @@
 (:class:`.core.SchedulerCore`: the engine, its lock, the event log, the
 threads, the clock): job processes (``processes``), orders to malleable jobs
 (``orders``), evolving asks (``asks``) and the doors (``server``); it keeps the
-clients' operations (submit, cancel, status, add-nodes, node-up), the
+clients' operations (submit, cancel, requeue, status, add-nodes, node-up), the
 scheduling pass, the restart and the shutdown. The parts talk through the
 engine and the log; a part that sets off another's work holds a reference to
 that one only. One TCP port serves client requests and the jobs' messages;
@@ -126,7 +126,8 @@ class Scheduler:
         self.server = Server(core, tcp, unix, self.socket_path, key=self._key,
                              allow_plain_jobs=allow_plain_jobs, asks=self.asks,
                              requests=Requests(self.submit, self.status, self.cancel,
-                                               self.add_nodes, self.nodes_up, self.shutdown))
+                                               self.add_nodes, self.nodes_up, self.shutdown,
+                                               self.requeue))
         self.dashboard: Dashboard | None = None
         if dashboard is not None:
             self.dashboard = Dashboard(dashboard, access.dashboard_token(self._key), core.now,
@@ -225,6 +226,7 @@ class Scheduler:
                 job.secret, job.reason, job.listen, job.reports = s.secret, s.reason, s.listen, s.reports
                 job.ready, job.disabled, job.grows, job.shrinks = s.ready, s.disabled, s.grows, s.shrinks
                 job.identity, job.request = s.identity, s.request
+                job.requeues, job.requeue_reason = s.requeues, s.requeue_reason
                 if s.request is not None:
                     self._requests[s.owner, s.request] = s.id
                 if s.state == "queued":
@@ -246,7 +248,8 @@ class Scheduler:
                     job.start = s.start  # it ran; its nodes were never another's
                     state, reason = ending(code, f"{self.output_dir}/job-{job.id}.err")
                     self.processes.end(job, state, (reason + "; " if reason else "")
-                                       + "it ended while the scheduler was down")
+                                       + "it ended while the scheduler was down",
+                                       self.processes.requeue_reason(job, code))
                     containment.forget(s.identity)
                     meanwhile += 1
                 elif s.state == "running":
@@ -254,7 +257,7 @@ class Scheduler:
                     self.processes.end(job, "failed", "the scheduler restarted and the job's "
                                        "first process had ended meanwhile (exit status unknown) "
                                        "or was not provably the same; what was left of it was "
-                                       "killed")
+                                       "killed", self.processes.requeue_reason(job, None, gone=True))
                 else:
                     job.state, job.start, job.end, job.nodes = s.state, s.start, s.end, []
                     self.engine.jobs[job.id] = job
@@ -351,6 +354,14 @@ class Scheduler:
             else:
                 raise ValueError(f"job {job_id} has already ended ({job.state})")
             return job.state
+
+    def requeue(self, job_id: int, client: access.Client | None = None) -> str:
+        """Put a job back in the queue (``requeue ID``; :meth:`.processes.Processes.ask_requeue`)."""
+        client = client or access.operator()
+        with self.core.lock:
+            job = self.core.job(job_id)
+            access.authorize(client, "requeue", job.owner)
+            return self.processes.ask_requeue(job, client.user)
 
     def add_nodes(self, names: list[str]) -> list[str]:
         _check_nodes(names)  # ValueError naming the first that is no host name

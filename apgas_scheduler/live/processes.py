@@ -13,7 +13,12 @@ processes for a restarted daemon (``containment.alive``/``adopt``/``kill``).
 A job's first process records how its program ended in ``outcomes`` (the
 state directory's), so that an end the daemon did not see (it was down) is
 known too (``containment.outcome``); the file goes once the end is in the
-state."""
+state.
+
+A job with ``requeue = N`` goes back to the queue instead of ending, at
+most N times (:meth:`Processes.requeue_reason` says when; docs/scheduler.md,
+"Requeue"): it keeps its id, spec and submit time, and its next start appends
+to its ``job-N.out``/``.err``."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import os
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -29,15 +35,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import launcher as launchers
+from apgas import auth
 from apgas.lowlevel import open_new_file
 
 from . import containment
 from .core import SchedulerCore, log
 from .records import Job
 
-__all__ = ["Processes", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending"]
+__all__ = ["Processes", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending",
+           "LOST_SIGNALS"]
 
 KILL_GRACE = 3.0
+LOST_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT,
+                          signal.SIGPWR})
+"""Signals that, when they end a job's program (its place 0) and the scheduler did not
+send them, say the job was lost rather than that it failed: SIGKILL (the OOM killer, a
+``kill -9``), SIGTERM and SIGHUP (a machine shutting down, a node's daemon, a hang-up),
+SIGINT, SIGPWR (power failing). Not the program's own faults (SIGSEGV, SIGBUS, SIGILL,
+SIGFPE, SIGABRT, SIGTRAP, SIGSYS), nor SIGQUIT (a core asked for), SIGXCPU and SIGXFSZ
+(its limits), SIGPIPE, SIGUSR1/2 or SIGALRM (its own business)."""
 ORDER_PORT_BASE = 27100
 ORDER_PORT_COUNT = 1000
 """The fixed order ports, for plain-protocol jobs only (``protocol = "plain"``,
@@ -141,13 +157,21 @@ class Processes:
     @contextlib.contextmanager
     def _output_files(self, job: Job, user: containment.RunAs | None) -> Iterator[tuple[int, int]]:
         """``job-N.out`` and ``job-N.err``, new in the output directory (never
-        through a link someone planted) and the job's user's, for the start."""
+        through a link someone planted) and the job's user's, for the start; a
+        requeued job's own files again, appended to (:func:`_reopen`)."""
         fds: list[int] = []
+        uid = user.uid if user is not None else os.geteuid()
         try:
             for suffix in ("out", "err"):
-                fds.append(open_new_file(self.output_fd, f"job-{job.id}.{suffix}"))
-                if user is not None:
+                name = f"job-{job.id}.{suffix}"
+                fd = _reopen(self.output_fd, name, uid) if job.requeues else None
+                fds.append(open_new_file(self.output_fd, name) if fd is None else fd)
+                if user is not None and fd is None:
                     os.fchown(fds[-1], user.uid, user.gid)
+            if job.requeues:
+                os.write(fds[1], f"apgas-scheduler: job {job.id} starts again after requeue "
+                                 f"{job.requeues} of {job.spec.requeue}: {job.requeue_reason}\n"
+                                 .encode(errors="backslashreplace"))
             yield fds[0], fds[1]
         finally:
             for fd in fds:
@@ -231,7 +255,10 @@ class Processes:
         while not self.end_all(job, KILL_GRACE) and not self.core.stopped.is_set():
             time.sleep(1.0)  # a process that will not die (D state): its nodes stay taken
         with self.core.lock:
-            if job.kill_reason:
+            why = self.requeue_reason(job, code)
+            if why:
+                self.requeue(job, why)
+            elif job.kill_reason:
                 state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
                 self.end(job, state, job.kill_reason)
             elif code is None:  # adopted after a restart, nothing recorded: nobody can tell
@@ -240,6 +267,67 @@ class Processes:
                 self.end(job, *ending(code, f"{self.output_dir}/job-{job.id}.err"))
         containment.forget(identity)  # its end is in the state now
         self.core.wake.set()
+
+    def requeue_reason(self, job: Job, code: int | None, gone: bool = False) -> str:
+        """Why ``job``, whose run ended with ``code`` (Popen's; None: unknown), goes
+        back to the queue, or "" if it does not: it was asked to (``requeue_asked``);
+        else never if the scheduler stopped it (walltime, cancel, shutdown) or it has
+        used its ``requeue`` times; else if its program (its place 0) was killed by one
+        of ``LOST_SIGNALS``, or its first process was ``gone`` without a status when
+        the scheduler restarted (the machine rebooted), or it failed after a node of
+        it was marked down (a place lost without an order)."""
+        if job.requeue_asked:
+            return job.requeue_asked
+        if job.kill_reason or job.requeues >= job.spec.requeue:
+            return ""
+        if code is not None and code < 0 and -code in LOST_SIGNALS:
+            return f"its program (place 0) was killed by signal {-code} ({signal.Signals(-code).name})"
+        if gone:
+            return "its first process was gone, with no exit status, when the scheduler restarted"
+        if code and job.lost:
+            return f"it failed ({_code(code)}) after losing {job.lost} place(s) on nodes now down"
+        return ""
+
+    def requeue(self, job: Job, reason: str) -> None:
+        """Put ``job`` (running, with every process ended, or ended) back in the queue:
+        its nodes free and its requests dropped, a fresh key for its next run, which
+        appends to its output. The caller holds ``core.lock``."""
+        self.core.drop_requests(job, "the job was requeued")
+        job.requeue_reason, job.requeue_asked = reason, ""
+        job.reason = f"requeued ({job.requeues + 1} of {job.spec.requeue}): {reason}"
+        job.listen, job.reports, job.identity = None, "", None
+        job.secret = auth.new_secret()  # whatever the last run left knows the old one
+        self.core.engine.requeue(job, self.core.now())
+        self.core.event("requeue", job=job.id, reason=reason, count=job.requeues)
+        log.info("job %d (%s) requeued (%d of %d): %s", job.id, job.spec.name, job.requeues,
+                 job.spec.requeue, reason)
+        self.core.wake.set()
+
+    def ask_requeue(self, job: Job, who: str) -> str:
+        """``requeue ID`` by ``who``: a running job is killed (its processes end) and then
+        queued again; an ended job that did not end ``done`` is queued again at once.
+        Either counts towards its ``requeue``. ValueError, changing nothing, for a
+        queued job, a done one, one being stopped, or one with no requeue left. The
+        caller holds ``core.lock`` and has checked who may."""
+        if job.state == "queued":
+            raise ValueError(f"job {job.id} is not running (queued)")
+        if job.state == "done":
+            raise ValueError(f"job {job.id} has ended done; submit it again to run it again")
+        if job.requeues >= job.spec.requeue:
+            raise ValueError(f"job {job.id} may go back to the queue {job.spec.requeue} time(s) "
+                             f"(requeue = {job.spec.requeue} in its job file) and has "
+                             f"{'used them' if job.requeues else 'none'}")
+        reason = f"requeued by {who}"
+        if job.state != "running":
+            self.requeue(job, reason)
+            return job.state
+        if job.requeue_asked or job.kill_reason:
+            raise ValueError(f"job {job.id} is being stopped already: "
+                             f"{job.requeue_asked or job.kill_reason}")
+        job.requeue_asked = job.kill_reason = reason  # no order or resize meanwhile
+        self.core.event("requeue_asked", job=job.id, by=who)
+        self.kill(job)
+        return "requeueing"
 
     def end_all(self, job: Job, grace: float) -> bool:
         """End every process of ``job`` (TERM, KILL after ``grace``); False if some
@@ -257,8 +345,12 @@ class Processes:
             return False
         return True
 
-    def end(self, job: Job, state: str, reason: str) -> None:
-        """Record ``job``'s end: its nodes are free, its requests dropped."""
+    def end(self, job: Job, state: str, reason: str, requeue: str = "") -> None:
+        """Record ``job``'s end: its nodes are free, its requests dropped; or, given
+        why it goes back to the queue (``requeue``: :meth:`requeue_reason`), requeue it."""
+        if requeue:
+            self.requeue(job, requeue)
+            return
         job.reason = reason
         self.core.drop_requests(job, f"the job ended ({state})")
         self.core.engine.end(job, state, self.core.now())
@@ -292,6 +384,25 @@ def ending(code: int, err: str) -> tuple[str, str]:
             name = ""
         return "failed", f"killed by signal {-code}{name}; see {err}"
     return "failed", f"exit code {code}; see {err}"
+
+
+def _code(code: int) -> str:
+    return f"exit code {code}" if code > 0 else f"signal {-code}"
+
+
+def _reopen(directory: int, name: str, uid: int) -> int | None:
+    """A requeued job's output file ``name`` open to append, if it still is the
+    job's user's regular file (never through a link); None: make a new one."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=directory)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+        return fd
+    os.close(fd)
+    return None
 
 
 def _bindable(host: str, port: int) -> bool:

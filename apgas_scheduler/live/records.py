@@ -32,6 +32,8 @@ class Job(Tracked):
         self.secret = auth.new_secret()  # signs its messages and our orders (APGAS_JOB_SECRET)
         self.plain = spec.protocol == "plain"  # unsigned, as the ElasticJobScheduler speaks
         self.request: str | None = None  # the client's key of its submit: a repeat is this job
+        self.requeue_reason = ""  # why it last went back to the queue (requeues counts them)
+        self.requeue_asked = ""  # a requeue asked for while it runs: it goes back once ended
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Any change shows in the next view (the daemon's threads set fields)."""
@@ -54,4 +56,6 @@ class Job(Tracked):
                 "end": self.end, "reason": self.reason, "min_nodes": self.spec.min_nodes,
                 "max_nodes": self.spec.max_nodes, "owner": self.owner, "ready": self.ready, "grows": self.grows,
                 "shrinks": self.shrinks, "requested": self.requested,
+                "requeue": self.spec.requeue, "requeues": self.requeues,
+                "requeue_reason": self.requeue_reason,
                 "listen": f"{self.listen[0]}:{self.listen[1]}" if self.listen else None}

@@ -1,5 +1,5 @@
 """The scheduler's doors: a TCP port whose lines are either a client request
-(a JSON object: submit, status, cancel, add-nodes, node-up, shutdown, answered
+(a JSON object: submit, status, cancel, requeue, add-nodes, node-up, shutdown, answered
 by one JSON line) or a job's message in the APGAS socket protocol (ready, not
 malleable, a lost place, timing reports, and evolving asks, see :mod:`.asks`);
 and a Unix socket for clients on this machine.
@@ -71,6 +71,7 @@ class Requests:
     add_nodes: Callable[[list[str]], list[str]]
     nodes_up: Callable[[list[str]], list[str]]
     shutdown: Callable[[], None]
+    requeue: Callable[[int, access.Client], str]
 
 
 class Server:
@@ -195,11 +196,12 @@ class Server:
                                                                client, again)}
             if op == "status":
                 return {"ok": True, **self._with_down(self.requests.status())}
-            if op == "cancel":
+            if op in ("cancel", "requeue"):
                 job_id = request.get("id")
                 if not isinstance(job_id, int) or isinstance(job_id, bool):
-                    raise ValueError(f"cancel needs a job id (an integer), got {job_id!r}")
-                return {"ok": True, "state": self.requests.cancel(job_id, client)}
+                    raise ValueError(f"{op} needs a job id (an integer), got {job_id!r:.80}")
+                act = self.requests.cancel if op == "cancel" else self.requests.requeue
+                return {"ok": True, "state": act(job_id, client)}
             if op == "add-nodes":
                 names = request.get("nodes")
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -214,7 +216,7 @@ class Server:
                 self.requests.shutdown()
                 return {"ok": True}
             raise ValueError(f"unknown request {op!r}; expected submit, status, cancel, "
-                             "add-nodes, node-up or shutdown")
+                             "requeue, add-nodes, node-up or shutdown")
         except PermissionError as e:
             self._refused(peer, "request from %s refused: %s", peer, loggable(str(e)))
             return {"ok": False, "error": f"not allowed: {e}"}

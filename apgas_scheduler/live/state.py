@@ -1,7 +1,8 @@
 """The live scheduler's durable state: an SQLite database under its state directory.
 
 It holds the pool, every job (its spec, owner, key, state, nodes, times, order
-address and the identity of its processes) and the event log. Each event is
+address, the identity of its processes, and its requeues with the last reason)
+and the event log. Each event is
 written together with the job it changed in one transaction (SQLite's WAL
 journal, synchronous commits), so a crash loses at most the request being
 answered, whose client then sees no reply. A restarted scheduler reads it back
@@ -31,7 +32,8 @@ from ..jobs import JobSpec, parse_job
 __all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
 
 DB_NAME = "scheduler.db"
-SCHEMA = 2  # 2: jobs.request, the client's key that makes a repeated submit one job
+SCHEMA = 3  # 2: jobs.request, the client's key that makes a repeated submit one job;
+# 3: jobs.requeues and jobs.requeue_reason (a job that went back to the queue)
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (position INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
@@ -40,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     state TEXT NOT NULL, submit REAL NOT NULL, start REAL, end_time REAL, reason TEXT NOT NULL,
     nodes TEXT NOT NULL, listen TEXT, reports TEXT NOT NULL, ready INTEGER NOT NULL,
     disabled INTEGER NOT NULL, grows INTEGER NOT NULL, shrinks INTEGER NOT NULL,
-    identity TEXT, request TEXT);
+    identity TEXT, request TEXT, requeues INTEGER NOT NULL DEFAULT 0,
+    requeue_reason TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, record TEXT NOT NULL);
 """
 
@@ -71,6 +74,8 @@ class StoredJob:
     shrinks: int
     identity: dict[str, Any] | None
     request: str | None  # the client's key of the submit that made it (None: none given)
+    requeues: int = 0  # times it went back to the queue
+    requeue_reason: str = ""  # why, the last time
 
 
 class StateStore:
@@ -112,9 +117,22 @@ class StateStore:
             self._set_meta("started", repr(time.time()))
         elif int(version) > SCHEMA:
             raise StateError(f"{self.path} was written by a newer scheduler (schema {version})")
-        elif int(version) < 2:  # an older scheduler's state: its jobs had no request key
-            self._db.execute("ALTER TABLE jobs ADD COLUMN request TEXT")
+        elif int(version) < SCHEMA:  # an older scheduler's state: columns it did not have
+            self._upgrade(int(version))
+
+    def _upgrade(self, version: int) -> None:
+        """Add the columns an older scheduler's state lacks, in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if version < 2:  # no request key
+                self._db.execute("ALTER TABLE jobs ADD COLUMN request TEXT")
+            self._db.execute("ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0")
+            self._db.execute("ALTER TABLE jobs ADD COLUMN requeue_reason TEXT NOT NULL DEFAULT ''")
             self._set_meta("schema", str(SCHEMA))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     # -- reading -----------------------------------------------------------------------
     def _meta(self, key: str) -> str | None:
@@ -155,7 +173,7 @@ class StateStore:
                 self._db.execute("INSERT INTO events (record) VALUES (?)", (json.dumps(event),))
                 if job is not None:
                     self._db.execute("INSERT OR REPLACE INTO jobs VALUES "
-                                     "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _row(job))
+                                     "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", _row(job))
                 if nodes is not None:
                     self._db.execute("DELETE FROM nodes")
                     self._db.executemany("INSERT INTO nodes VALUES (?, ?)", enumerate(nodes))
@@ -184,17 +202,19 @@ def _row(job: Any) -> tuple:
             job.start, job.end, job.reason, json.dumps([*job.nodes, *job.reserved]),
             json.dumps(list(job.listen)) if job.listen else None, job.reports, int(job.ready),
             int(job.disabled), job.grows, job.shrinks,
-            json.dumps(identity) if identity is not None else None, job.request)
+            json.dumps(identity) if identity is not None else None, job.request,
+            getattr(job, "requeues", 0), getattr(job, "requeue_reason", ""))
 
 
 def _stored(row: tuple) -> StoredJob:
     (jid, spec, owner, secret, state, submit, start, end, reason, nodes, listen, reports, ready,
-     disabled, grows, shrinks, identity, request) = row
+     disabled, grows, shrinks, identity, request, requeues, requeue_reason) = row
     return StoredJob(
         jid, parse_job(json.loads(spec), f"stored job {jid}", stored=True),  # an older one's: kept
         owner, secret, state, submit, start, end, reason, json.loads(nodes),
         tuple(json.loads(listen)) if listen else None, reports, bool(ready),
-        bool(disabled), grows, shrinks, json.loads(identity) if identity else None, request)
+        bool(disabled), grows, shrinks, json.loads(identity) if identity else None, request,
+        requeues or 0, requeue_reason or "")
 
 
 def read_db_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -13,6 +13,8 @@ and every other timing line of the job that came while the order was in
 flight (``preGrowTimeGLB``, ...: ``timing`` events). A place a job lost
 without an order is marked as a failure on its node's row, and the nodes
 that are down (``node_down`` until ``node_up``) are named above the chart.
+A job that went back to the queue (``requeue``) is queued again, its nodes
+back, and the jobs table counts its requeues and gives the last reason.
 
 The texts a client or a job gave (a job's name, a timing's name, a reason a
 job sent) are shown escaped and cut (:func:`apgas.lowlevel.loggable`): an
@@ -76,7 +78,8 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             continue
         job = jobs.setdefault(job_id, {"name": "", "class": "", "min": None, "max": None,
                                        "state": "queued", "submit": None, "start": None,
-                                       "end": None, "held": set(), "grows": 0, "shrinks": 0})
+                                       "end": None, "held": set(), "grows": 0, "shrinks": 0,
+                                       "requeues": 0, "requeued": ""})
         nodes = e.get("nodes", ())
         if kind == "submit":
             job.update(name=_text(e.get("name", "")), submit=e["t"], min=e.get("min_nodes"),
@@ -92,6 +95,10 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             job["shrinks"] += kind == "shrink"
         elif kind == "end":
             job.update(state=_text(e.get("state", "ended")), end=e["t"])
+            job["held"].clear()
+        elif kind == "requeue":
+            job.update(state="queued", end=None, requeues=job["requeues"] + 1,
+                       requeued=_text(e.get("reason", "")))
             job["held"].clear()
     return jobs
 
@@ -204,8 +211,8 @@ def _utilization(ordered: list[dict[str, Any]], intervals: dict[str, list[Interv
         if kind == "pool":
             pool.update(e.get("nodes", ()))
             pool_points.append([t, len(pool)])
-        elif kind == "submit" or (kind in ("start", "adopt", "end") and job in waiting):
-            (waiting.add if kind == "submit" else waiting.discard)(job)
+        elif kind in ("submit", "requeue") or (kind in ("start", "adopt", "end") and job in waiting):
+            (waiting.add if kind in ("submit", "requeue") else waiting.discard)(job)
             queue_points.append([t, len(waiting)])
     return {"kind": "series", "id": "utilization", "title": "Utilization", "unit": "nodes / jobs",
             "step": True, "ymax": max(len(nodes), 1),
@@ -245,12 +252,13 @@ def _job_table(jobs: dict[int, dict[str, Any]]) -> dict[str, Any]:
         ran = (j["end"] - j["start"]) if j["end"] is not None and j["start"] is not None else None
         rows.append([job_id, j["name"], j["class"], j["state"], len(j["held"]),
                      j["min"], j["max"], j["grows"], j["shrinks"],
-                     None if wait is None else round(wait, 2), None if ran is None else round(ran, 2)])
+                     None if wait is None else round(wait, 2), None if ran is None else round(ran, 2),
+                     j["requeues"], j["requeued"]])
     more = len(ranked) - len(rows)
     return {"kind": "table", "id": "jobs", "keyed": True,
             "title": "Jobs" + (f" (and {more} more ended)" if more > 0 else ""),
             "columns": ["id", "name", "class", "state", "nodes", "min", "max", "grows", "shrinks",
-                        "waited [s]", "ran [s]"],
+                        "waited [s]", "ran [s]", "requeues", "last requeue"],
             "rows": rows, "empty": "no jobs yet"}
 
 
