@@ -1,7 +1,7 @@
 """Issue 41, item 3 under Slurm: a GLB program that checkpoints, submitted with
 ``sbatch --requeue`` and the checkpoint directory on its command line, is
 requeued with ``scontrol requeue`` while it runs, starts again, resumes from its
-snapshot and ends with the exact result (docs/scheduler.md, "Requeue under
+snapshot and ends with the exact result (docs/schedulers.md, "Requeue under
 Slurm"). On the real 3-node test Slurm (tests/_slurm.py); skipped without one."""
 
 from __future__ import annotations
