@@ -41,6 +41,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ._durable import sync_dir
 from .errors import ApgasError, MultipleException
 
 __all__ = ["Disk", "TornCommit", "MODES", "torn", "test_delay"]
@@ -65,14 +66,6 @@ class _OnDisk(Protocol):
     def _steps_write(self, folder: str, k: int, mode: str) -> list[dict[str, Any]]: ...
 
     def _steps_read(self, folder: str, files: list[dict[str, Any]], mode: str) -> None: ...
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_file(path: str, data: bytes) -> None:
@@ -245,12 +238,12 @@ class Disk:
             crc = zlib.crc32(json.dumps(body, sort_keys=True).encode())
             _write_file(os.path.join(tmp, "manifest.json"),
                         json.dumps({"manifest": body, "crc32": crc}, indent=1).encode())
-            _fsync_dir(tmp)
+            sync_dir(tmp)
             final = os.path.join(self.path, f"commit-{next_step:012d}")
             if os.path.exists(final):  # a torn one, passed over at the resume
                 os.rename(final, os.path.join(self.path, f".old-{tag}"))
             os.rename(tmp, final)
-            _fsync_dir(self.path)
+            sync_dir(self.path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
