@@ -127,9 +127,11 @@ def parse_job(data: object, where: str = "job", *, stored: bool = False) -> JobS
     if not isinstance(data, Mapping):
         raise JobFileError(f"{where}: a job is a table of keys, got {type(data).__name__}")
     unknown = sorted((k for k in data if k not in _KEYS), key=str)
-    if unknown:
-        raise JobFileError(f"{where}: key {shown(unknown[0])}: unknown key; known keys: "
-                           f"{sorted(_KEYS)}")
+    if unknown:  # all of them at once: a user fixes a file in one go
+        named = ", ".join(shown(k) for k in unknown[:20]) + (
+            f" and {len(unknown) - 20} more" if len(unknown) > 20 else "")
+        raise JobFileError(f"{where}: key{'s' if len(unknown) > 1 else ''} {named}: unknown "
+                           f"key{'s' if len(unknown) > 1 else ''}; known keys: {sorted(_KEYS)}")
     for key in ("name", "command", "class", "walltime"):
         if key not in data:
             raise JobFileError(f"{where}: key {key!r} is missing")

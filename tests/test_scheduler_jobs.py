@@ -48,6 +48,15 @@ def test_bad_values_are_named(change, message):
     assert message in str(info.value)
 
 
+def test_every_unknown_key_is_named_at_once():
+    with pytest.raises(JobFileError) as info:
+        parse_job({**GOOD, "node": 2, "wallclock": 60}, "jobs/x.toml")
+    assert "jobs/x.toml: keys 'node', 'wallclock': unknown keys; known keys: [" in str(info.value)
+    with pytest.raises(JobFileError) as info:
+        parse_job({**GOOD, **{f"k{i:02d}": 1 for i in range(25)}})
+    assert "'k19' and 5 more: unknown keys" in str(info.value)
+
+
 def test_missing_keys_and_sizes():
     with pytest.raises(JobFileError, match="key 'walltime' is missing"):
         parse_job({k: v for k, v in GOOD.items() if k != "walltime"})
