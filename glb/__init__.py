@@ -7,7 +7,8 @@
 """
 
 from ._config import GLBConfig
+from ._contract import BagContractError
 from ._glb import GLB, Bag, Result
 from ._stats import GLBStats, PlaceStats
 
-__all__ = ["GLB", "GLBConfig", "Bag", "Result", "GLBStats", "PlaceStats"]
+__all__ = ["GLB", "GLBConfig", "Bag", "Result", "GLBStats", "PlaceStats", "BagContractError"]

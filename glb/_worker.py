@@ -32,6 +32,7 @@ import apgas
 from apgas.lowlevel import Gate, blocking, immediate_at
 
 from ._config import GLBConfig
+from ._contract import submit
 from ._lifelines import lifelines
 from ._resilience import BAG, COMING, LOOT, STATIC, Held, Ledger, coming, give, open_blob
 from ._sampling import Sample, Sampler
@@ -240,7 +241,7 @@ class PlaceState:
         submitted, and keep its result and counts. Resilient: returns what the worker
         must send with ``ledger.end`` once the lock is released."""
         if bag is not None:
-            bag.submit(result)
+            submit(bag, result)  # a partial result of the wrong type is named there
         sealed = None
         if ledger is not None:
             sealed = ledger.ended(result)

@@ -46,6 +46,8 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ._contract import not_a_result
+
 __all__ = ["RangeBag"]
 
 
@@ -148,10 +150,18 @@ class RangeBag:
 
     # -------------------------------------------------------------------------------
     def _keep(self, outcome: Any) -> None:
-        if self.partial is None:
+        partial = self.partial
+        if partial is None:  # once per piece and per worker, not per block: checked
+            if not hasattr(outcome, "fold"):
+                raise not_a_result(self, "work(lo, hi)", outcome)
             self.partial = outcome
         else:
-            self.partial.fold(outcome)
+            try:
+                partial.fold(outcome)
+            except (AttributeError, TypeError) as e:
+                if type(outcome) is type(partial):
+                    raise
+                raise not_a_result(self, "work(lo, hi)", outcome, partial) from e
 
     def _piece(self, ranges: list[tuple[int, int]]) -> RangeBag:
         piece = copy.copy(self)

@@ -28,6 +28,8 @@ from typing import Any
 
 import cloudpickle
 
+from ._contract import BagContractError, not_a_result
+
 try:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -38,10 +40,6 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 __all__ = ["BagContractError", "check_bag"]
 
 _STALL_LIMIT = 10_000  # process() calls in a row that do nothing on a bag that is not empty
-
-
-class BagContractError(AssertionError):
-    """A bag broke a rule of the bag contract; the message names the rule."""
 
 
 def check_bag(make_bag: Callable[[], Any], make_result: Callable[[], Any], *,
@@ -63,10 +61,27 @@ def check_bag(make_bag: Callable[[], Any], make_result: Callable[[], Any], *,
     to ``max_calls`` calls before the live bags are drained.
     """
     equal = same or _same_by_value
+    neutral = make_result()
+    if not hasattr(neutral, "fold"):
+        raise BagContractError(f"make_result() returned {type(neutral).__name__} {neutral!r}, "
+                               "but the bag contract asks for a result with fold(other)")
+    bag = make_bag()
     try:
-        cloudpickle.dumps(make_bag())
+        cloudpickle.dumps(bag)
     except Exception as e:
         raise BagContractError(f"the bag does not pickle (bags travel between places): {e!r}") from e
+    try:
+        _check(make_bag, make_result, equal, expected, max_examples, max_calls, max_n)
+    except AttributeError as e:  # a value without fold where a result belongs, met by the bag
+        wrong = getattr(e, "obj", None)
+        if wrong is None or hasattr(wrong, "fold"):
+            raise
+        raise not_a_result(bag, _method(e, type(bag)), wrong, neutral, verb="met") from e
+
+
+def _check(make_bag: Callable[[], Any], make_result: Callable[[], Any],
+           equal: Callable[[Any, Any], bool], expected: Any, max_examples: int, max_calls: int,
+           max_n: int) -> None:
     sequential = _drain(make_bag(), make_result(), "the sequential run")
     if expected is not None and not equal(sequential, expected):
         raise BagContractError(f"the sequential run (process until empty, then submit once) gives "
@@ -247,6 +262,18 @@ def _drain(bag: Any, result: Any, what: str) -> Any:
     if result is not None:
         bag.submit(result)
     return result
+
+
+def _method(e: BaseException, bag_class: type) -> str:
+    """The last method of a ``bag_class`` bag in ``e``'s traceback (where the bag met
+    the wrong value), as ``name(...)``."""
+    name = "a method"
+    tb = e.__traceback__
+    while tb is not None:
+        if isinstance(tb.tb_frame.f_locals.get("self"), bag_class):
+            name = tb.tb_frame.f_code.co_name + "(...)"
+        tb = tb.tb_next
+    return name
 
 
 def _same_by_value(a: Any, b: Any) -> bool:
