@@ -24,6 +24,7 @@ import threading
 from typing import Any, NoReturn
 
 from launcher._forktemplate import serve_forks
+from launcher._proctitle import place_title, set_title, template_title
 from launcher.mpi import load_mpi, stand_down, start_watchdog
 
 from . import _serialization as ser
@@ -44,13 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     role.add_argument("--fork-server", type=int, metavar="FD")
     parser.add_argument("--preload", default="", help="the fork server's modules to import too")
     args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     if args.fork_server is not None:
+        set_title(template_title(args.parent, argv))
         return fork_server(args.fork_server, args.preload)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is place 0's to handle
     boot = json.loads(sys.stdin.buffer.readline() or b"null")
     if not isinstance(boot, dict):
         print("apgas place: no bootstrap data on stdin", file=sys.stderr)
         return 2
+    set_title(place_title(boot["place"], boot["host"], argv))
     code = serve(boot, watch_stdin=True)
     os._exit(code)  # worker threads may be deep in a task: do not wait for them
 
@@ -179,6 +183,7 @@ def serve_rank() -> NoReturn:
     comm.gather(MPI.Get_processor_name(), root=0)
     boot = comm.bcast(None, root=0)
     boot.update(place=comm.Get_rank(), host=MPI.Get_processor_name())
+    set_title(place_title(boot["place"], boot["host"], None))
     watchdog = start_watchdog(boot)  # ends this rank if place 0 is lost and it cannot end
     code = serve(boot, watch_stdin=False)
     if code == 0:

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher._proctitle import serve_argv
+
 __all__ = ["descendants", "place_processes", "kill_places", "track_group", "end_group",
            "kill_leftovers"]
 
@@ -59,17 +61,18 @@ def descendants(root: int) -> list[int]:
 
 def place_processes(root: int) -> dict[int, int | None]:
     """The place processes below the ``glb.apps`` process ``root`` (place 0, never
-    listed): pid -> place id, or None for a forked place (its command line is the
-    fork template's). A place runs ``apgas._serve`` with its stdin a pipe from
-    place 0; the template and its middle processes have ``/dev/null``."""
+    listed): pid -> place id, or None for a place whose command line does not say
+    (a forked place without ``setproctitle`` has the fork template's). A place runs
+    ``apgas._serve`` with its stdin a pipe from place 0; the template and its
+    middle processes have ``/dev/null``."""
     places: dict[int, int | None] = {}
     for pid in descendants(root):
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            argv = serve_argv(Path(f"/proc/{pid}/cmdline").read_bytes())
             stdin = os.readlink(f"/proc/{pid}/fd/0")
         except OSError:
             continue
-        if "apgas._serve" not in argv or not stdin.startswith("pipe:") or pid == root:
+        if argv is None or not stdin.startswith("pipe:") or pid == root:
             continue
         place = int(argv[argv.index("--place") + 1]) if "--place" in argv[:-1] else None
         if place != 0:

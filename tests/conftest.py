@@ -21,6 +21,7 @@ from orders import free_address
 from vcluster import vcluster  # noqa: F401  (session fixture: hosts in network namespaces)
 
 from apgas.testing import FakeScheduler, Script
+from launcher._proctitle import serve_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,11 +61,11 @@ def place_processes(parent: int) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
+                args = serve_argv(f.read())  # titled or not: see launcher._proctitle
         except OSError:
             continue
-        if b"apgas._serve" in args and b"--parent" in args:
-            if args[args.index(b"--parent") + 1] == str(parent).encode() and alive(int(entry)):
+        if args is not None and "--parent" in args[:-1]:
+            if args[args.index("--parent") + 1] == str(parent) and alive(int(entry)):
                 found.append(int(entry))
     return found
 

@@ -22,11 +22,12 @@ from launcher import _forkserver
 pytestmark = pytest.mark.timeout(60)
 
 
-def whoami() -> tuple[int, int, int, list[bytes]]:
-    """This place's id, pid, parent pid and command line."""
+def whoami() -> tuple[int, int, int, tuple[list[bytes], bytes]]:
+    """This place's id, pid, parent pid, and its interpreter's command line (a forked
+    place's is the template's) with the title ``ps`` shows (launcher._proctitle)."""
     with open("/proc/self/cmdline", "rb") as f:
-        argv = f.read().split(b"\0")
-    return apgas.here().id, os.getpid(), os.getppid(), argv
+        title = f.read().rstrip(b"\0")
+    return apgas.here().id, os.getpid(), os.getppid(), ([a.encode() for a in sys.orig_argv], title)
 
 
 def descriptors() -> dict[int, str]:
@@ -55,16 +56,21 @@ def surroundings() -> tuple[str, str, str, float]:
 
 
 def check_forked(infos) -> None:
-    """Every place but 0 was forked from the template, and is place 0's child all the same."""
-    assert all(b"--fork-server" in argv and ppid == os.getpid()
-               for place, _, ppid, argv in infos if place != 0), infos
+    """Every place but 0 was forked from the template, and is place 0's child all the same.
+    Its title (launcher._proctitle) says which place it is, as a fresh place's does."""
+    for place, _, ppid, (argv, title) in infos:
+        if place != 0:
+            assert b"--fork-server" in argv and ppid == os.getpid(), infos
+            assert title.startswith(f"apgas place {place} (".encode()), infos
+            assert title.endswith(f"--parent {os.getpid()} --place {place}]".encode()), infos
 
 
 def check_fresh(infos) -> None:
     """Every place but 0 is a fresh interpreter, started by place 0."""
-    for place, _, ppid, argv in infos[1:]:
+    for place, _, ppid, (argv, title) in infos[1:]:
         assert ppid == os.getpid() and b"--fork-server" not in argv, infos
         assert argv[argv.index(b"--place") + 1] == str(place).encode()
+        assert title.startswith(f"apgas place {place} (".encode()), infos
 
 
 def subreaper() -> bool:
