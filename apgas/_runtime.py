@@ -52,6 +52,9 @@ T = TypeVar("T")
 # message kinds
 (JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN,
  FENCE, LEFT) = range(1, 14)
+#: the API that spawns a task of each kind, as an error names it
+_CALLS = {TASK: "apgas.async_at", UNCOUNTED: "apgas.uncounted_async_at",
+          IMMEDIATE: "apgas.immediate_async_at"}
 
 
 _ctx = threading.local()  # .finish: (home place, finish id) governing spawns of this thread,
@@ -190,7 +193,7 @@ class Runtime:
             kind = UNCOUNTED  # no finish governs this thread: nobody could wait for it
         if fref is not None:
             self._count_spawn(fref, dst, 1)
-        self._start(fref, dst, fn, args, kwargs, kind)
+        self._start(fref, dst, fn, args, kwargs, kind, _CALLS.get(kind, "apgas.async_at"))
 
     def spawn_under(self, fref: tuple[int, int], place: Place | int, fn: Callable[..., Any],
                     args: tuple[Any, ...]) -> bool:
@@ -214,10 +217,17 @@ class Runtime:
         return True
 
     def _start(self, fref: tuple[int, int] | None, dst: int, fn: Callable[..., Any],
-               args: tuple[Any, ...], kwargs: dict[str, Any], kind: int) -> None:
-        """Send or queue a task whose spawn is counted already (if ``fref``)."""
+               args: tuple[Any, ...], kwargs: dict[str, Any], kind: int,
+               call: str = "spawn_under") -> None:
+        """Send or queue a task whose spawn is counted already (if ``fref``);
+        ``call`` is the API the user called, for an error that names it."""
         # pickled exactly when the task goes to another place
-        payload = None if dst == self.id else ser.dumps((fn, args, kwargs))
+        try:
+            payload = None if dst == self.id else ser.dumps_call(call, dst, fn, args, kwargs)
+        except BaseException:  # not picklable: the task is not sent, take the count back
+            if fref is not None:
+                self._count_spawn(fref, dst, -1)
+            raise
         if payload is not None:
             # The table is checked under the link's lock, which also orders the FENCE
             # that a shrink sends: no task reaches a place after its fence.
@@ -385,7 +395,8 @@ class Runtime:
         if dst == self.id:
             with Finish(solo=True):
                 return fn(*args, **kwargs)
-        payload = ser.dumps((fn, args, kwargs))
+        call = "apgas.lowlevel.immediate_at" if immediate else "apgas.at"
+        payload = ser.dumps_call(call, dst, fn, args, kwargs)
         req = self.next_id()
         pending = _Pending(dst)
         with self._lock:
@@ -415,6 +426,7 @@ class Runtime:
         return cast(T, value)  # what fn returned at dst, unpickled
 
     def _serve_at(self, src: int, req: int, body: memoryview, buffers: list[memoryview]) -> None:
+        fn: Any = None
         try:
             fn, args, kwargs = ser.loads(body, buffers)
             with Finish(solo=True):
@@ -422,13 +434,15 @@ class Runtime:
             reply = (True, value)
         except BaseException as e:
             reply = (False, self.capture(e, portable=True))
+        err: Exception
         try:
             self.transport.send(src, AT_REPLY, 0, req, ser.dumps(reply))
             return
         except MessageTooLarge as e:
             err = ApgasError(f"the value returned by at() is too large to send back: {e}")
-        except Exception as e:
-            err = ApgasError(f"the value returned by at() could not be pickled: {e!r}")
+        except Exception as e:  # the same words as for an argument (ser.dumps_call)
+            err = ser.unpicklable(e, f"apgas.at(place {self.id}, {ser.function_name(fn)})",
+                                  "its return value" if reply[0] else "its exception", reply[1])
         self.transport.send(src, AT_REPLY, 0, req, ser.dumps((False, self.capture(err, portable=True))))
 
     # -- messages (the receiving thread, one at a time) ------------------------------

@@ -14,13 +14,14 @@ from __future__ import annotations
 import io
 import pickle
 import types
+from collections import ChainMap
 from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
 from cloudpickle import cloudpickle as _cp
 
-__all__ = ["dumps", "loads", "OOB_MIN_BYTES"]
+__all__ = ["dumps", "dumps_call", "unpicklable", "loads", "OOB_MIN_BYTES"]
 
 #: buffers smaller than this are pickled in band (a separate frame costs more)
 OOB_MIN_BYTES = 64 * 1024
@@ -74,6 +75,27 @@ def _plain(obj: Any, depth: int = _NESTING) -> bool:
     return False
 
 
+def _code_reduce(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of a code object (a function of ``__main__``, a lambda,
+    a closure), keeping its file name. cloudpickle writes ``<dynamic-code>`` in its
+    place (for payloads alike wherever the code was defined), so a remote traceback
+    read ``File "<dynamic-code>", line 5``; with the file it names the user's file
+    and line, and its source text when the file is there at the place too."""
+    reduced = _cp._code_reduce(code)
+    try:
+        make, args = reduced
+        at = next(i for i, a in enumerate(args) if isinstance(a, str) and a == "<dynamic-code>")
+    except (TypeError, ValueError, StopIteration):  # another cloudpickle: its reduction as it is
+        return reduced
+    return make, (*args[:at], code.co_filename, *args[at + 1:])
+
+
+class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
+    """cloudpickle's pickler, with the code objects' file names kept (:func:`_code_reduce`)."""
+
+    dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.CloudPickler.dispatch_table)
+
+
 def dumps(obj: Any) -> list[bytes | memoryview]:
     """Return ``[body, *buffers]``: the pickle stream and its out-of-band buffers."""
     if _plain(obj):
@@ -88,9 +110,64 @@ def dumps(obj: Any) -> list[bytes | memoryview]:
         return False
 
     out = io.BytesIO()
-    cloudpickle.CloudPickler(out, protocol=5, buffer_callback=keep_large).dump(obj)
+    _Pickler(out, protocol=5, buffer_callback=keep_large).dump(obj)
     return [out.getbuffer(), *buffers]
 
 
 def loads(body: Any, buffers: Sequence[Any] = ()) -> Any:
     return pickle.loads(body, buffers=buffers)
+
+
+def dumps_call(call: str, place: int, fn: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> list[bytes | memoryview]:
+    """:func:`dumps` of ``(fn, args, kwargs)``; if that fails, the error names the call
+    (``apgas.at(place 1, use)``) and what could not be pickled (:func:`unpicklable`).
+    Each part is tried alone only then: no cost when the call pickles."""
+    try:
+        return dumps((fn, args, kwargs))
+    except Exception as e:
+        parts = [("the function", fn), *((f"argument {i}", a) for i, a in enumerate(args, 1)),
+                 *((f"keyword argument {k}", v) for k, v in kwargs.items())]
+        part, value = next(((part, v) for part, v in parts if not _pickles(v)),
+                           ("its arguments together", None))
+        raise unpicklable(e, f"{call}(place {place}, {function_name(fn)})", part, value) from e
+
+
+def unpicklable(error: Exception, call: str, part: str, value: Any) -> Exception:
+    """``error`` (which pickling ``value``, ``part`` of ``call``, raised) said again as
+    ``apgas.at(place 1, use): argument 1 (a _thread.lock) cannot be pickled: <error>``.
+
+    The same for an argument and for a value returned (``part`` ``its return value``).
+    The exception is of ``error``'s type (TypeError, pickle.PicklingError...) if that
+    type takes a message alone; otherwise ``error`` itself, the message as a note."""
+    kind = "" if value is None else f" (a {type_name(value)})"
+    message = f"{call}: {part}{kind} cannot be pickled: {error}"
+    try:
+        said = type(error)(message)
+        if str(said) == message:
+            return said
+    except Exception:
+        pass
+    error.add_note(message)
+    return error
+
+
+def _pickles(value: Any) -> bool:
+    try:
+        dumps(value)
+        return True
+    except Exception:
+        return False
+
+
+def function_name(fn: Any) -> str:
+    """``use``, ``Solver.step``; ``repr`` of a callable without a qualified name."""
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) else repr(fn)
+
+
+def type_name(value: Any) -> str:
+    """``_thread.lock``, ``int``: the type's qualified name, its module unless builtins."""
+    kind = type(value)
+    module = getattr(kind, "__module__", "builtins")
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
