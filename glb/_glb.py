@@ -278,6 +278,7 @@ class GLB:
             _write_loads(p.id, gid, samples)
         if recovery is not None:
             total.fold(recovery.result())
+            stats.extend(recovery.lost_stats())
         stats.extend(self._moved)
         stats.sort(key=lambda s: s.place)
         self._stats = stats
@@ -356,10 +357,12 @@ class _GLBHandler(apgas.MalleableHandler):
             # Resilient, a loss declared between the leave's answer and now wins: the
             # store restores the place's copies, so the result in hand is dropped.
             with _paused(self.gid):  # a snapshot sees the result in the store or here
-                if recovery is None or recovery.store.retire(p.id):
+                kept = recovery is None or recovery.store.retire(p.id)
+                if kept:
                     w.absorb(self.gid, result)  # place 0 stays: partial results live on here
             self._call(staying[0], w.register_thieves, self.gid, [t for t in thieves if t in staying])
-            self.glb._moved.append(stats)
+            if kept:  # else its row is a lost place's, with the units of the copies restored
+                self.glb._moved.append(stats)
         return leaving
 
     def _post_grow(self, continued: list[apgas.Place], added: list[apgas.Place]) -> None:

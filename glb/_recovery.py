@@ -15,6 +15,7 @@ from apgas.lowlevel import current_finish, immediate_at, watch_deaths
 
 from . import _worker as w
 from ._resilience import ResilienceStats, Store, close_store, open_store
+from ._stats import PlaceStats
 
 __all__ = ["Recovery"]
 
@@ -118,6 +119,13 @@ class Recovery:
                                        "after the computation ended (a bug: please report it)"
                                        ) from None
             return None
+
+    def lost_stats(self) -> list[PlaceStats]:
+        """A row for each lost place: the units of its work that the result holds (what
+        its last backups and ends told place 0; later units were redone elsewhere)."""
+        with self.store.lock:
+            lost = sorted(self.store.lost_units.items())
+        return [PlaceStats(place=place, units=units, lost=True) for place, units in lost]
 
     def result(self) -> Any:
         """The results of lost places (what they had done by their last backup)."""

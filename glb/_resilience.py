@@ -114,6 +114,11 @@ class Store:
         self.prototype = prototype
         self.restored_result = copy.deepcopy(prototype)
         self.lost: set[int] = set()
+        # units (``process`` counts) behind the copies: a record's, as of its backup, by
+        # key; a place's ended workers', by place; a lost place's, once lost (its stats row)
+        self.units: dict[Key, int] = {}
+        self.done_units: dict[int, int] = {}
+        self.lost_units: dict[int, int] = {}
         self.retired: set[int] = set()  # left in a shrink: late changes are ignored
         self.fref: tuple[int, int] | None = None  # the running round's finish
         self.targets: Callable[[], list[int]] = lambda: [0]
@@ -127,28 +132,30 @@ class Store:
             raise apgas.ApgasError(f"GLB {self.gid}: place {place} was declared dead; its "
                                    "work has been restored elsewhere")
 
-    def _write(self, place: int, key: Key, bag: Any, merged: list[int]) -> None:
+    def _write(self, place: int, key: Key, bag: Any, merged: list[int], units: int) -> None:
         if place in self.retired:
             return
         if bag is not None:
             self.records[key] = bag
+            self.units[key] = units
             self.stats.backups += 1
             self.stats.backup_bytes += len(bag)
         for pid in merged:
             self.pieces.pop(pid, None)
 
-    def backup(self, place: int, key: Key, bag: Blob | None, merged: list[int]) -> None:
+    def backup(self, place: int, key: Key, bag: Blob | None, merged: list[int],
+               units: int) -> None:
         with self.lock:
             self._alive(place)
-            self._write(place, key, bag, merged)
+            self._write(place, key, bag, merged, units)
 
-    def split(self, place: int, key: Key, bag: Blob | None, merged: list[int], piece: Any,
-              to: int | None) -> tuple[int, bool]:
+    def split(self, place: int, key: Key, bag: Blob | None, merged: list[int], units: int,
+              piece: Any, to: int | None) -> tuple[int, bool]:
         """Record the bag after a split and register the piece; with ``to``, give it
         there too. Returns the piece's id and whether it was given."""
         with self.lock:
             self._alive(place)
-            self._write(place, key, bag, merged)
+            self._write(place, key, bag, merged, units)
             pid = next(self._ids)
             self.pieces[pid] = _Piece(place, LOOT, piece)
             self.stats.pieces += 1
@@ -161,15 +168,17 @@ class Store:
             self._alive(place)
             return self._give(place, pid, to)
 
-    def end(self, place: int, key: Key, result: Any, merged: list[int]) -> None:
+    def end(self, place: int, key: Key, result: Any, merged: list[int], units: int) -> None:
         """A worker ended: its result joins the place's ``done``; its record goes."""
         with self.lock:
             self._alive(place)
-            self._write(place, key, None, merged)
+            self._write(place, key, None, merged, units)
             if place in self.retired:
                 return
             self.records.pop(key, None)
+            self.units.pop(key, None)
             if place != 0:
+                self.done_units[place] = self.done_units.get(place, 0) + units
                 self.stats.backups += 1
                 self.stats.backup_bytes += len(result)
                 result = open_blob(result)
@@ -199,6 +208,9 @@ class Store:
                 return False  # a place that left had its result taken with it
             self.lost.add(place)
             self.stats.places_lost += 1
+            # the units its copies hold, which the result counts: its stats row (GLB.stats)
+            self.lost_units[place] = self.done_units.pop(place, 0) + sum(
+                self.units.pop(k, 0) for k in self.records if k[0] == place)
             for key in [k for k in self.records if k[0] == place]:
                 bag = self.records.pop(key)
                 kind = STATIC if isinstance(bag, _Static) else BAG
@@ -220,8 +232,10 @@ class Store:
                 return False
             self.retired.add(place)
             self.done.pop(place, None)
+            self.done_units.pop(place, None)
             for key in [k for k in self.records if k[0] == place]:
                 del self.records[key]
+                self.units.pop(key, None)
             # Pieces still its own were on their way when it left (it drops them on
             # arrival): they go to the places that stay.
             stray = [p for p in self.pieces.values() if p.owner == place]
@@ -318,6 +332,7 @@ class Ledger:
         self.me = me
         self.key: Key = key if key is not None else (me, next(Ledger._serials))
         self.merged: list[int] = []
+        self.units = 0  # the worker's units as of its last process: sent with each change
         self.interval = interval
         self.due = time.perf_counter() + interval
 
@@ -329,14 +344,17 @@ class Ledger:
         return None if self.me == 0 or bag is None else _blob(bag)
 
     def _send(self, op: str, value: Any, *more: Any) -> Any:
-        """``Store.<op>(place, key, value, merged, *more)`` at place 0; the merged
+        """``Store.<op>(place, key, value, merged, units, *more)`` at place 0; the merged
         pieces leave the store in the same change."""
         merged, self.merged = self.merged, []
-        return immediate_at(0, _call, self.gid, op, self.me, self.key, value, merged, *more)
+        return immediate_at(0, _call, self.gid, op, self.me, self.key, value, merged, self.units,
+                            *more)
 
-    def maybe_backup(self, bag: Any, now: float) -> None:
+    def maybe_backup(self, bag: Any, now: float, units: int) -> None:
         """After each ``process``, ``now`` its end (``time.perf_counter``, which the
-        worker reads anyway): a backup if one is due."""
+        worker reads anyway) and ``units`` the worker's units so far: a backup if one
+        is due."""
+        self.units = units
         if now >= self.due and (self.me != 0 or self.merged):
             self._send("backup", self._bag(bag))
 

@@ -30,10 +30,15 @@ class PlaceStats:
     waits_s: list[float] = dataclasses.field(default_factory=list)
     #: seconds of each random steal attempt's round trip (a bounded uniform sample)
     steal_rtt_s: list[float] = dataclasses.field(default_factory=list)
+    #: resilient GLB: the place was lost. Its row holds what place 0 knew of it from its
+    #: last backups: ``units`` are those its restored copies and ended workers hold (the
+    #: result counts them); units done after its last backup were redone, and counted,
+    #: elsewhere. Its other counts are 0: the place took them along.
+    lost: bool = False
 
     def add(self, other: PlaceStats) -> None:
         for f in dataclasses.fields(self):
-            if f.name != "place":
+            if f.name not in ("place", "lost"):
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def note(self, samples: list[float], value: float, seen: int) -> None:
@@ -47,11 +52,12 @@ class PlaceStats:
 
 
 class GLBStats(list[PlaceStats]):
-    """A list of :class:`PlaceStats`, one per place that took part; prints as a table."""
+    """A list of :class:`PlaceStats`, one per place that took part (a lost place's row
+    marked ``lost``); prints as a table."""
 
     COLUMNS = ("place", "units", "busy_s", "idle_s", "random_tried", "random_won",
                "lifeline_asked", "lifeline_won", "loot_given", "split_at_once", "moved_bags",
-               "moved_results")
+               "moved_results", "lost")
 
     def total(self) -> PlaceStats:
         total = PlaceStats(place=-1)
@@ -70,4 +76,6 @@ class GLBStats(list[PlaceStats]):
 
 
 def _cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "lost" if value else ""
     return f"{value:.3f}" if isinstance(value, float) else str(value)

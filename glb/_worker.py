@@ -373,7 +373,7 @@ def _work(st: PlaceState, gid: int, bag: Any, took: int | None, key: Any, slot: 
             if live is not None:
                 live[id(result)] = units
             if ledger is not None:
-                ledger.maybe_backup(bag, end)
+                ledger.maybe_backup(bag, end, units)
             if not st.leaving:
                 st.share(bag, ledger)
             continue
