@@ -75,7 +75,8 @@ class Bag(Protocol):
       true when ``split(False)`` may give a piece (a hint: ``None`` is still
       allowed).
     - Bags, pieces and results travel between places: they must pickle (with
-      cloudpickle) and behave the same after a pickle round trip.
+      cloudpickle) and behave the same after a pickle round trip. Checkpoints
+      write them to disk in the same way.
       ``result.fold(other)`` must give the same result in any order.
     - GLB owns the bag given to ``compute_dynamic`` and the bags that
       ``compute_static``'s ``make_bag`` returns. A worker holds one bag for its
