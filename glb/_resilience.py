@@ -144,13 +144,13 @@ class Store:
             self.pieces.pop(pid, None)
 
     def backup(self, place: int, key: Key, bag: Blob | None, merged: list[int],
-               units: int) -> None:
+               units: int = 0) -> None:
         with self.lock:
             self._alive(place)
             self._write(place, key, bag, merged, units)
 
-    def split(self, place: int, key: Key, bag: Blob | None, merged: list[int], units: int,
-              piece: Any, to: int | None) -> tuple[int, bool]:
+    def split(self, place: int, key: Key, bag: Blob | None, merged: list[int], piece: Any,
+              to: int | None, units: int = 0) -> tuple[int, bool]:
         """Record the bag after a split and register the piece; with ``to``, give it
         there too. Returns the piece's id and whether it was given."""
         with self.lock:
@@ -168,7 +168,7 @@ class Store:
             self._alive(place)
             return self._give(place, pid, to)
 
-    def end(self, place: int, key: Key, result: Any, merged: list[int], units: int) -> None:
+    def end(self, place: int, key: Key, result: Any, merged: list[int], units: int = 0) -> None:
         """A worker ended: its result joins the place's ``done``; its record goes."""
         with self.lock:
             self._alive(place)
@@ -344,11 +344,11 @@ class Ledger:
         return None if self.me == 0 or bag is None else _blob(bag)
 
     def _send(self, op: str, value: Any, *more: Any) -> Any:
-        """``Store.<op>(place, key, value, merged, units, *more)`` at place 0; the merged
-        pieces leave the store in the same change."""
+        """``Store.<op>(place, key, value, merged, *more, units)`` at place 0; the merged
+        pieces leave the store in the same change, and ``units`` is the worker's count."""
         merged, self.merged = self.merged, []
-        return immediate_at(0, _call, self.gid, op, self.me, self.key, value, merged, self.units,
-                            *more)
+        return immediate_at(0, _call, self.gid, op, self.me, self.key, value, merged, *more,
+                            self.units)
 
     def maybe_backup(self, bag: Any, now: float, units: int) -> None:
         """After each ``process``, ``now`` its end (``time.perf_counter``, which the
