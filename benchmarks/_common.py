@@ -232,9 +232,13 @@ def setup_logging(*logger_names: str) -> None:
 
 
 def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path,
-               quick_help: str) -> argparse.Namespace:
-    """``--repeats``, ``--json`` and ``--quick``; the description is the first line of ``doc``."""
+               quick_help: str,
+               options: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """``--repeats``, ``--json`` and ``--quick``, and the harness's own ``options``; the
+    description is the first line of ``doc``."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    if options is not None:
+        options(parser)
     parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
                         "(default 5, or 1 with --quick)")
     parser.add_argument("--json", type=Path, default=default_json,

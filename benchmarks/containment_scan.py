@@ -53,14 +53,15 @@ def timed(scan: Any, repeats: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    def options(parser: Any) -> None:
+        parser.add_argument("--foreign", type=int, default=1000,
+                            help="the other user's processes (default 1000)")
+        parser.add_argument("--env-kb", type=int, default=64,
+                            help="KiB of environment each of them holds (default 64)")
 
-    extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--foreign", type=int, default=1000)
-    extra.add_argument("--env-kb", type=int, default=64)
-    known, rest = extra.parse_known_args(argv)
-    args = parse_args(rest, "python -m benchmarks.containment_scan", __doc__,
-                      Path("bench-results/containment_scan.json"), "20 scans, 200 processes")
+    args = known = parse_args(argv, "python -m benchmarks.containment_scan", __doc__,
+                              Path("bench-results/containment_scan.json"),
+                              "20 scans, 200 processes", options)
     setup_logging("benchmarks")
     if os.geteuid() != 0:
         print("skipped: needs root, to start the other user's processes")

@@ -68,14 +68,14 @@ def killed_halfway(argv: list[str], after: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    def options(parser: Any) -> None:
+        parser.add_argument("--depth", type=int, default=None,
+                            help="the UTS tree's depth (default 14, or 12 with --quick)")
+        parser.add_argument("--places", type=int, default=3, help="places (default 3)")
 
-    extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--depth", type=int, default=None)
-    extra.add_argument("--places", type=int, default=3)
-    known, rest = extra.parse_known_args(argv)
-    args = parse_args(rest, "python -m benchmarks.glb_checkpoint", __doc__,
-                      Path("bench-results/glb_checkpoint.json"), "depth 12, one repeat")
+    args = known = parse_args(argv, "python -m benchmarks.glb_checkpoint", __doc__,
+                              Path("bench-results/glb_checkpoint.json"), "depth 12, one repeat",
+                              options)
     setup_logging("benchmarks")
     depth = known.depth or (12 if args.quick else 14)
     repeats = args.repeats or (1 if args.quick else 3)

@@ -66,11 +66,13 @@ class GLBStats(list[PlaceStats]):
         return total
 
     def __str__(self) -> str:
-        rows = [[_cell(getattr(s, c)) for c in self.COLUMNS] for s in self]
+        # the ``lost`` column only when a place was lost: a run without losses reads as before
+        columns = self.COLUMNS if any(s.lost for s in self) else self.COLUMNS[:-1]
+        rows = [[_cell(getattr(s, c)) for c in columns] for s in self]
         total = self.total()
-        rows.append(["all"] + [_cell(getattr(total, c)) for c in self.COLUMNS[1:]])
-        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(self.COLUMNS)]
-        line = "  ".join(c.rjust(w) for c, w in zip(self.COLUMNS, widths, strict=True))
+        rows.append(["all"] + [_cell(getattr(total, c)) for c in columns[1:]])
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+        line = "  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))
         body = ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
         return "\n".join([line, *body])
 
