@@ -45,13 +45,13 @@ def status_field(pid: int, name: str) -> str:
 # -- the operator's scenario, smaller -------------------------------------------------------------
 
 def test_a_crash_halfway_through_many_short_jobs_loses_no_exit_status(tmp_path):
-    """60 jobs (every fifth exits 3, every third sleeps 0.4 s first) from 4 threads
-    on 8 nodes; the daemon SIGKILLed when half are submitted, started again 0.3 s
-    later. Every job ends exactly as its program did, once, none twice, nothing
-    left."""
+    """60 jobs (every fifth exits 3, every third sleeps 1 s first, so that some run
+    across the crash) from 4 threads on 8 nodes; the daemon SIGKILLed when half are
+    submitted, started again 0.3 s later. Every job ends exactly as its program did,
+    once, none twice, nothing left."""
     work = tmp_path / "w"
     work.mkdir()
-    plan = Plan(jobs=60, nodes=8, threads=4, down=0.3, fail_every=5, sleep_every=3, sleep=0.4,
+    plan = Plan(jobs=60, nodes=8, threads=4, down=0.3, fail_every=5, sleep_every=3, sleep=1.0,
                 door="unix", timeout=50)
     r = scheduler_crash.run(plan, work)
     assert r["submit_errors"] == [] and r["ids_given"] == 60

@@ -269,7 +269,7 @@ def test_the_operator_requeues_a_running_job(make_scheduler, tmp_path):
     assert wait_gone([program], 10) == []
     done = ended(sched, jid)
     assert (done["state"], done["requeues"]) == ("done", 1), done
-    assert done["requeue_reason"] == f"requeued by {pwd.getpwuid(os.geteuid()).pw_name}"
+    assert done["requeue_reason"] == f"requeued by {pwd.getpwuid(os.getuid()).pw_name}"
     assert (sched.output_dir / f"job-{jid}.out").read_text() == "run 1\nrun 2\n"  # appended
     said = cli(sched, "requeue", str(jid))  # done: nothing to requeue
     assert said.returncode == 1 and "has ended done" in said.stderr
