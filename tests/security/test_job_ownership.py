@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import test_scheduler_containment
 from conftest import alive, eventually, wait_gone
 from test_authentication import as_nobody
 from test_scheduler_restart import Daemon
@@ -26,19 +27,10 @@ from test_scheduler_restart import Daemon
 from apgas_scheduler.jobs import parse_job
 from apgas_scheduler.live import containment
 
+mode = test_scheduler_containment.mode  # the fixture: each attack with a cgroup and without
 pytestmark = [pytest.mark.timeout(90),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacks come from "
                                                            "the user nobody against a root scheduler")]
-
-
-@pytest.fixture(params=["cgroup", "fallback"])
-def mode(request, monkeypatch):
-    """Each attack with a cgroup per job (skipped where none can be made) and without."""
-    if request.param == "fallback":
-        monkeypatch.setenv(containment.CGROUPS_ENV, "0")
-    elif containment.cgroup_base() is None:
-        pytest.skip("no writable cgroup2 mount here")
-    return request.param
 
 
 def tagged_as_nobody(tag: str) -> subprocess.Popen:
