@@ -11,19 +11,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ._place import Place
-from ._refs import GlobalRef, PlaceLocal
+from ._core.place import Place
+from ._core.refs import GlobalRef, PlaceLocal
+from ._core.runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
+from ._malleability.orders import current as _current_orders
+from ._malleability.steps import Step, steps
 from ._run import run
-from ._runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
-from ._steps import Step, steps
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 from .evolving import GrowRefused, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler
-
-if TYPE_CHECKING:
-    from ._malleability import Orders
 
 __all__ = [
     "run", "Place", "here", "places", "place", "finish",
@@ -84,13 +82,6 @@ def at(place: Place | int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
     return current().at(place, fn, args, kwargs)
 
 
-def _orders() -> Orders:
-    rt = current()
-    if rt.orders is None:
-        raise ApgasError(f"malleability is steered from place 0; this is place {rt.id}")
-    return rt.orders
-
-
 def define_malleable_handler(handler: MalleableHandler) -> MalleableCommunicator:
     """Make the program malleable (place 0, once): orders from now on go to ``handler``.
 
@@ -98,12 +89,12 @@ def define_malleable_handler(handler: MalleableHandler) -> MalleableCommunicator
     the scheduler the job is ready; returns it (``.address`` is where it listens for
     orders, None for a communicator that listens on no socket).
     """
-    return _orders().define(handler)
+    return _current_orders("apgas.define_malleable_handler").define(handler)
 
 
 def disable_malleable_handler() -> None:
     """Make the program rigid again, for good; waits for an order in progress."""
-    _orders().disable()
+    _current_orders("apgas.disable_malleable_handler").disable()
 
 
 def request_grow(n: int) -> GrowRequest:
@@ -111,7 +102,7 @@ def request_grow(n: int) -> GrowRequest:
 
     The places come later with ordinary grow orders, through the handler; the
     returned :class:`GrowRequest` tells when they are all there or why not."""
-    return _orders().request_grow(n)
+    return _current_orders("apgas.request_grow").request_grow(n)
 
 
 def release_places(places: list[Place] | list[int]) -> list[str]:
@@ -120,7 +111,7 @@ def release_places(places: list[Place] | list[int]) -> list[str]:
     They are drained and stopped as for a shrink order: the handler's
     ``pre_shrink(n, chosen)`` moves their work away, then ``post_shrink``
     runs. Returns their hosts, which go back to the scheduler's pool."""
-    return _orders().release(places)
+    return _current_orders("apgas.release_places").release(places)
 
 
 def check_status(min: int, max: int, preferred: int | None = None, factor: int = 1) -> int:
@@ -130,4 +121,4 @@ def check_status(min: int, max: int, preferred: int | None = None, factor: int =
     ``preferred``, by powers of ``factor`` when it is above 1) or nothing;
     the resize runs through the handler before this returns. A call within
     ``APGAS_CHECK_INHIBIT`` seconds of the last one that asked is a no-op."""
-    return _orders().check_status(min, max, preferred, factor)
+    return _current_orders("apgas.check_status").check_status(min, max, preferred, factor)

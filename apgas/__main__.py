@@ -7,7 +7,7 @@ on a bad or missing value it prints the reason and exits 2, so that the script
 can stop before the program starts with the wrong places.
 
 ``python -m apgas timeline FILE --html OUT.html`` draws a run timeline written
-with ``APGAS_TIMELINE=FILE`` (:mod:`apgas._timeline`) as one self-contained page.
+with ``APGAS_TIMELINE=FILE`` (:mod:`apgas._timeline.recorder`) as one self-contained page.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _ejs_env(argv: list[str]) -> int:
 
 
 def _timeline(argv: list[str]) -> int:
-    from ._timeline_view import read_timeline, split_runs, timeline_model
+    from ._timeline.view import read_timeline, split_runs, timeline_model
 
     parser = argparse.ArgumentParser(
         prog="python -m apgas timeline",
@@ -105,7 +105,7 @@ def _timeline(argv: list[str]) -> int:
         model = timeline_model(events, ns.run - 1)
     except (ValueError, KeyError, TypeError) as e:
         return fail(f"{ns.file}: not a timeline apgas can draw: {e!r}")
-    from ._webview import render_page
+    from .serving._webview import render_page
 
     try:
         with open(ns.html, "w", encoding="utf-8") as out:

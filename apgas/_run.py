@@ -16,11 +16,12 @@ from typing import Any, NoReturn, TypeVar
 import launcher
 from launcher import mpi as _mpi
 
-from . import _runtime
-from ._config import host_mismatch, load_config
-from ._logging import setup_logging
-from ._malleability import Orders
-from ._runtime import Finish, Runtime
+from ._core import runtime as _runtime
+from ._core.config import host_mismatch, load_config
+from ._core.logs import setup_logging
+from ._core.runtime import Finish, Runtime
+from ._malleability import orders as _orders
+from ._malleability.orders import Orders
 from .errors import ApgasError
 
 __all__ = ["run"]
@@ -85,11 +86,12 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
     except BaseException:
         _close(first, grower)
         raise
-    rt.orders = Orders(rt, started)
+    orders = Orders(rt, started)
     _runtime.install(rt)
+    _orders.install(orders)
     try:
         rt.launcher = grower
-        rt.transport.start(rt.pool.lead)  # leader/followers: see apgas._pool
+        rt.transport.start(rt.pool.lead)  # leader/followers: see apgas._core.pool
         if under_mpi:
             _mpi.start_ranks(rt, cfg.join_timeout)
         elif others:
@@ -97,16 +99,17 @@ def run(main: Callable[[], T], *, places: int | None = None, threads: int | None
         rt.watch_children()
         log.info("%d place(s) ready in %.3f s", cfg.places, (time.monotonic_ns() - started) / 1e9)
         if cfg.communicator or cfg.scheduler or cfg.malleable_listen:
-            rt.orders.listen()  # under a scheduler: refuse orders until a handler comes
+            orders.listen()  # under a scheduler: refuse orders until a handler comes
         with _terminate_as_exit(), Finish(solo=True):
             return main()
     finally:
         try:
-            rt.orders.close()
+            orders.close()
         finally:
             try:
                 rt.shutdown()
             finally:
+                _orders.install(None)
                 _runtime.install(None)
                 _close(first, grower)
 

@@ -27,10 +27,10 @@ from launcher._forktemplate import serve_forks
 from launcher._proctitle import place_title, set_title, template_title
 from launcher.mpi import load_mpi, stand_down, start_watchdog
 
-from . import _serialization as ser
-from ._config import Config, is_wildcard, parse_preload
-from ._logging import setup_logging
-from ._runtime import JOIN, Runtime, install
+from ._core import serialization as ser
+from ._core.config import Config, is_wildcard, parse_preload
+from ._core.logs import setup_logging
+from ._core.runtime import JOIN, Runtime, install
 
 log = logging.getLogger("apgas.serve")
 
@@ -74,7 +74,7 @@ def fork_server(fd: int, preload: str = "") -> int:
     import cloudpickle  # noqa: F401  (the places' pickler)
     import zmq  # noqa: F401
 
-    from . import _heartbeat, _transport  # noqa: F401
+    from ._core import heartbeat as _heartbeat  # noqa: F401
 
     try:
         import numpy.random  # noqa: F401  (tasks and the serializer's buffers; reseeded per place)
@@ -123,7 +123,7 @@ def serve(boot: dict[str, Any], watch_stdin: bool) -> int:
                                                                    boot["parent_endpoint"]))
     rt = Runtime(place_id, host, bytes.fromhex(boot["secret"]), config)
     install(rt)
-    rt.transport.start(rt.pool.lead)  # leader/followers: see apgas._pool
+    rt.transport.start(rt.pool.lead)  # leader/followers: see apgas._core.pool
     rt.transport.connect(0, boot["parent_endpoint"])
     rt.transport.send(0, JOIN, 0, 0, ser.dumps((rt.transport.endpoint, rt.pid, host)))
     if watch_stdin:

@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from ._trusted_paths import make_trusted_dir, trusted_file
+from .serving._trusted_paths import make_trusted_dir, trusted_file
 
 __all__ = ["AuthError", "ReplayGuard", "Signed", "sign", "parse_signed", "is_signed", "accept",
            "new_secret",
@@ -146,7 +146,7 @@ def read_secret(path: str | os.PathLike[str]) -> str:
 
 def load_or_create_secret(path: str | os.PathLike[str]) -> str:
     """The secret in ``path``; a new one (mode 0600, directory 0700) if the
-    file does not exist. Refuses (:class:`~apgas._trusted_paths.UntrustedPath`)
+    file does not exist. Refuses (:class:`~apgas.serving._trusted_paths.UntrustedPath`)
     a key file that another user owns, that others may read, or that lies in a
     directory others could change: whoever can write it chooses the key."""
     path = Path(path)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 
-from ._place import Place
+from ._core.place import Place
 from .errors import ApgasError
 
 __all__ = ["GrowRequest", "GrowRefused"]

@@ -1,8 +1,11 @@
-"""The supported low-level face of ``apgas``, for libraries built on the runtime.
+"""The runtime's low-level face, for libraries built on it (as trio's ``lowlevel``).
 
-``glb`` and the scheduler use these instead of the runtime's private modules;
-they stay stable where the ``_``-prefixed modules may change. Programs need
-only ``import apgas``.
+Hooks into a running runtime: calls that skip the task queue, finishes spawned
+into from any thread, deaths and resizes to watch, the timeline, and the pause
+and the files a checkpoint needs. ``glb`` and ``apgas.dist`` use these instead of
+the runtime's private modules; they stay stable where the ``_``-prefixed ones may
+change. Programs need only ``import apgas``; servers and daemons find their
+utilities in :mod:`apgas.serving`.
 """
 
 from __future__ import annotations
@@ -10,55 +13,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._config import Config, parse_address
-from ._durable import DamagedFile, read_sealed, write_atomically
-from ._gate import Gate
-from ._peers import peer_is_local, peer_key, peer_uid
-from ._pool import blocking
-from ._runtime import current, current_finish
-from ._serving import (
-    LOG_TEXT,
-    LineTooLong,
-    PeerLog,
-    connection_peer,
-    discard_rest,
-    loggable,
-    read_head,
-    read_line,
-    serve_connections,
-)
-from ._timeline import MAX_SAMPLES, sample_interval
-from ._timeline import current as current_timeline
-from ._transport import _digest as payload_digest
-from ._trusted_paths import (
-    UntrustedPath,
-    make_trusted_dir,
-    open_append,
-    open_new_file,
-    owner_name,
-    trusted_dir,
-    trusted_file,
-    trusted_location,
-)
-from ._webview import CONTENT_SECURITY_POLICY, render_page
-from .errors import ApgasError
+from ._core.config import Config, parse_address
+from ._core.durable import DamagedFile, read_sealed, write_atomically
+from ._core.gate import Gate
+from ._core.pool import blocking
+from ._core.runtime import current, current_finish
+from ._core.transport import _digest as payload_digest
+from ._malleability.orders import current as _current_orders
+from ._timeline.recorder import MAX_SAMPLES, sample_interval
+from ._timeline.recorder import current as current_timeline
 
-__all__ = ["Config", "blocking", "immediate_at", "parse_address", "removable", "watch_deaths", "on_resize",
-           "current_finish", "spawn_under",
+__all__ = ["Config", "parse_address", "blocking", "immediate_at", "removable", "watch_deaths",
+           "on_resize", "current_finish", "spawn_under",
            # what the place-to-place MAC covers of a bulk payload (to measure its cost)
            "payload_digest",
-           "serve_connections",
-           "read_line", "discard_rest", "LineTooLong",
-           # fair service: who a peer is, its share of a server, logs it cannot flood
-           "peer_uid", "peer_key", "peer_is_local", "read_head", "connection_peer", "PeerLog",
-           "loggable", "LOG_TEXT",
            # the run timeline (APGAS_TIMELINE): place 0's writer, GLB's load samples
            "current_timeline", "sample_interval", "MAX_SAMPLES",
-           # one self-contained HTML page from a view model (the dashboard, the reports)
-           "render_page", "CONTENT_SECURITY_POLICY",
-           # files and directories a daemon may trust (nobody else can change them)
-           "UntrustedPath", "trusted_dir", "trusted_file", "trusted_location", "make_trusted_dir",
-           "open_new_file", "open_append", "owner_name",
            # checkpoints: files whole or absent after a crash; a pause for consistent copies
            "write_atomically", "read_sealed", "DamagedFile", "Gate"]
 
@@ -101,7 +71,4 @@ def on_resize(listener: Any) -> Callable[[], None]:
     ``post_grow``; ``listener.place_lost(places)``, if defined, when places are lost
     without an order (while a handler or scheduler listens). A listener that raises
     fails the order. Returns a function that removes the listener. Place 0 only."""
-    orders = current().orders
-    if orders is None:
-        raise ApgasError("on_resize: orders are carried out at place 0; call it there")
-    return orders.add_listener(listener)
+    return _current_orders("apgas.lowlevel.on_resize").add_listener(listener)

@@ -20,8 +20,8 @@ import importlib
 import importlib.metadata
 import re
 
-from ._malleable_base import MalleableCommunicator, MalleableHandler, OrderError, Orders
-from ._socket_communicator import SocketMalleableCommunicator
+from ._malleability.base import MalleableCommunicator, MalleableHandler, OrderError, Orders
+from ._malleability.socket_communicator import SocketMalleableCommunicator
 from .errors import ConfigError
 
 __all__ = ["MalleableHandler", "MalleableCommunicator", "Orders", "SocketMalleableCommunicator",

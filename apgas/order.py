@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 
 from . import auth
-from ._config import parse_address
+from ._core.config import parse_address
 
 __all__ = ["send_order", "main"]
 from .errors import ConfigError

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 
 from . import auth, protocol
-from ._serving import read_line
 from .order import send_order
+from .serving._connections import read_line
 
 __all__ = ["FakeScheduler", "Received", "Script"]
 
@@ -117,7 +117,7 @@ class FakeScheduler:
         self.close()
 
     def _accept(self) -> None:
-        """One connection at a time, unlike ``apgas.lowlevel.serve_connections``: the
+        """One connection at a time, unlike ``apgas.serving.serve_connections``: the
         job sends its messages one connection after the other, and tests read
         them in that order."""
         while True:

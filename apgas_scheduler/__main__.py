@@ -27,7 +27,8 @@ from typing import Any
 import launcher as launchers
 from apgas import auth, protocol
 from apgas.errors import ConfigError
-from apgas.lowlevel import loggable, parse_address
+from apgas.lowlevel import parse_address
+from apgas.serving import loggable
 
 from .client import SchedulerError, SchedulerUnreachable, request, submit
 from .jobs import JobFileError, load_job_file
@@ -420,7 +421,7 @@ def _report(ns: argparse.Namespace) -> int:
     if ns.gantt:
         gantt(events, ns.gantt, title=ns.events)
     if ns.html:
-        from apgas.lowlevel import render_page
+        from apgas.serving import render_page
 
         from .live.views import dashboard_model
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from apgas import auth
-from apgas.lowlevel import loggable, owner_name, peer_is_local, peer_uid
+from apgas.serving import loggable, owner_name, peer_is_local, peer_uid
 
 from .live import access
 

@@ -118,7 +118,7 @@ def parse_job(data: object, where: str = "job", *, stored: bool = False) -> JobS
 
     ``stored``: a job the scheduler's state holds, which an older version may
     have taken with any name: its name is escaped and cut instead
-    (:func:`apgas.lowlevel.loggable`), and its other texts are not bounded."""
+    (:func:`apgas.serving.loggable`), and its other texts are not bounded."""
     where = _plain(where)
 
     def bad(key: str, problem: str) -> JobFileError:
@@ -186,7 +186,7 @@ def _plain(text: str, limit: int = MAX_NAME) -> str:
     most ``limit`` characters long, else escaped and cut (``loggable``)."""
     if text.isprintable() and len(text) <= limit:
         return text
-    from apgas.lowlevel import loggable  # only then: the job model needs no runtime
+    from apgas.serving import loggable
 
     return loggable(text, limit)
 

@@ -118,7 +118,7 @@ class Timed:
     ``apgas.steps`` and records when the loop commits, forgets and restores it.
 
     The loop reads ``resilient`` and calls these three methods of each listed array
-    (``apgas._steps._Resilient``); this forwards them and appends ``(what, start,
+    (``apgas._malleability.steps._Resilient``); this forwards them and appends ``(what, start,
     end)`` (``time.perf_counter``) to ``events``. The instrumentation costs about a
     microsecond a call, against milliseconds to seconds for the calls."""
 

@@ -30,7 +30,7 @@ that, for :class:`apgas.dist.BlockArray`, beside the floors it is judged by.
    GB/s / bare GB/s (best over best, median over median) against the target 0.5.
    A third figure, **bare signed**, is the same transfer with each frame signed
    at the sender and checked at the receiver as the places' transport does it
-   (:mod:`apgas._transport`: a BLAKE3 digest of the frame under a keyed
+   (:mod:`apgas._core.transport`: a BLAKE3 digest of the frame under a keyed
    BLAKE2b MAC): the floor of
    an authenticated transfer, which the ratio to it shows the runtime against.
    The three take turns, rotated from repeat to repeat.

@@ -7,7 +7,7 @@ Each repeat runs two jobs, one after the other: the app with its modules
 preloaded into the fork template (``glb.apps``' default, ``APGAS_PRELOAD``)
 and without (``APGAS_PRELOAD=json``: nothing the places would not import
 anyway). Each starts ``python -m glb.apps APP ... --malleable --places 1`` with
-``APGAS_TIMELINE`` (:mod:`apgas._timeline`) and one GLB worker, waits until it
+``APGAS_TIMELINE`` (:mod:`apgas._timeline.recorder`) and one GLB worker, waits until it
 takes orders and computes, sends ``grow K`` and, 3 s later, ``shrink K`` (so
 that the new places' load samples reach the timeline), then ends the job. From
 the client and the timeline it takes:

@@ -29,7 +29,7 @@ command line appends one order and prints the job's replies to it::
     python examples/file_communicator.py jobdir shrink 1
 
 What it trusts: that only this user writes the directory (checked, with
-``apgas.lowlevel.trusted_dir``). Orders are not authenticated: whoever can
+``apgas.serving.trusted_dir``). Orders are not authenticated: whoever can
 write the directory can resize the job, as they could kill it. A plugin whose
 orders cross a network or a shared file system must authenticate each one
 (``apgas.auth`` signs and checks lines).
@@ -50,8 +50,9 @@ from pathlib import Path
 
 from apgas import protocol
 from apgas.errors import ApgasError, ConfigError
-from apgas.lowlevel import Config, UntrustedPath, open_new_file, trusted_dir
+from apgas.lowlevel import Config
 from apgas.malleable import MalleableCommunicator, OrderError, Orders
+from apgas.serving import UntrustedPath, open_new_file, trusted_dir
 
 DIR_VARIABLE = "FILE_COMMUNICATOR_DIR"
 ORDERS, REPLIES = "orders", "replies"

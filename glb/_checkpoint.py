@@ -47,7 +47,8 @@ from typing import Any
 import cloudpickle
 
 import apgas
-from apgas.lowlevel import DamagedFile, Gate, make_trusted_dir, read_sealed, write_atomically
+from apgas.lowlevel import DamagedFile, Gate, read_sealed, write_atomically
+from apgas.serving import make_trusted_dir
 
 from . import _worker as w
 from ._resilience import BAG, STATIC, Blob, Store, _Piece, _Static

@@ -1,4 +1,4 @@
-"""Load samples of one place for the run timeline (``APGAS_TIMELINE``, :mod:`apgas._timeline`).
+"""Load samples of one place for the run timeline (``APGAS_TIMELINE``, :mod:`apgas._timeline.recorder`).
 
 A place samples only when place 0 writes a timeline and says so in
 ``init_place``; otherwise no sampler exists and the workers skip the one

@@ -10,7 +10,7 @@ import os
 import socket
 
 import apgas
-from apgas._runtime import current
+from apgas._core.runtime import current
 from apgas.order import send_order
 
 

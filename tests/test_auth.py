@@ -10,8 +10,8 @@ import pytest
 import zmq
 
 import apgas
-from apgas._runtime import TASK, current
-from apgas._transport import HEADER
+from apgas._core.runtime import TASK, current
+from apgas._core.transport import HEADER
 
 
 class Exploit:

@@ -9,7 +9,7 @@ import pytest
 from test_core import spawn_tree, total_count, tree_size
 
 import apgas
-from apgas._transport import Transport
+from apgas._core.transport import Transport
 
 
 def test_chaos_hook_reorders_across_pairs_but_not_within_a_pair():

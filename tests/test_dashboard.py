@@ -17,7 +17,7 @@ from conftest import eventually
 from test_scheduler_live import bench, job, wait_ended, wait_for
 
 from apgas import auth
-from apgas._webview import render_page
+from apgas.serving._webview import render_page
 from apgas_scheduler.live import access
 from apgas_scheduler.live.dashboard import MAX_STREAMS
 from apgas_scheduler.live.views import dashboard_model

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import apgas
-from apgas import _serialization as ser
+from apgas._core import serialization as ser
 from apgas.dist import BlockArray, _blocks, dot
 from apgas.dist._layout import even
 

@@ -11,7 +11,7 @@ import pytest
 
 import apgas
 import apgas.lowlevel
-from apgas import _serialization as ser
+from apgas._core import serialization as ser
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -424,7 +424,7 @@ def test_concurrent_checks_ask_once_within_the_inhibition_period(fake_scheduler,
 
 
 def test_an_answer_whose_order_never_comes(fake_scheduler, monkeypatch):
-    monkeypatch.setattr("apgas._malleability.ORDER_WAIT", 0.5)
+    monkeypatch.setattr("apgas._malleability.orders.ORDER_WAIT", 0.5)
     monkeypatch.setenv("APGAS_JOIN_TIMEOUT", "0.5")
     fake_scheduler(lambda m, f: "expand 4" if m.startswith("Evolving;Check") else None)
 

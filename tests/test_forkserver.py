@@ -15,7 +15,7 @@ from orders import order
 
 import apgas
 from apgas import DeadPlaceError
-from apgas._config import load_config
+from apgas._core.config import load_config
 from apgas.errors import ConfigError
 from launcher import _forkserver
 
@@ -173,7 +173,7 @@ def test_dead_place_reports_its_signal_as_exit_code(monkeypatch):
     monkeypatch.setenv("APGAS_START_METHOD", "fork")
 
     def main():
-        rt = apgas._runtime.current()
+        rt = apgas._core.runtime.current()
         place = rt._children[1]
         pid = apgas.at(apgas.place(1), os.getpid)
         assert place.pid == pid and place.poll() is None

@@ -15,7 +15,7 @@ from conftest import alive, eventually, wait_gone
 
 import apgas
 from apgas import DeadPlaceError, MultipleException
-from apgas._heartbeat import parse_heartbeat
+from apgas._core.heartbeat import parse_heartbeat
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,7 +159,7 @@ def test_heartbeat_settings_are_checked(monkeypatch):
 
 
 def test_the_default_heartbeat_stretches_with_places_a_core(monkeypatch):
-    from apgas._config import default_heartbeat, load_config
+    from apgas._core.config import default_heartbeat, load_config
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert default_heartbeat(0.5) == default_heartbeat(64) == "1:10"

@@ -13,7 +13,7 @@ from conftest import install_distribution
 
 import apgas
 import launcher
-from apgas._config import load_config
+from apgas._core.config import load_config
 from apgas.errors import ApgasError, ConfigError
 from launcher import HostSpecError, compress_hostlist, expand_hostlist, read_hostfile, slurm_hosts
 
@@ -192,7 +192,7 @@ def test_failed_grow_leaves_the_program_as_it_was(malleable_address, monkeypatch
     def main():
         address = apgas.define_malleable_handler(Newest()).address
         before = [(p.id, p.host) for p in apgas.places()]
-        rt = apgas._runtime.current()
+        rt = apgas._core.runtime.current()
         rt.config = dataclasses.replace(rt.config, python="/no/python")
         reply = order(address, "grow 2 hostA hostB")
         after = [(p.id, p.host) for p in apgas.places()]
@@ -222,7 +222,7 @@ def test_places_are_not_mpi_ranks(monkeypatch):
 
 def test_bound_to_every_interface_places_advertise_their_host_name():
     def endpoints():
-        return [apgas.at(p, lambda: apgas._runtime.current().transport.endpoint) for p in apgas.places()]
+        return [apgas.at(p, lambda: apgas._core.runtime.current().transport.endpoint) for p in apgas.places()]
 
     found = apgas.run(endpoints, places=2, interface="*")
     assert all(e.startswith(f"tcp://{socket.getfqdn()}:") for e in found), found

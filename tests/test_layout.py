@@ -30,14 +30,17 @@ def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
-def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The project modules ``name`` imports (at module level or in functions)."""
+def imports(name: str, path: Path, known: dict[str, Path], annotations: bool = False) -> set[str]:
+    """The project modules ``name`` imports (at module level or in functions), and
+    with ``annotations`` those it names under ``if TYPE_CHECKING:`` too."""
     tree = ast.parse(path.read_text(), str(path))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _type_checking_only(node, parents):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if not annotations and _type_checking_only(node, parents):
             continue
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
@@ -190,3 +193,70 @@ def test_the_scheduler_root_imports_no_part_but_the_policies_and_the_event_log()
                    for target in imports(name, path, known)
                    if target.count(".") >= 2 and target not in allowed)
     assert wrong == []
+
+
+APGAS_PARTS = {"_core": "the runtime core", "_malleability": "malleability",
+               "serving": "the daemon utilities", "_timeline": "the timeline", "dist": "dist"}
+"""The folders of ``apgas``: each one part of the architecture (docs/design.md)."""
+
+MALLEABILITY = ("apgas._malleability", "apgas.malleable", "apgas.order", "apgas.evolving",
+                "apgas.ejs", "apgas.protocol", "apgas.auth")
+"""Malleability: the private folder and the public modules it shows."""
+
+
+def test_apgas_has_its_parts_in_folders_and_few_modules_beside_them():
+    pkg = ROOT / "apgas"
+    top = sorted(p.name for p in pkg.glob("*.py"))
+    assert len(top) <= 16, f"{len(top)} modules directly in apgas/: {top}"
+    folders = {p.name for p in pkg.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(APGAS_PARTS)
+
+
+def test_the_core_names_nothing_above_it():
+    """Malleability builds on the core, never the other way round: the core imports
+    (even for annotations, under TYPE_CHECKING) only itself, the timeline it writes,
+    and ``apgas.errors``."""
+    known = modules()
+    wrong = []
+    for name, path in known.items():
+        if not name.startswith("apgas._core"):
+            continue
+        for target in imports(name, path, known, annotations=True):
+            if target.startswith("apgas") and not target.startswith(
+                    ("apgas._core", "apgas._timeline", "apgas.errors")):
+                wrong.append(f"{name} -> {target}")
+    assert wrong == []
+
+
+def test_the_parts_folders_run_nothing_on_import():
+    """A private part's ``__init__`` is a docstring: importing one module of a part
+    then imports nothing else of it, so the parts stay free of cycles."""
+    for part in ("_core", "_malleability", "_timeline"):
+        tree = ast.parse((ROOT / "apgas" / part / "__init__.py").read_text())
+        assert [type(n).__name__ for n in tree.body] == ["Expr"], part
+
+
+def test_lowlevel_is_the_runtimes_face_alone():
+    """``apgas.lowlevel`` holds runtime hooks; the daemon utilities live in
+    ``apgas.serving``, which needs no runtime and imports nothing of the core."""
+    import apgas.lowlevel
+    import apgas.serving
+
+    assert not set(apgas.lowlevel.__all__) & set(apgas.serving.__all__)
+    known = modules()
+    for name, path in known.items():
+        if name.startswith("apgas.serving"):
+            assert {t for t in imports(name, path, known, annotations=True)
+                    if t.startswith("apgas") and not t.startswith("apgas.serving")} == set(), name
+    lowlevel = imports("apgas.lowlevel", known["apgas.lowlevel"], known, annotations=True)
+    assert not any(t.startswith("apgas.serving") for t in lowlevel)
+
+
+def test_no_cycle_inside_apgas_even_for_annotations():
+    """The runtime core and malleability can be read apart: no two modules of ``apgas``
+    name each other, not even under TYPE_CHECKING (``apgas.dist``'s modules name the
+    array of their package's face, which is theirs)."""
+    known = {n: p for n, p in modules().items() if n == "apgas" or n.startswith("apgas.")}
+    graph = {n: {t for t in imports(n, p, known, annotations=True) if t in known} for n, p in known.items()}
+    found = [c for c in cycles(graph) if not all(m.startswith("apgas.dist") for m in c)]
+    assert found == []

@@ -16,7 +16,7 @@ import zmq
 from conftest import ROOT, place_processes, wait_gone
 
 import apgas
-from apgas import _limits
+from apgas._core import limits as _limits
 from apgas.errors import ApgasError, LimitError
 from benchmarks._footprint import proc_sample, tcp_inodes
 
@@ -43,7 +43,7 @@ def test_a_place_context_takes_the_socket_limit():
 def test_the_soft_descriptor_limit_is_raised_to_the_hard_one():
     code = """if True:
         import resource
-        from apgas import _limits
+        from apgas._core import limits as _limits
         resource.setrlimit(resource.RLIMIT_NOFILE, (300, 4000))
         print(_limits.raise_soft_nofile(), resource.getrlimit(resource.RLIMIT_NOFILE)[0],
               _limits.zmq_context().max_sockets)

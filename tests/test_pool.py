@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import eventually
 
-from apgas._pool import WorkerPool, blocking
+from apgas._core.pool import WorkerPool, blocking
 
 pytestmark = pytest.mark.timeout(30)
 

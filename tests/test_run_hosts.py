@@ -10,7 +10,7 @@ import logging
 import pytest
 
 import apgas
-from apgas._config import host_mismatch, load_config
+from apgas._core.config import host_mismatch, load_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from apgas import _serialization as ser
+from apgas._core import serialization as ser
 
 
 def module_function(x: int = 0) -> int:

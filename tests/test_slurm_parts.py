@@ -18,7 +18,7 @@ class Runtime:
 
 
 def config():
-    from apgas._config import load_config
+    from apgas._core.config import load_config
 
     return load_config(environ={})
 

@@ -372,7 +372,8 @@ def test_steps_say_what_was_wrong(malleable_address):
 
         return apgas.at(1, elsewhere)
 
-    assert "runs at place 0, where orders are carried out; this is place 1" in apgas.run(main, places=2)
+    assert ("apgas.steps: malleability is steered from place 0, where orders are carried out; "
+            "this is place 1") in apgas.run(main, places=2)
 
 
 def test_a_call_back_to_place_0_inside_a_step_never_waits_for_an_order(malleable_address):

@@ -17,8 +17,8 @@ from orders import orders_then_gate
 
 import apgas
 from apgas import ConfigError
-from apgas._config import load_config
-from apgas._timeline_view import read_timeline, timeline_model
+from apgas._core.config import load_config
+from apgas._timeline.view import read_timeline, timeline_model
 from glb import GLB, GLBConfig
 from glb._sampling import Sampler
 
@@ -126,7 +126,7 @@ def test_without_a_timeline_nothing_is_written_or_sampled(tmp_path, monkeypatch)
     roots = [(4, 14), (5, 14)]
 
     def main():
-        from apgas import _timeline
+        from apgas._timeline import recorder as _timeline
 
         assert _timeline.current() is None
         total = GLB(GLBConfig(n=32, workers=2)).compute_dynamic(SpyBag(roots), SpyCount())
@@ -177,7 +177,7 @@ def test_a_place_that_dies_leaves_as_failed(tmp_path, monkeypatch):
     monkeypatch.setenv("APGAS_TIMELINE", str(path))
 
     def main():
-        apgas._runtime.current()._children[1].kill()
+        apgas._core.runtime.current()._children[1].kill()
         deadline = time.monotonic() + 20
         while 1 in [p.id for p in apgas.places()] and time.monotonic() < deadline:
             time.sleep(0.02)

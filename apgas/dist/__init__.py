@@ -48,8 +48,9 @@ import numpy as np
 import numpy.typing as npt
 
 import apgas
-from apgas import _runtime, lowlevel
-from apgas._pool import on_pool_thread
+from apgas import lowlevel
+from apgas._core import runtime as _runtime
+from apgas._core.pool import on_pool_thread
 
 from . import _blocks, _disk, _rollback
 from ._layout import Layout, even, find, overlaps

@@ -1,6 +1,6 @@
 """Commits of BlockArrays on disk, for ``apgas.steps(..., checkpoint=DIR)``: block files.
 
-:mod:`apgas._checkpoint_steps` keeps the directory (the temporary folder of a
+:mod:`apgas._malleability.checkpoint_steps` keeps the directory (the temporary folder of a
 commit, its manifest, the renames and fsyncs); this module writes and reads the
 rows of one array. A block file holds the global rows ``start .. stop`` of one
 array in C order, raw, as the places held them at the commit: one file per
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import apgas
-from apgas._checkpoint_steps import TornCommit, test_delay
+from apgas._malleability.checkpoint_steps import TornCommit, test_delay
 
 from . import _blocks
 from ._layout import even, find, overlaps

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from apgas import auth
-from apgas.lowlevel import make_trusted_dir, peer_uid, trusted_location
+from apgas.serving import make_trusted_dir, peer_uid, trusted_location
 
 __all__ = ["Client", "authorize", "default_key_file", "default_socket_path",
            "socket_candidates", "socket_dir", "state_home", "default_output_dir", "listen_unix",
@@ -147,7 +147,7 @@ def socket_candidates(port: int) -> list[Path]:
 
 def listen_unix(path: Path, mode: int) -> socket.socket:
     """The Unix socket at ``path`` with file mode ``mode``. Its directory is
-    checked first (:func:`apgas.lowlevel.trusted_location`; the default one is
+    checked first (:func:`apgas.serving.trusted_location`; the default one is
     made 0711: others may reach a socket whose mode lets them in, and list or
     make nothing there); a stale socket there is replaced, anything else refused."""
     if path.parent == socket_dir():  # ours: its mode is ours to set

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from apgas import protocol
-from apgas.lowlevel import loggable
+from apgas.serving import loggable
 
 from .._model import Grow, Shrink
 from ..policies.planning import GATE

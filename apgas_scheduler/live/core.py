@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from apgas.lowlevel import loggable, open_append
+from apgas.serving import loggable, open_append
 
 from ..engine import Engine
 from ..policies.planning import Policy
@@ -28,7 +28,7 @@ __all__ = ["SchedulerCore", "log", "EscapeFilter"]
 
 class EscapeFilter(logging.Filter):
     """Escapes a log record's message that is not printable (a newline, ESC, a
-    C1 control, DEL, a lone surrogate: :func:`apgas.lowlevel.loggable`), so that
+    C1 control, DEL, a lone surrogate: :func:`apgas.serving.loggable`), so that
     no text in it starts a line of the log or acts on a terminal. A second
     guard: the clients' texts are bounded and checked where they come in, and
     logged through ``loggable``. Tracebacks (``exc_info``) keep their lines."""

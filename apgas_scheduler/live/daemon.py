@@ -29,7 +29,8 @@ from typing import Any
 
 import launcher as launchers
 from apgas import auth
-from apgas.lowlevel import Config, make_trusted_dir
+from apgas.lowlevel import Config
+from apgas.serving import make_trusted_dir
 
 from .._model import Grow, Start
 from ..jobs import JobSpec
@@ -68,7 +69,7 @@ class Scheduler:
         ``job-N.out``/``.err`` go (default ``access.default_output_dir()``; made
         0711: each user opens their own files by name); the key file and every
         directory must be the scheduler's user's and nobody else's to write
-        (:class:`apgas.lowlevel.UntrustedPath` otherwise); ``socket_path``, ``socket_mode``:
+        (:class:`apgas.serving.UntrustedPath` otherwise); ``socket_path``, ``socket_mode``:
         the Unix socket for clients on this machine (default
         ``access.default_socket_path(port)``, operator only); ``allow_plain_jobs``:
         accept jobs that speak the unsigned ElasticJobScheduler protocol;

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from apgas.lowlevel import (
+from apgas.serving import (
     CONTENT_SECURITY_POLICY,
     LineTooLong,
     PeerLog,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import launcher as launchers
 from apgas import auth
-from apgas.lowlevel import open_new_file
+from apgas.serving import open_new_file
 
 from . import containment
 from .core import SchedulerCore, log

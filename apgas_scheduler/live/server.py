@@ -14,8 +14,8 @@ submitted as ``protocol = "plain"`` to a scheduler serving with
 No client can deny the others: the slots are shared per user (or remote
 address) by ``serve_connections``, each line must be whole within
 :data:`READ_DEADLINE`, and a refusal is logged at most once per
-:data:`apgas.lowlevel.PeerLog` interval per peer, with a client's text cut
-short (:func:`apgas.lowlevel.loggable`), so that a flood fills no disk.
+:data:`apgas.serving.PeerLog` interval per peer, with a client's text cut
+short (:func:`apgas.serving.loggable`), so that a flood fills no disk.
 
 The server only reads, checks and dispatches: a client's request goes to the
 daemon's operations (:class:`Requests`), a job's ask, release or lost place
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from apgas import auth, protocol
-from apgas.lowlevel import (
+from apgas.serving import (
     LineTooLong,
     PeerLog,
     connection_peer,

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from apgas.lowlevel import make_trusted_dir, trusted_file
+from apgas.serving import make_trusted_dir, trusted_file
 
 from ..jobs import JobSpec, parse_job
 

@@ -1,4 +1,4 @@
-"""The scheduler's view model (:func:`apgas.lowlevel.render_page`) from its event log: the
+"""The scheduler's view model (:func:`apgas.serving.render_page`) from its event log: the
 nodes over time by job with every grow and shrink marked, utilization, the
 jobs, the policy's decisions and the metrics of ``report``.
 
@@ -17,7 +17,7 @@ A job that went back to the queue (``requeue``) is queued again, its nodes
 back, and the jobs table counts its requeues and gives the last reason.
 
 The texts a client or a job gave (a job's name, a timing's name, a reason a
-job sent) are shown escaped and cut (:func:`apgas.lowlevel.loggable`): an
+job sent) are shown escaped and cut (:func:`apgas.serving.loggable`): an
 event log written by an older scheduler may hold any.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from apgas.lowlevel import loggable
+from apgas.serving import loggable
 
 from ..metrics import Interval, _ordered, compute_metrics, node_intervals
 

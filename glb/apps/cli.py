@@ -126,7 +126,8 @@ def claim_checkpoint_dir(directory: Path, app: str, params: Params, static: bool
     the app, its parameters and its mode; ValueError naming both if it holds
     another's. GLB itself refuses a snapshot of another problem too (by its
     fingerprint); this says which one in the app's terms."""
-    from apgas.lowlevel import make_trusted_dir, read_sealed, write_atomically
+    from apgas.lowlevel import read_sealed, write_atomically
+    from apgas.serving import make_trusted_dir
 
     path = make_trusted_dir(directory, "the checkpoint directory") / "app.json"
     mine = {"app": app, "params": params, "mode": "static" if static else "dynamic"}

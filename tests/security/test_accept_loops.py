@@ -1,4 +1,4 @@
-"""The accept loop every line server shares (``apgas.lowlevel.serve_connections``)
+"""The accept loop every line server shares (``apgas.serving.serve_connections``)
 never stops serving: not after every descriptor was taken (EMFILE), not for
 slow clients (a total deadline per connection), not for too many idle ones (a cap,
 shared fairly per peer: the flooder's waiting connections are the ones evicted)."""
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from apgas.lowlevel import (
+from apgas.serving import (
     LineTooLong,
     PeerLog,
     connection_peer,
@@ -269,7 +269,7 @@ def test_a_read_and_an_eviction_racing_are_decided_once():
     """A line arriving as an eviction comes: either the reader gets the whole line
     and the connection is not evicted, or it is evicted and the reader gets
     ConnectionAbortedError, never both, never a partial line; 300 times."""
-    from apgas import _serving
+    from apgas.serving import _connections as _serving
 
     for _ in range(300):
         loop = _serving._Loop(max_connections=4, per_peer=1)
@@ -396,7 +396,7 @@ def test_loggable_cuts_and_escapes_a_clients_text():
 
 _SERVER = textwrap.dedent("""
     import resource, socket, sys, logging
-    from apgas.lowlevel import read_line, serve_connections
+    from apgas.serving import read_line, serve_connections
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -10,7 +10,7 @@ import pytest
 from orders import order
 
 import apgas
-from apgas._config import load_config
+from apgas._core.config import load_config
 from apgas.errors import ConfigError
 from apgas_scheduler.jobs import MAX_NODES, MAX_WALLTIME, JobFileError, parse_job
 from apgas_scheduler.live.requests import MAX_DEPTH, RequestError, nesting, parse_request

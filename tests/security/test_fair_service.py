@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 from conftest import eventually
 
-from apgas import _peers, _serving, auth
-from apgas.lowlevel import peer_is_local, peer_key, peer_uid
+from apgas import auth
+from apgas.serving import _connections as _serving
+from apgas.serving import _peers, peer_is_local, peer_key, peer_uid
 from apgas_scheduler.client import request
 from apgas_scheduler.live.dashboard import HEAD_DEADLINE, PER_CLIENT
 

@@ -13,7 +13,7 @@ import pytest
 from orders import order
 
 import apgas
-from apgas._config import load_config
+from apgas._core.config import load_config
 from apgas.errors import ConfigError
 from apgas.protocol import check_host, parse_order
 from launcher import HostSpecError, SrunLauncher, SshLauncher, expand_hostlist, read_hostfile, slurm_hosts

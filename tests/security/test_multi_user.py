@@ -27,7 +27,7 @@ from orders import free_address
 from test_authentication import SYSTEM_PY, as_nobody
 
 from apgas import auth
-from apgas.lowlevel import UntrustedPath
+from apgas.serving import UntrustedPath
 from apgas_scheduler.client import SchedulerError, request
 from apgas_scheduler.jobs import parse_job
 from apgas_scheduler.live import access

@@ -19,9 +19,9 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 import apgas
-from apgas._config import load_config
-from apgas._runtime import TABLE, TASK, current
-from apgas._transport import ENVELOPE_BYTES, HEADER, MAC_BYTES, ROUTE, Transport
+from apgas._core.config import load_config
+from apgas._core.runtime import TABLE, TASK, current
+from apgas._core.transport import ENVELOPE_BYTES, HEADER, MAC_BYTES, ROUTE, Transport
 
 MiB = 1024 * 1024
 
@@ -358,7 +358,7 @@ class _Lines(logging.Handler):
 
 def test_dropped_messages_are_logged_then_summarized():
     sender, receiver = _pair(lambda *a: None)
-    logger = logging.getLogger("apgas._transport")
+    logger = logging.getLogger("apgas._core.transport")
     handler = _Lines()
     logger.addHandler(handler)
     try:

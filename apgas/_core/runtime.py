@@ -27,22 +27,21 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from . import _serialization as ser
-from ._config import Config, parse_chaos
-from ._finish import HomeFinish, RemoteFinish
-from ._gate import Gate
-from ._heartbeat import parse_heartbeat
-from ._limits import check_start
-from ._place import Place
-from ._pool import WorkerPool, blocking, on_pool_thread
-from ._timeline import open_timeline
-from ._transport import MessageTooLarge, Transport
-from .errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
+from .._timeline.recorder import open_timeline
+from ..errors import ApgasError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
+from . import serialization as ser
+from .config import Config, parse_chaos
+from .finish import HomeFinish, RemoteFinish
+from .gate import Gate
+from .heartbeat import parse_heartbeat
+from .limits import check_start
+from .place import Place
+from .pool import WorkerPool, blocking, on_pool_thread
+from .transport import MessageTooLarge, Transport
 
 if TYPE_CHECKING:
     from launcher import Launcher, PlaceProcess
 
-    from ._malleability import Orders
 
 __all__ = ["Runtime", "current", "current_finish", "Finish"]
 
@@ -140,14 +139,13 @@ class Runtime:
         self._secret = secret
         self._next_place = place_id + 1
         self._leaving_places: set[int] = set()
-        self.orders: Orders | None = None  # place 0: the malleability controller
-        self.gate = Gate()  # place 0: keeps orders out of steps (apgas._gate)
+        self.gate = Gate()  # place 0: keeps orders out of steps (apgas._core.gate)
         self.launcher: Launcher | None = None  # place 0: starts the places of a grow
         self._table: dict[int, tuple[str, str, int]] = {place_id: (host, self.transport.endpoint, self.pid)}
         self._acks: set[int] = set()
         self._epoch = 0
         self._cond = threading.Condition(self._lock)
-        # place 0 with APGAS_TIMELINE: the run's timeline (apgas._timeline); else None
+        # place 0 with APGAS_TIMELINE: the run's timeline (apgas._timeline.recorder); else None
         try:
             self.timeline = open_timeline(config, host) if place_id == 0 else None
         except BaseException:
@@ -658,7 +656,7 @@ class Runtime:
 
     def _check_limits(self, hosts: list[str], launcher: Launcher) -> None:
         """LimitError, before any start, if the new places would pass a limit of the
-        machine at place 0 (:mod:`apgas._limits`)."""
+        machine at place 0 (:mod:`apgas._core.limits`)."""
         local = len(hosts) if launcher.name == "local" else 0
         check_start(len(hosts), len(self._table) + len(hosts), local,
                     self.config.threads + self.config.immediate_threads)
@@ -807,7 +805,7 @@ class Runtime:
                 self.transport.send(other, DEAD, pid, 0, payload)
 
     def _link_lost(self, pid: int) -> None:
-        """The link to ``pid`` dropped its connection (:mod:`apgas._heartbeat`): its
+        """The link to ``pid`` dropped its connection (:mod:`apgas._core.heartbeat`): its
         heartbeat stopped, or its process ended. Place 0 gives the process a grace
         to show that it ended (a leaving place closes its socket up to its linger
         before it exits), and declares the place dead by silence only if it did not."""

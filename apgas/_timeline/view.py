@@ -1,5 +1,5 @@
-"""Read a run timeline (:mod:`apgas._timeline`) and turn it into a view model for
-:func:`apgas._webview.render_page`: ``python -m apgas timeline FILE --html OUT.html``.
+"""Read a run timeline (:mod:`apgas._timeline.recorder`) and turn it into a view model for
+:func:`apgas.serving._webview.render_page`: ``python -m apgas timeline FILE --html OUT.html``.
 
 Why a separate module: the writer runs inside every run with ``APGAS_TIMELINE``
 and must stay small; reading and summarising run afterwards, once, anywhere.

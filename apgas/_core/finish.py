@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import DeadPlaceError
+from ..errors import DeadPlaceError
 
 __all__ = ["HomeFinish", "RemoteFinish"]
 

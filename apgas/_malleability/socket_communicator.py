@@ -16,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import auth, ejs, protocol
-from ._config import Config, parse_address
-from ._malleable_base import MalleableCommunicator, OrderError, Orders
-from ._serving import LineTooLong, discard_rest, read_line, serve_connections
-from .errors import ApgasError, ConfigError
+from .. import auth, ejs, protocol
+from .._core.config import Config, parse_address
+from ..errors import ApgasError, ConfigError
+from ..serving._connections import LineTooLong, discard_rest, read_line, serve_connections
+from .base import MalleableCommunicator, OrderError, Orders
 
 __all__ = ["SocketMalleableCommunicator"]
 

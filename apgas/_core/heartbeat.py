@@ -28,7 +28,7 @@ from collections.abc import Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["LinkWatcher", "parse_heartbeat", "configure"]
 

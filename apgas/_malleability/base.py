@@ -1,7 +1,7 @@
 """The two seams of malleability, as abstract classes: the program's handler and
 the scheduler's communicator, and the runtime's side that a communicator calls.
 Their public home is :mod:`apgas.malleable`; they live here so that the default
-communicator (:mod:`apgas._socket_communicator`) and the registry of
+communicator (:mod:`apgas._malleability.socket_communicator`) and the registry of
 communicators (:mod:`apgas.malleable`) build on them without an import cycle.
 """
 
@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from ._config import Config
-from ._place import Place
-from .errors import ApgasError
+from .._core.config import Config
+from .._core.place import Place
+from ..errors import ApgasError
 
 __all__ = ["MalleableHandler", "OrderError", "Orders", "MalleableCommunicator"]
 

@@ -23,13 +23,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from . import protocol
-from ._place import Place
-from ._runtime import Runtime
-from ._timeline import wall
-from .errors import ApgasError, DeadPlaceError
-from .evolving import REFUSED, GrowRequest
-from .malleable import MalleableCommunicator, MalleableHandler, OrderError, communicator_class
+from .. import protocol
+from .._core.place import Place
+from .._core.runtime import Runtime
+from .._core.runtime import current as runtime_current
+from .._timeline.recorder import wall
+from ..errors import ApgasError, DeadPlaceError
+from ..evolving import REFUSED, GrowRequest
+from ..malleable import MalleableCommunicator, MalleableHandler, OrderError, communicator_class
 
 __all__ = ["Orders"]
 
@@ -40,6 +41,24 @@ log = logging.getLogger("apgas.malleability")
 T = TypeVar("T")
 
 RIGID, MALLEABLE, DISABLED, CLOSED = "rigid", "malleable", "disabled", "closed"
+
+_installed: Orders | None = None
+"""Place 0's orders while ``apgas.run`` runs (the core does not know of them)."""
+
+
+def install(orders: Orders | None) -> None:
+    """Make ``orders`` this process's orders (``apgas.run`` at place 0), or none."""
+    global _installed
+    _installed = orders
+
+
+def current(what: str) -> Orders:
+    """Place 0's orders; ApgasError naming ``what`` and this place anywhere else."""
+    orders = _installed
+    if orders is None:
+        raise ApgasError(f"{what}: malleability is steered from place 0, where orders are "
+                         f"carried out; this is place {runtime_current().id}")
+    return orders
 
 
 class Orders:

@@ -41,8 +41,8 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ._durable import sync_dir
-from .errors import ApgasError, MultipleException
+from .._core.durable import sync_dir
+from ..errors import ApgasError, MultipleException
 
 __all__ = ["Disk", "TornCommit", "MODES", "torn", "test_delay"]
 

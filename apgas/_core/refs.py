@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar, cast
 
-from ._place import Place
-from ._runtime import TASK, Finish, current
-from .errors import ApgasError
+from ..errors import ApgasError
+from .place import Place
+from .runtime import TASK, Finish, current
 
 __all__ = ["GlobalRef", "PlaceLocal"]
 

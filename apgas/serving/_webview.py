@@ -44,7 +44,7 @@ CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; "
 
 @cache
 def _asset(name: str) -> str:
-    return resources.files("apgas").joinpath("_web", name).read_text(encoding="utf-8")
+    return resources.files("apgas.serving").joinpath("_web", name).read_text(encoding="utf-8")
 
 
 def model_json(model: dict[str, Any]) -> str:

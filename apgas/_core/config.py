@@ -24,7 +24,7 @@ from launcher import (
     slurm_hosts,
 )
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["Config", "load_config", "host_mismatch"]
 
@@ -55,7 +55,7 @@ class Config:
     heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
-    timeline: str = ""  # place 0 appends the run's timeline here as JSON lines (apgas._timeline)
+    timeline: str = ""  # place 0 appends the run's timeline here as JSON lines (apgas._timeline.recorder)
     timeline_interval: float = 0.1  # s between two load samples of a place while GLB computes
     # local places: "fork" (from a warmed template process) or "spawn" (fresh interpreters)
     start_method: str = dataclasses.field(default_factory=default_start_method)
@@ -165,7 +165,7 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         values["log_level"] = level
     found = pick("heartbeat")
     if found is not None:
-        from ._heartbeat import parse_heartbeat
+        from .heartbeat import parse_heartbeat
 
         parse_heartbeat(str(found[1]))
         values["heartbeat"] = str(found[1])

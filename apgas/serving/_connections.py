@@ -287,7 +287,7 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
     longer; ``handle`` may take longer in all when it has work to do (a grow
     order). The connection is closed when ``handle`` returns or raises (an
     exception is logged). ``peer(conn)`` names the client whose share of the
-    slots the connection takes (default :func:`apgas._peers.peer_key`);
+    slots the connection takes (default :func:`apgas.serving._peers.peer_key`);
     ``per_peer`` (default a quarter of ``max_connections``) is that share. See
     the module's doc for who is evicted when; ``server``'s queue of connections
     not yet accepted is made ``backlog`` deep. ``name`` names the server in the

@@ -27,7 +27,7 @@ import resource
 
 import zmq
 
-from .errors import LimitError
+from ..errors import LimitError
 
 __all__ = ["FDS_PER_PLACE", "SOCKETS_PER_PLACE", "THREADS_BESIDE_WORKERS", "PLACE_MEMORY",
            "max_sockets", "zmq_context", "check_start", "open_fds",

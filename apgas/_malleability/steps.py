@@ -1,7 +1,7 @@
 """``apgas.steps``: an iterative program's safe points, commits and roll-back.
 
 A step is the unit that orders respect and losses undo. Each step holds place
-0's gate (:mod:`apgas._gate`), so a grow, a shrink, ``release_places`` or the
+0's gate (:mod:`apgas._core.gate`), so a grow, a shrink, ``release_places`` or the
 answer to ``check_status`` that comes during a step is carried out at its end
 (a grow starts its places meanwhile). The loop *commits* before its first
 step, after every ``commit_every``-th step, inside every shrink (between two
@@ -28,9 +28,10 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
-from ._checkpoint_steps import MODES, Disk
-from ._runtime import current
-from .errors import ApgasError, DeadPlaceError, MultipleException
+from .._core.runtime import current
+from ..errors import ApgasError, DeadPlaceError, MultipleException
+from . import orders
+from .checkpoint_steps import MODES, Disk
 
 __all__ = ["steps", "Step"]
 
@@ -112,9 +113,7 @@ class _Loop:
                  state: dict[str, Any] | None, checkpoint: str | os.PathLike[str] | None = None,
                  mode: str = "parallel") -> None:
         rt = current()
-        if rt.orders is None:
-            raise ApgasError(f"apgas.steps runs at place 0, where orders are carried out; this "
-                             f"is place {rt.id}")
+        self._orders = orders.current("apgas.steps")
         self._rt = rt
         self._gate = rt.gate
         self.n, self.commit_every = n, commit_every
@@ -133,8 +132,7 @@ class _Loop:
         return f"the apgas.steps loop at step {self._next}"
 
     def __iter__(self) -> Iterator[Step]:
-        assert self._rt.orders is not None, "checked when the loop was made"
-        stop_listening = self._rt.orders.add_listener(self)
+        stop_listening = self._orders.add_listener(self)
         try:
             resumed = self._resume()
             while True:

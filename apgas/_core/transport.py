@@ -4,7 +4,7 @@ per destination for what leaves.
 One thread at a time owns the ROUTER and hands every arriving message to the
 runtime (:meth:`Transport.receive`): the transport's own network thread, or
 the threads of a worker pool taking turns (leader/followers, see
-:mod:`apgas._pool`; the pool's lock is the memory barrier ZeroMQ asks for
+:mod:`apgas._core.pool`; the pool's lock is the memory barrier ZeroMQ asks for
 when a socket changes threads). Senders use the destination's DEALER
 directly, under its lock (the same barrier).
 
@@ -108,11 +108,11 @@ from collections.abc import Callable, Sequence
 import zmq
 from blake3 import blake3
 
-from ._config import is_wildcard
-from ._heartbeat import LinkWatcher
-from ._heartbeat import configure as configure_heartbeat
-from ._limits import zmq_context
-from .errors import ApgasError
+from ..errors import ApgasError
+from .config import is_wildcard
+from .heartbeat import LinkWatcher
+from .heartbeat import configure as configure_heartbeat
+from .limits import zmq_context
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
 
@@ -132,7 +132,7 @@ _DIRECT, _DIGESTED = b"\x01", b"\x02"
 _LOG_FIRST = 5  # dropped messages logged one by one; later ones are summarized
 _LOG_INTERVAL = 10.0  # s between two summary lines
 
-#: a frame of a message's payload (:func:`apgas._serialization.dumps`)
+#: a frame of a message's payload (:func:`apgas._core.serialization.dumps`)
 Frame = bytes | memoryview
 #: handler(kind, source place, a, b, body, buffers)
 Handler = Callable[[int, int, int, int, memoryview, list[memoryview]], None]
@@ -207,7 +207,7 @@ class Transport:
                  on_link_lost: Callable[[int], None] | None = None,
                  watched: Callable[[int], bool] = lambda place_id: True) -> None:
         """``heartbeat`` (interval, timeout) makes every link ping its place
-        (:mod:`apgas._heartbeat`); ``on_link_lost(place)`` is then called when a
+        (:mod:`apgas._core.heartbeat`); ``on_link_lost(place)`` is then called when a
         link for which ``watched(place)`` holds drops its connection."""
         self.place_id = place_id
         self._heartbeat = heartbeat

@@ -2,7 +2,7 @@
 
 Why a file of lines and not a report at the end: a run that is killed still
 leaves what it did up to then, and ``python -m apgas timeline FILE --html
-OUT.html`` (:mod:`apgas._timeline_view`) draws it afterwards.
+OUT.html`` (:mod:`apgas._timeline.view`) draws it afterwards.
 
 Every line is ``{"t": <time.time()>, "event": <kind>, ...}``; the kinds:
 
@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from typing import IO, Any
 
-from .errors import ApgasError
+from ..errors import ApgasError
 
 __all__ = ["Timeline", "open_timeline", "current", "sample_interval", "wall", "MAX_SAMPLES"]
 

@@ -1,0 +1,1 @@
+"""Malleability on top of the core: orders, communicators, safe steps and their checkpoints."""
