@@ -231,20 +231,31 @@ def setup_logging(*logger_names: str) -> None:
         logging.getLogger(name).setLevel(logging.INFO)
 
 
-def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path,
-               quick_help: str,
-               options: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
-    """``--repeats``, ``--json`` and ``--quick``, and the harness's own ``options``; the
-    description is the first line of ``doc``."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path | None,
+               quick_help: str | None,
+               options: Callable[[argparse.ArgumentParser], None] | None = None, *,
+               repeats: bool = True, check: Callable[[argparse.Namespace], str | None] | None = None,
+               whole_doc: bool = False) -> argparse.Namespace:
+    """The harness's own ``options``, then those of ``--repeats``, ``--json`` (when
+    ``default_json`` is given) and ``--quick`` (when ``quick_help`` is) that it did not
+    define itself; the description is the first line of ``doc`` (or all of it)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc if whole_doc else doc.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter
+                                     if whole_doc else argparse.HelpFormatter)
     if options is not None:
         options(parser)
-    parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
-                        "(default 5, or 1 with --quick)")
-    parser.add_argument("--json", type=Path, default=default_json,
-                        help="where to write the results (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help=quick_help)
+    own = parser._option_string_actions  # the options the harness defined
+    if repeats and "--repeats" not in own:
+        parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
+                            "(default 5, or 1 with --quick)")
+    if default_json is not None and "--json" not in own:
+        parser.add_argument("--json", type=Path, default=default_json,
+                            help="where to write the results (default: %(default)s)")
+    if quick_help is not None and "--quick" not in own:
+        parser.add_argument("--quick", action="store_true", help=quick_help)
     args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if check is not None and (wrong := check(args)):
+        parser.error(wrong)
     return args

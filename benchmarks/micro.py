@@ -53,16 +53,12 @@ from benchmarks._common import (
     add_sample,
     fmt,
     fmt_target,
-    machine_info,
     median,
     meets,
-    parse_args,
     percentile,
-    require,
-    setup_logging,
-    write_json,
 )
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
+from benchmarks._harness import Harness, Run, show
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -454,13 +450,8 @@ def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: P
 
 # -- command line ---------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.micro", __doc__ or "", Path("bench-results/micro.json"),
-                      "small sizes: a smoke test of < 30 s")
-    require("benchmarks.micro", "distributed")
-    setup_logging(log.name)
-    params = make_params(args.repeats, args.quick)
-    info = machine_info()
+def measure(run: Run) -> int:
+    params = make_params(run.args.repeats, run.args.quick)
     log.info("apgas startup (%d repeats)", params.repeats)
     startup, startup_failures = apgas_startup(params)
     log.info("apgas round trips, throughput, batch (%d repeats in one run)", params.repeats)
@@ -473,14 +464,16 @@ def main(argv: list[str] | None = None) -> int:
     failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
     rows = summarize({**startup, **measured}, dask_samples)
     floor = floor_summary(measured, PLACES)
-    write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows, "floor": floor, "ray": ray}, log)
-    print(render_table(rows, failures, params))
-    print()
-    print(render_floor(floor, PLACES))
-    print()
-    print(_ray_peers.render_micro(ray))
+    run.report.update({"params": dataclasses.asdict(params), "failures": failures, "results": rows,
+                       "floor": floor, "ray": ray})
+    show(render_table(rows, failures, params), "", render_floor(floor, PLACES), "", _ray_peers.render_micro(ray))
     return 0
+
+
+HARNESS = Harness("benchmarks.micro", __doc__ or "", measure, Path("bench-results/micro.json"),
+                  "small sizes: a smoke test of < 30 s", needs=lambda args: ["distributed"],
+                  loggers=("benchmarks.micro",))
+main = HARNESS.main
 
 
 if __name__ == "__main__":
