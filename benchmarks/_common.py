@@ -219,7 +219,38 @@ def run_probe(command: list[str], env: dict[str, str], cwd: Path, timeout: float
     raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-3000:]}")
 
 
-# -- logging and command line ---------------------------------------------------------------
+# -- environment, logging and command line ---------------------------------------------------
+
+class scheduler_env_aside:  # noqa: N801 (used as a context manager, like a function)
+    """Environment variables that would tie the runs to a scheduler, put aside meanwhile."""
+
+    VARS = ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN")
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.saved: dict[str, str] = {}
+        self.log = logger or logging.getLogger("benchmarks")
+
+    def __enter__(self) -> scheduler_env_aside:
+        for var in self.VARS:
+            if var in os.environ:
+                self.saved[var] = os.environ.pop(var)
+                self.log.warning("%s ignored: the benchmark runs its own jobs", var)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.environ.update(self.saved)
+
+
+def positive_ints(text: str) -> list[int]:
+    """An option's ``2,4``: positive integers separated by commas."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
 
 def setup_logging(*logger_names: str) -> None:
     """The named benchmark loggers at INFO; other libraries (Dask) only from WARNING."""
