@@ -90,7 +90,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import communicate_or_kill, machine_info, require, setup_logging, write_json
+from ._common import communicate_or_kill
+from ._harness import Harness, Run, show
 from ._places import end_group, kill_leftovers, kill_places, track_group
 from .scaling import busy_seconds, children_cpu
 
@@ -376,16 +377,14 @@ def render_failures(rows: list[dict[str, Any]], args: argparse.Namespace, expect
 
 # -- command line --------------------------------------------------------------------------------------
 
-def _counts(text: str, what: str, parser: argparse.ArgumentParser) -> list[int]:
+def _counts(text: str) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        parser.error(f"{what} takes comma-separated integers, got {text!r}")
+        return None
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.resilience", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None,
                         help="overhead runs of each mode (default 5; --quick 2)")
     parser.add_argument("--places", default=None, help=f"place counts of the failure runs (default "
@@ -403,46 +402,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"2 overhead repeats, failures at depth {QUICK_DEPTH} on "
                              f"{','.join(map(str, QUICK_PLACES))} places, 1 trial: a smoke run (~1 min)")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     args.repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     args.trials = args.trials if args.trials is not None else (1 if args.quick else 3)
     args.depth = args.depth if args.depth is not None else (QUICK_DEPTH if args.quick else DEPTH)
-    args.places = _counts(args.places, "--places", parser) if args.places else \
-        list(QUICK_PLACES if args.quick else PLACES)
-    args.kills = sorted(set(_counts(args.kills, "--kills", parser)) | {0})  # 0 kills: T0
+    for flag in ("--places", "--kills"):
+        text = getattr(args, flag[2:])
+        if text and _counts(text) is None:
+            return f"{flag} takes comma-separated integers, got {text!r}"
+    args.places = _counts(args.places) if args.places else list(QUICK_PLACES if args.quick else PLACES)
+    args.kills = sorted(set(_counts(args.kills) or []) | {0})  # 0 kills: T0
     if args.repeats < 1 or args.trials < 1:
-        parser.error("--repeats and --trials must be at least 1")
+        return "--repeats and --trials must be at least 1"
     if not args.places or min(args.places) < 2:
-        parser.error("--places: place counts of at least 2")
+        return "--places: place counts of at least 2"
     if min(args.kills) < 0 or max(args.kills) >= min(args.places):
-        parser.error("--kills: from 0 to fewer than the smallest place count (place 0 is never killed)")
+        return "--kills: from 0 to fewer than the smallest place count (place 0 is never killed)"
     if not 1 <= args.depth <= 20:
-        parser.error("--depth: 1 to 20")
-    return args
+        return "--depth: 1 to 20"
+    return None
 
 
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    require("benchmarks.resilience", "numba")
-    setup_logging(log.name)
+def session(run: Run) -> int:
+    args, report = run.args, run.report
     if not Path("/proc/self/stat").exists():
         print("benchmarks.resilience finds place processes in /proc: Linux only", file=sys.stderr)
+        run.path = None
         return 2
     previous = signal.signal(signal.SIGTERM, _interrupted)
-    before = machine_info()
-    report: dict[str, Any] = {"machine": before, "command": ["python", "-m", "benchmarks.resilience",
-                                                            *(argv if argv is not None else sys.argv[1:])],
-                              "target": TARGET, "kill_window": KILL_WINDOW}
+    report.update({"command": run.command, "target": TARGET, "kill_window": KILL_WINDOW})
     ok = True
     try:
         if not args.no_overhead:
             part = overhead(args.repeats, dict(os.environ))
             report["overhead"] = part
-            print("\n" + render_overhead(part, args.repeats), flush=True)
+            show("\n" + render_overhead(part, args.repeats))
             ok = all(r["ok"] for rs in part["runs"].values() for r in rs)
         if not args.no_failures:
             expected, source = reference(args.depth, 1200)
@@ -452,23 +453,28 @@ def main(argv: list[str] | None = None) -> int:
                                   "trials": args.trials, "seed": args.seed, "heartbeat": args.heartbeat,
                                   "expected": expected, "expected_from": source, "cores": os.cpu_count(),
                                   "runs": rows, "summary": _failure_summary(rows)}
-            print("\n" + render_failures(rows, args, expected, source), flush=True)
+            show("\n" + render_failures(rows, args, expected, source))
             ok = ok and all(r["ok"] for r in rows)
     except KeyboardInterrupt:
         kill_leftovers()
         print("interrupted: every run's process group was killed", file=sys.stderr)
+        run.path = None
         return 130
     finally:
         kill_leftovers()
         signal.signal(signal.SIGTERM, previous)
     report["load_average_after"] = os.getloadavg()
     report["ok"] = ok
-    write_json(args.json, report, log)
     if not ok:
         print("\n!!! RESILIENCE BENCHMARK: A RUN GAVE A WRONG RESULT, FAILED OR HUNG (see above) !!!",
               file=sys.stderr)
         return 1
     return 0
+
+
+HARNESS = Harness("benchmarks.resilience", __doc__ or "", session, DEFAULT_JSON, "", options=options,
+                  check=check, needs=lambda args: ["numba"], loggers=(log.name,), whole_doc=True)
+parse_args, main = HARNESS.parse, HARNESS.main
 
 
 if __name__ == "__main__":
