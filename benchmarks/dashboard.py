@@ -48,7 +48,7 @@ from apgas import auth
 from apgas_scheduler.client import request
 
 from ._browser import headless_chromium
-from ._common import machine_info, require, write_json
+from ._harness import Harness, Run, show
 from .jobbatch import job_spec, make_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,9 +237,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=10)
     parser.add_argument("--spread", type=float, default=20.0, help="submissions over S s")
@@ -252,39 +250,45 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=Path("bench-results/dashboard.json"))
     parser.add_argument("--screenshots", type=Path, default=None, metavar="DIR")
     parser.add_argument("--quick", action="store_true", help="3 jobs, 5 s idle: a smoke test")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     for name in ("pages", "logs"):
         try:
             setattr(args, name, [int(p) for p in getattr(args, name).split(",") if p])
         except ValueError:
-            parser.error(f"--{name}: expected comma-separated counts, got {getattr(args, name)!r}")
+            return f"--{name}: expected comma-separated counts, got {getattr(args, name)!r}"
     if args.quick:
         args.jobs, args.idle, args.spread, args.logs = 3, 5.0, 4.0, [100]
     if args.screenshots and 1 not in args.pages:
-        parser.error("--screenshots are taken in the run with one page: include 1 in --pages")
-    return args
+        return "--screenshots are taken in the run with one page: include 1 in --pages"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    require("benchmarks.dashboard", "numba",
-            *(["selenium"] if args.screenshots or any(args.pages) else []))
+def session(run: Run) -> None:
+    args = run.args
     if args.screenshots:
         args.screenshots.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="apgas-dashboard-bench-") as tmp:
         for count in args.pages:
             rows.append(idle_cost(Path(tmp) / f"idle-{count}", args.nodes, args.idle, count))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            show(table(rows[-1:]).splitlines()[-1])
         for count in args.pages:
             rows.append(batch_cost(Path(tmp) / f"batch-{count}", args, count, args.screenshots))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
-    print(table(rows))
+            show(table(rows[-1:]).splitlines()[-1])
+    show(table(rows))
     costs = [model_cost(n) for n in args.logs]
-    print(cost_table(costs))
-    write_json(args.json, {"machine": machine_info(), "nodes": args.nodes, "jobs": args.jobs,
-                           "seed": args.seed, "spread": args.spread, "rows": rows, "models": costs})
-    return 0
+    show(cost_table(costs))
+    run.report.update({"nodes": args.nodes, "jobs": args.jobs, "seed": args.seed, "spread": args.spread,
+                       "rows": rows, "models": costs})
+
+
+HARNESS = Harness("benchmarks.dashboard", __doc__ or "", session, Path("bench-results/dashboard.json"), "",
+                  repeats=False, options=options, check=check, loggers=(), whole_doc=True,
+                  needs=lambda args: ["numba", *(["selenium"] if args.screenshots or any(args.pages) else [])])
+parse, main = HARNESS.parse, HARNESS.main
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import fmt, machine_info, setup_logging, write_json
+from benchmarks._common import fmt
+from benchmarks._harness import Harness, Run, show
 from benchmarks.micro import METRICS
 
 log = logging.getLogger("benchmarks.versus")
@@ -95,25 +96,35 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.versus",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("rev", help="the commit to compare with (e.g. HEAD~3, a tag)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating runs per tree")
     parser.add_argument("--repeats", type=int, default=5, help="repeats within one run")
     parser.add_argument("--json", type=Path, default=Path("bench-results/versus.json"))
-    ns = parser.parse_args(argv)
-    if ns.rounds < 1 or ns.repeats < 1:
-        parser.error(f"--rounds and --repeats must be at least 1, got {ns.rounds}, {ns.repeats}")
-    setup_logging(log.name)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    if args.rounds < 1 or args.repeats < 1:
+        return f"--rounds and --repeats must be at least 1, got {args.rounds}, {args.repeats}"
+    return None
+
+
+def session(run: Run) -> int:
+    args = run.args
     try:
-        report = compare(ns.rev, ns.rounds, ns.repeats)
+        report = compare(args.rev, args.rounds, args.repeats)
     except subprocess.CalledProcessError as e:
-        print(f"error: cannot check out {ns.rev!r}: {e.stderr.strip()}", file=sys.stderr)
+        print(f"error: cannot check out {args.rev!r}: {e.stderr.strip()}", file=sys.stderr)
+        run.path = None
         return 2
-    write_json(ns.json, {"machine": machine_info(), **report}, log)
-    print(render(report))
+    run.report.update(report)
+    show(render(report))
     return 0
+
+
+HARNESS = Harness("benchmarks.versus", __doc__ or "", session, Path("bench-results/versus.json"),
+                  options=options, check=check, loggers=(log.name,))
+main = HARNESS.main
 
 
 if __name__ == "__main__":
