@@ -130,9 +130,10 @@ def available_bytes() -> int | None:
 
 
 def write_json(path: Path, report: dict[str, Any], logger: logging.Logger | None = None) -> None:
-    """Write ``report`` to ``path`` (parents created); log it under ``logger`` or ``benchmarks``."""
+    """Write ``report`` to ``path`` (parents created); log it under ``logger`` or ``benchmarks``.
+    What JSON has no type for is written as its ``str``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     (logger or logging.getLogger("benchmarks")).info("wrote %s", path)
 
 

@@ -22,7 +22,6 @@ its changes in turn (``ABLATION``). Both flags run the same simulations (about
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from apgas_scheduler.policies import get_policy
 from apgas_scheduler.sim import workload as wl
 from apgas_scheduler.sim.incentive import as_rigid, incentive
 from apgas_scheduler.sim.simulator import Reconfig, SimResult, Simulator
-from benchmarks._common import machine_info
+from benchmarks._harness import Run
 
 __all__ = ["POLICIES", "COSTS", "SHARES", "trace_runs", "policies_markdown",
            "fairness_markdown", "main"]
@@ -179,8 +178,9 @@ def fairness_markdown(report: dict[str, Any], command: str, cost: str = "study")
     return "\n".join(lines) + "\n"
 
 
-def main(out: Path, traces: Path | None, max_jobs: int | None, *, policies: bool,
+def main(run: Run, out: Path, traces: Path | None, max_jobs: int | None, *, policies: bool,
          fairness: bool) -> int:
+    """``--policies`` and ``--fairness`` of ``benchmarks.evaluation``: their JSON and Markdown into ``out``."""
     from benchmarks.simspeed import TRACES_DIR
 
     print(f"real traces, first {max_jobs or 'all'} jobs: EASY, MEBF, minAgree, thrifty "
@@ -188,14 +188,14 @@ def main(out: Path, traces: Path | None, max_jobs: int | None, *, policies: bool
     report = trace_runs(traces or TRACES_DIR, max_jobs)
     out.mkdir(parents=True, exist_ok=True)
     tail = f" --trace-jobs {max_jobs or 0}" if max_jobs != 10000 else ""
-    payload = {"machine": machine_info(), "trace_jobs": max_jobs or 0, "serial_fraction": SERIAL,
+    payload = {"trace_jobs": max_jobs or 0, "serial_fraction": SERIAL,
                "resize_interval": RESIZE_INTERVAL,
                "costs": {k: vars(c) for k, c in COSTS.items()}, "traces": report}
     for wanted, stem, render in ((policies, "evaluation_policies", policies_markdown),
                                  (fairness, "evaluation_fairness", fairness_markdown)):
         if wanted:
             command = f"python -m benchmarks.evaluation --{stem.split('_')[1]}{tail}"
-            (out / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
+            run.write(out / f"{stem}.json", payload)
             text = render(report, command)
             (out / f"{stem}.md").write_text(text)
             print(text)

@@ -67,14 +67,17 @@ class Table:
     columns: Sequence[Column]
     title: str | None = None   # a line above the header
 
+    def header(self) -> str:
+        return "".join(c.head() for c in self.columns).rstrip()
+
+    def line(self, row: Sequence[Any]) -> str:
+        """One row, for a table printed as its rows come."""
+        cells = [c.cell(v) for c, v in zip(self.columns, row, strict=False)]
+        return "".join(cells + [v.text for v in row[len(self.columns):] if isinstance(v, Text)])
+
     def render(self, rows: Iterable[Sequence[Any]]) -> str:
-        lines = [] if self.title is None else [self.title]
-        lines.append("".join(c.head() for c in self.columns).rstrip())
-        for row in rows:
-            cells = [c.cell(v) for c, v in zip(self.columns, row, strict=False)]
-            cells += [v.text for v in row[len(self.columns):] if isinstance(v, Text)]
-            lines.append("".join(cells))
-        return "\n".join(lines)
+        head = [] if self.title is None else [self.title]
+        return "\n".join([*head, self.header(), *(self.line(row) for row in rows)])
 
 
 def show(*texts: str) -> None:
