@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,14 @@ class scheduler_env_aside:  # noqa: N801 (used as a context manager, like a func
 
     def __exit__(self, *exc: object) -> None:
         os.environ.update(self.saved)
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, contextlib.ExitStack]]:
+    """A temporary directory, and a stack for what is started in it (sshd, Slurm): on
+    exit that is stopped, in reverse order, before the directory goes."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, contextlib.ExitStack() as stack:
+        yield Path(tmp), stack
 
 
 def positive_ints(text: str) -> list[int]:

@@ -80,7 +80,7 @@ from apgas.dist.apps import cg, jacobi, nbody
 from apgas.order import send_order
 from benchmarks._dist_ceiling import bandwidth_once
 from benchmarks._dist_efficiency import SIZES, compute_once
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 
 __all__ = ["FIT_PROBLEMS", "NODE_CORES", "fit_amdahl", "fit_resize", "node_serial", "measure", "main"]
 
@@ -310,7 +310,8 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks._dmr_fit", __doc__, options=options, check=check, loggers=(log.name,))
+def main(run: Run) -> int:
     ns = run.args
     began = time.monotonic()
     fit = measure("quick" if ns.quick else "full", ns.repeats, ns.node_cores)
@@ -319,11 +320,6 @@ def session(run: Run) -> int:
                        **fit})
     show(render(fit))
     return 0 if all(a["equal"] for a in fit["apps"].values()) else 1
-
-
-HARNESS = Harness("benchmarks._dmr_fit", __doc__ or "", session, options=options, check=check,
-                  loggers=(log.name,))
-main = HARNESS.main
 
 
 if __name__ == "__main__":

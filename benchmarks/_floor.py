@@ -11,10 +11,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
@@ -89,13 +90,50 @@ MESSAGE_BYTES = 100
 _BARE, _PICKLED, _STOP = b"B", b"P", b"S"
 
 
-def _serve_echo(endpoint: str) -> None:
-    """The echo process: answer each message until told to stop."""
+@contextlib.contextmanager
+def connected(kind: int, endpoint: str) -> Iterator[zmq.Socket]:
+    """In a peer process: a socket of ``kind`` connected to ``endpoint``, closed on exit."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
+    sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     try:
+        yield sock
+    finally:
+        sock.close()
+        ctx.term()
+
+
+class SpawnedPeer:
+    """A process spawned to run ``target(endpoint)``, and this side's socket of ``kind``
+    bound to ``endpoint``, a free port of 127.0.0.1: the other end of a floor."""
+
+    def __init__(self, kind: int, target: Callable[[str], None]) -> None:
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(kind)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=target, args=(f"tcp://127.0.0.1:{port}",), daemon=True)
+        self._proc.start()
+
+    def stop(self, last: bytes, wait: float) -> None:
+        """Send ``last`` (the peer ends on it); kill the peer if it has not ended in ``wait`` s."""
+        try:
+            self._sock.send(last)
+        except zmq.ZMQError:
+            pass
+        self._proc.join(wait)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._sock.close()
+        self._ctx.term()
+
+
+def _serve_echo(endpoint: str) -> None:
+    """The echo process: answer each message until told to stop."""
+    with connected(zmq.ROUTER, endpoint) as sock:
         while True:
             route, message = sock.recv_multipart()
             mode = message[:1]
@@ -105,23 +143,13 @@ def _serve_echo(endpoint: str) -> None:
             elif mode == _STOP:
                 return
             sock.send_multipart([route, message])
-    finally:
-        sock.close()
-        ctx.term()
 
 
-class Echo:
+class Echo(SpawnedPeer):
     """A peer process for ping-pongs; a context manager that stops it on exit."""
 
     def __init__(self) -> None:
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        spawn = multiprocessing.get_context("spawn")
-        self._proc = spawn.Process(target=_serve_echo, args=(f"tcp://127.0.0.1:{port}",),
-                                   daemon=True)
-        self._proc.start()
+        super().__init__(zmq.DEALER, _serve_echo)
         self.bare(1)  # connected and answering
 
     def bare(self, calls: int) -> list[float]:
@@ -147,13 +175,7 @@ class Echo:
         return times
 
     def close(self) -> None:
-        self._sock.send(_STOP)
-        self._proc.join(5)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
-        self._sock.close()
-        self._ctx.term()
+        self.stop(_STOP, 5)
 
     def __enter__(self) -> Echo:
         return self

@@ -1,9 +1,9 @@
 """The one runner every harness's ``main`` goes through, and the one table writer.
 
-A harness says what it is (:class:`Harness`: its name, options and measure
-function); :meth:`Harness.main` parses the command line, sets up logging,
-checks the extras it needs, puts :func:`machine_info` first in the report,
-measures, and writes the report as JSON. Tables are :class:`Table` objects, so
+A harness says what it is (``@harness(name, __doc__, ...)`` over its measure
+function, which makes a :class:`Harness`: the module's ``main``); calling it
+parses the command line, sets up logging, checks the extras it needs, puts
+:func:`machine_info` first in the report, measures, and writes the report as JSON. Tables are :class:`Table` objects, so
 that every harness aligns its columns the same way.
 """
 
@@ -12,12 +12,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, parse_args, require, setup_logging, write_json
+from benchmarks._common import (
+    available_bytes,
+    machine_info,
+    parse_args,
+    require,
+    scheduler_env_aside,
+    setup_logging,
+    write_json,
+)
 
 # -- tables ---------------------------------------------------------------------------------------
 
@@ -80,6 +89,13 @@ class Table:
         return "\n".join([*head, self.header(), *(self.line(row) for row in rows)])
 
 
+def markdown_head(*titles: str, left: int = 1) -> list[str]:
+    """The two first lines of a Markdown table: the titles, and the first ``left`` columns
+    left-aligned, the figures after them right-aligned."""
+    return ["| " + " | ".join(titles) + " |",
+            "| " + " | ".join("---" if i < left else "---:" for i in range(len(titles))) + " |"]
+
+
 def show(*texts: str) -> None:
     """Print ``texts`` now (a long run shows each table as it comes), one per line."""
     print("\n".join(texts), flush=True)
@@ -110,6 +126,13 @@ class Run:
 
 
 Measure = Callable[[Run], "int | None"]
+
+
+def harness(name: str, doc: str | None, json: Path | None = None, quick: str | None = None,
+            **more: Any) -> Callable[[Measure], Harness]:
+    """``@harness("benchmarks.x", __doc__, ...)`` over a measure function makes it the
+    harness's ``main`` (a :class:`Harness`: ``main(argv)`` runs it, ``main.parse`` parses)."""
+    return lambda measure: Harness(name, doc or "", measure, json, quick, **more)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +167,7 @@ class Harness:
         return parse_args(argv, f"python -m {self.name}", self.doc, self.json, self.quick,
                           self.options, repeats=self.repeats, check=self.check, whole_doc=self.whole_doc)
 
-    def main(self, argv: list[str] | None = None) -> int:
+    def __call__(self, argv: list[str] | None = None) -> int:
         """Parse, set up logging, measure into a report that starts with the machine, write it."""
         given = list(sys.argv[1:] if argv is None else argv)
         args = self.parse(given)
@@ -156,3 +179,15 @@ class Harness:
         if run.path is not None:
             write_json(run.path, run.report, self.log)
         return code
+
+
+def in_parts(run: Run, parts: Iterable[str]) -> int:
+    """The body of a harness of several parts (steps, dist): the free memory before, each
+    part's table as soon as it is done (the parts fill the report, and list what they
+    skipped), the scheduler's variables put aside meanwhile, and the load after."""
+    run.report.update(memory_available_bytes=available_bytes(), skipped=[])
+    with scheduler_env_aside(run.harness.log):
+        for table in parts:
+            show("\n" + table)
+    run.report["load_average_after"] = os.getloadavg()
+    return 0

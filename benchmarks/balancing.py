@@ -396,7 +396,7 @@ parse_args = HARNESS.parse
 
 def main(argv: list[str] | None = None, measure_fn: Callable[..., list[dict]] = measure) -> int:
     """The harness; ``measure_fn`` stands in for :func:`measure` in tests."""
-    return dataclasses.replace(HARNESS, measure=lambda run: session(run, measure_fn)).main(argv)
+    return dataclasses.replace(HARNESS, measure=lambda run: session(run, measure_fn))(argv)
 
 
 if __name__ == "__main__":

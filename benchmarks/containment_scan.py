@@ -24,7 +24,7 @@ from typing import Any
 
 from apgas_scheduler.live import containment
 from benchmarks._common import median, percentile
-from benchmarks._harness import Column, Harness, Run, Table, show, skipped
+from benchmarks._harness import Column, Run, Table, harness, show, skipped
 
 log = logging.getLogger("benchmarks.containment_scan")
 
@@ -65,7 +65,9 @@ def options(parser: argparse.ArgumentParser) -> None:
                         help="KiB of environment each of them holds (default 64)")
 
 
-def measure(run: Run) -> int:
+@harness("benchmarks.containment_scan", __doc__, Path("bench-results/containment_scan.json"),
+         "20 scans, 200 processes", options=options)
+def main(run: Run) -> int:
     known = run.args
     if os.geteuid() != 0:
         show("skipped: needs root, to start the other user's processes")
@@ -123,11 +125,6 @@ def measure(run: Run) -> int:
                       [kind, row["members"], row.get("foreign_counted", "-"), row["median_ms"], row["p90_ms"]]
                       for kind, row in report["rows"].items()))
     return 0
-
-
-HARNESS = Harness("benchmarks.containment_scan", __doc__ or "", measure,
-                  Path("bench-results/containment_scan.json"), "20 scans, 200 processes", options=options)
-main = HARNESS.main
 
 
 if __name__ == "__main__":

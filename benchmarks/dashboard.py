@@ -48,7 +48,7 @@ from apgas import auth
 from apgas_scheduler.client import request
 
 from ._browser import headless_chromium
-from ._harness import Harness, Run, show
+from ._harness import Run, harness, show
 from .jobbatch import job_spec, make_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,7 +266,10 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> None:
+@harness("benchmarks.dashboard", __doc__, Path("bench-results/dashboard.json"), "", repeats=False,
+         options=options, check=check, loggers=(), whole_doc=True, needs=lambda args: ["numba",
+         *(["selenium"] if args.screenshots or any(args.pages) else [])])
+def main(run: Run) -> None:
     args = run.args
     if args.screenshots:
         args.screenshots.mkdir(parents=True, exist_ok=True)
@@ -285,10 +288,7 @@ def session(run: Run) -> None:
                        "rows": rows, "models": costs})
 
 
-HARNESS = Harness("benchmarks.dashboard", __doc__ or "", session, Path("bench-results/dashboard.json"), "",
-                  repeats=False, options=options, check=check, loggers=(), whole_doc=True,
-                  needs=lambda args: ["numba", *(["selenium"] if args.screenshots or any(args.pages) else [])])
-parse, main = HARNESS.parse, HARNESS.main
+parse = main.parse
 
 
 if __name__ == "__main__":

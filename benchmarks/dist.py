@@ -95,7 +95,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import statistics
 import sys
 import time
@@ -108,13 +107,13 @@ import numpy as np
 import apgas
 from apgas.dist import BlockArray
 from apgas.dist._layout import Layout, even, overlaps
-from benchmarks._common import available_bytes, scheduler_env_aside
+from benchmarks._common import available_bytes
 from benchmarks._dist_actions import DMR_PAPER, DMR_TABLE2, actions, render_actions
 from benchmarks._dist_ceiling import bandwidth_ceiling, bandwidth_once, render_ceiling
 from benchmarks._dist_common import CHECK_MAX, COLS, ROW_BYTES, GiB, MiB, check, fill_here, mib
 from benchmarks._dist_efficiency import efficiency, render_efficiency
 from benchmarks._dist_floor import BareFloor
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, in_parts
 
 log = logging.getLogger("benchmarks.dist")
 
@@ -125,7 +124,6 @@ BARE_CHUNK = 16 * MiB                # frames of the bare floor
 PEAK_FACTOR = 3                      # peak memory of a size S: about 3 S ...
 HEADROOM = 1 * GiB                   # ... plus this
 DEFAULT_JSON = Path("bench-results/dist.json")
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,22 +334,15 @@ def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> 
         yield "Jacobi, CG and N-body: efficiency on 2 places\n" + render_efficiency(eff)
 
 
-def measure(run: Run) -> int:
-    args = run.args
-    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    params = make_params(mode, args.repeats)
-    run.report.update({"mode": mode, "params": dataclasses.asdict(params), "command": run.command,
-                       "memory_available_bytes": available_bytes(), "skipped": []})
-    with scheduler_env_aside(log):
-        for table in _parts(args, params, run.report):
-            show("\n" + table)
-    run.report["load_average_after"] = os.getloadavg()
-    return 0
+@harness("benchmarks.dist", __doc__, DEFAULT_JSON, "", options=options, loggers=(log.name,))
+def main(run: Run) -> int:
+    mode = "tiny" if run.args.tiny else "quick" if run.args.quick else "full"
+    params = make_params(mode, run.args.repeats)
+    run.report.update({"mode": mode, "params": dataclasses.asdict(params), "command": run.command})
+    return in_parts(run, _parts(run.args, params, run.report))
 
 
-HARNESS = Harness("benchmarks.dist", __doc__ or "", measure, DEFAULT_JSON, "", options=options,
-                  loggers=(log.name,))
-parse_args, main = HARNESS.parse, HARNESS.main
+parse_args = main.parse
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from apgas_scheduler.policies.mebf import MEBF
 from apgas_scheduler.sim import workload as wl
 from apgas_scheduler.sim.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
-from benchmarks._harness import Harness, Run
+from benchmarks._harness import Run, harness
 
 
 def _pct(new: float, old: float) -> float:
@@ -184,11 +184,19 @@ def options(parser: argparse.ArgumentParser) -> None:
                         "into --out")
 
 
-def session(run: Run) -> int:
+def _alone(ns: argparse.Namespace) -> bool:
+    """Whether a study was asked for alone (it writes its own files into --out)."""
+    return bool(ns.real_traces or ns.policies or ns.fairness or ns.dmr or ns.dmr_live)
+
+
+@harness("benchmarks.evaluation", __doc__, Path("bench-results/evaluation.json"),
+         "fewer seeds, 1,000 jobs only", repeats=False, options=options, loggers=(),
+         needs=lambda ns: [] if _alone(ns) else ["matplotlib"])
+def main(run: Run) -> int:
     """Comparisons 1-3 are the report (``--json``); each study asked for alone writes its own
     files into ``--out``."""
     ns = run.args
-    if ns.policies or ns.fairness or ns.dmr or ns.dmr_live or ns.real_traces:
+    if _alone(ns):
         run.path = None
     if ns.policies or ns.fairness:  # issue 33, questions 1 and 2: benchmarks/_eval_policies.py
         from benchmarks import _eval_policies
@@ -238,15 +246,6 @@ def session(run: Run) -> int:
                        "minagree_vs_rigid": apgas, "evolving_vs_rigid": evolving})
     _plot(ns.plot, run.report)
     return 0
-
-
-
-
-HARNESS = Harness("benchmarks.evaluation", __doc__ or "", session, Path("bench-results/evaluation.json"),
-                  "fewer seeds, 1,000 jobs only", repeats=False, options=options, loggers=(),
-                  needs=lambda ns: [] if ns.real_traces or ns.policies or ns.fairness or ns.dmr or ns.dmr_live
-                  else ["matplotlib"])
-main = HARNESS.main
 
 
 def _plot(path: Path, report: dict[str, Any]) -> None:

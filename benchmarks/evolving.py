@@ -37,7 +37,7 @@ from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.policies import get_policy
 from benchmarks._common import median
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.evolving")
 
@@ -197,7 +197,9 @@ def render(lat: dict[str, dict[str, float | None]], glb: dict[str, dict[str, Any
     return "\n".join(lines)
 
 
-def measure(run: Run) -> int:
+@harness("benchmarks.evolving", __doc__, Path("bench-results/evolving.json"), "1 repeat of each",
+         needs=lambda args: ["numba"], loggers=("benchmarks.evolving",))
+def main(run: Run) -> int:
     repeats = run.args.repeats or (1 if run.args.quick else 5)
     started = time.monotonic()
     lat = latencies(repeats)
@@ -205,11 +207,6 @@ def measure(run: Run) -> int:
     show(render(lat, glb))
     run.report.update(repeats=repeats, latencies=lat, glb=glb, elapsed_seconds=time.monotonic() - started)
     return 0 if all(g["all_correct"] for g in glb.values()) else 1
-
-
-HARNESS = Harness("benchmarks.evolving", __doc__ or "", measure, Path("bench-results/evolving.json"),
-                  "1 repeat of each", needs=lambda args: ["numba"], loggers=("benchmarks.evolving",))
-main = HARNESS.main
 
 
 if __name__ == "__main__":

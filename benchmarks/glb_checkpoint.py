@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Column, Harness, Run, Table, Text, show
+from benchmarks._harness import Column, Run, Table, Text, harness, show
 
 log = logging.getLogger("benchmarks.glb_checkpoint")
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--places", type=int, default=3, help="places (default 3)")
 
 
-def measure(job: Run) -> int:
+@harness("benchmarks.glb_checkpoint", __doc__, Path("bench-results/glb_checkpoint.json"),
+         "depth 12, one repeat", options=options)
+def main(job: Run) -> int:
     known = job.args
     depth = known.depth or (12 if known.quick else 14)
     repeats = known.repeats or (1 if known.quick else 3)
@@ -137,11 +139,6 @@ def measure(job: Run) -> int:
          f"{res['resumed_from']}: reading and handing out {1e3 * res['resume_s']:.1f} ms, the "
          f"resumed computation {res['resumed_run_s']:.2f} s (correct: {res['correct']})")
     return 0
-
-
-HARNESS = Harness("benchmarks.glb_checkpoint", __doc__ or "", measure, Path("bench-results/glb_checkpoint.json"),
-                  "depth 12, one repeat", options=options)
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from typing import Any
 from apgas.order import send_order
 
 from ._common import communicate_or_kill
-from ._harness import Column, Harness, Run, Table, Text, show
+from ._harness import Column, Run, Table, Text, harness, show
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="2 repeats")
 
 
-def session(run: Run) -> None:
+@harness("benchmarks.glb_grow", __doc__, Path("bench-results/glb_grow.json"), "2 repeats", options=options,
+         needs=lambda args: ["numba"], loggers=(), whole_doc=True)
+def main(run: Run) -> None:
     args = run.args
     if args.quick:
         args.repeats = 2
@@ -159,11 +161,6 @@ def session(run: Run) -> None:
     show(table.render(rows))
     run.report.update(app=args.app, app_args=args.app_args, grow=args.grow, repeats=args.repeats,
                       summary=summary, runs=runs)
-
-
-HARNESS = Harness("benchmarks.glb_grow", __doc__ or "", session, Path("bench-results/glb_grow.json"), "2 repeats",
-                  options=options, needs=lambda args: ["numba"], loggers=(), whole_doc=True)
-main = HARNESS.main
 
 
 if __name__ == "__main__":

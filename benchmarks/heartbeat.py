@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._common import median, percentile, run_probe, tagged_results
-from benchmarks._harness import Column, Harness, Run, Table, show
+from benchmarks._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.heartbeat")
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,9 @@ TABLE = Table([Column("APGAS_HEARTBEAT", 16, left=True), Column("interval", 9, "
                Column("max", 9, ".2f", "s")])
 
 
-def measure(run: Run) -> int:
+@harness("benchmarks.heartbeat", __doc__, Path("bench-results/heartbeat.json"),
+         "one repeat, the first two settings")
+def main(run: Run) -> int:
     args, report = run.args, run.report
     repeats = args.repeats or (1 if args.quick else 5)
     settings = SETTINGS[:2] if args.quick else SETTINGS
@@ -126,11 +128,6 @@ def measure(run: Run) -> int:
         show(f"link cut in the virtual cluster ({link}): median {row['median']:.2f} s, "
              f"max {row['max']:.2f} s")
     return 0
-
-
-HARNESS = Harness("benchmarks.heartbeat", __doc__ or "", measure, Path("bench-results/heartbeat.json"),
-                  "one repeat, the first two settings")
-main = HARNESS.main
 
 
 if __name__ == "__main__":

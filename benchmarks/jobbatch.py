@@ -90,7 +90,7 @@ from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.metrics import compute_metrics, gantt, read_events
 from apgas_scheduler.policies import get_policy
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 from benchmarks.jobbatch_report import PUBLISHED, SCHEDULER_METRICS, compare, plot, render, summarize
 
 log = logging.getLogger("benchmarks.jobbatch")
@@ -393,7 +393,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(ctx: Run) -> int:
+@harness("benchmarks.jobbatch", __doc__, Path("bench-results/jobbatch.json"), "", options=options,
+         check=check, loggers=(log.name,), needs=lambda args: ["numba", "tqdm", "matplotlib"])
+def main(ctx: Run) -> int:
     args = ctx.args
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
@@ -462,10 +464,7 @@ def session(ctx: Run) -> int:
     return 1 if failures else 0
 
 
-HARNESS = Harness("benchmarks.jobbatch", __doc__ or "", session, Path("bench-results/jobbatch.json"), "",
-                  options=options, check=check, loggers=(log.name,),
-                  needs=lambda args: ["numba", "tqdm", "matplotlib"])
-parse, main = HARNESS.parse, HARNESS.main
+parse = main.parse
 
 
 if __name__ == "__main__":

@@ -24,13 +24,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import median, run_probe
-from benchmarks._harness import Column, Harness, Run, Table, show, skipped
+from benchmarks._common import median, run_probe, scratch
+from benchmarks._harness import Column, Run, Table, harness, show, skipped
 
 log = logging.getLogger("benchmarks.launchers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,12 +125,13 @@ TABLE = Table([Column("launcher", 9, left=True), Column("start 4 places", 16, ".
                Column("one bare process", 19, ".3f", " s")])
 
 
-def measure(run: Run) -> int:
+@harness("benchmarks.launchers", __doc__, Path("bench-results/launchers.json"), "one repeat")
+def main(run: Run) -> int:
     repeats = run.args.repeats or (1 if run.args.quick else 5)
     launchers: dict[str, Any] = {}
     run.report.update(repeats=repeats, launchers=launchers)
-    with tempfile.TemporaryDirectory(prefix="apgas-launchers-") as tmp, contextlib.ExitStack() as stack:
-        for name, route in _routes(Path(tmp), stack).items():
+    with scratch("apgas-launchers-") as (work, stack):
+        for name, route in _routes(work, stack).items():
             if isinstance(route, str):
                 log.warning("%s: %s", name, route)
                 launchers[name] = {"skipped": route}
@@ -149,11 +149,6 @@ def measure(run: Run) -> int:
                              [name, row["ready"], row["grow"], row["shrink"], row["bare_process"]]
                              for name, row in launchers.items()))
     return 0
-
-
-HARNESS = Harness("benchmarks.launchers", __doc__ or "", measure, Path("bench-results/launchers.json"),
-                  "one repeat")
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from apgas.order import send_order
 from apgas.testing import FakeScheduler
 from benchmarks import _footprint
 from benchmarks._common import Samples, add_sample, median
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.malleability")
 
@@ -413,7 +413,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.malleability", __doc__, Path("bench-results/malleability.json"), "", options=options,
+         check=check, loggers=(log.name,))
+def main(run: Run) -> int:
     args = run.args
     if args.footprint:
         return footprint_main(run)
@@ -440,9 +442,7 @@ def footprint_main(run: Run) -> int:
     return 0 if rows and all("error" not in r for r in rows) else 1
 
 
-HARNESS = Harness("benchmarks.malleability", __doc__ or "", session, Path("bench-results/malleability.json"),
-                  "", options=options, check=check, loggers=(log.name,))
-parse_command_line, main = HARNESS.parse, HARNESS.main
+parse_command_line = main.parse
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from benchmarks._common import (
     percentile,
 )
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -450,7 +450,10 @@ def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: P
 
 # -- command line ---------------------------------------------------------------------------
 
-def measure(run: Run) -> int:
+@harness("benchmarks.micro", __doc__, Path("bench-results/micro.json"),
+         "small sizes: a smoke test of < 30 s", needs=lambda args: ["distributed"],
+         loggers=("benchmarks.micro",))
+def main(run: Run) -> int:
     params = make_params(run.args.repeats, run.args.quick)
     log.info("apgas startup (%d repeats)", params.repeats)
     startup, startup_failures = apgas_startup(params)
@@ -468,12 +471,6 @@ def measure(run: Run) -> int:
                        "floor": floor, "ray": ray})
     show(render_table(rows, failures, params), "", render_floor(floor, PLACES), "", _ray_peers.render_micro(ray))
     return 0
-
-
-HARNESS = Harness("benchmarks.micro", __doc__ or "", measure, Path("bench-results/micro.json"),
-                  "small sizes: a smoke test of < 30 s", needs=lambda args: ["distributed"],
-                  loggers=("benchmarks.micro",))
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import median, percentile
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 
 __all__ = ["RunOutcome", "run_once", "run_many", "main"]
 
@@ -147,7 +147,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.mpi_exits", __doc__, Path("bench-results/mpi_exits.json"), repeats=False,
+         options=options, check=check, needs=lambda args: ["mpi4py"])
+def main(run: Run) -> int:
     args = run.args
     outcomes = run_many(args.runs, args.ranks, progress=sys.stderr.isatty())
     figures = summary(outcomes)
@@ -158,11 +160,6 @@ def session(run: Run) -> int:
          f"| {figures['median_s']:.3f} s | {figures['p95_s']:.3f} s | {figures['max_s']:.3f} s |")
     run.report.update({"ranks": args.ranks, **figures})
     return 0 if figures["clean"] == figures["runs"] else 1
-
-
-HARNESS = Harness("benchmarks.mpi_exits", __doc__ or "", session, Path("bench-results/mpi_exits.json"),
-                  repeats=False, options=options, check=check, needs=lambda args: ["mpi4py"])
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from typing import Any
 
 from . import _ray_peers
 from ._common import have_dask, install_hint, with_cli
-from ._harness import Harness, Run, show
+from ._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.peers")
 
@@ -233,7 +233,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.peers", __doc__, Path("bench-results/peers.json"), "", repeats=False, options=options,
+         check=check, needs=lambda args: ["numba"], loggers=(log.name,))
+def main(run: Run) -> int:
     args = run.args
     dask = have_dask()
     if not dask:
@@ -251,10 +253,7 @@ def session(run: Run) -> int:
     return 0 if all(s["all_correct"] for s in summary) else 1
 
 
-HARNESS = Harness("benchmarks.peers", __doc__ or "", session, Path("bench-results/peers.json"), "",
-                  repeats=False, options=options, check=check, needs=lambda args: ["numba"],
-                  loggers=(log.name,))
-parse_args, main = HARNESS.parse, HARNESS.main
+parse_args = main.parse
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import communicate_or_kill
-from ._harness import Harness, Run, show
+from ._harness import Run, harness, show
 from ._places import end_group, kill_leftovers, kill_places, track_group
 from .scaling import busy_seconds, children_cpu
 
@@ -430,7 +430,9 @@ def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.resilience", __doc__, DEFAULT_JSON, "", options=options, check=check,
+         needs=lambda args: ["numba"], loggers=(log.name,), whole_doc=True)
+def main(run: Run) -> int:
     args, report = run.args, run.report
     if not Path("/proc/self/stat").exists():
         print("benchmarks.resilience finds place processes in /proc: Linux only", file=sys.stderr)
@@ -472,9 +474,7 @@ def session(run: Run) -> int:
     return 0
 
 
-HARNESS = Harness("benchmarks.resilience", __doc__ or "", session, DEFAULT_JSON, "", options=options,
-                  check=check, needs=lambda args: ["numba"], loggers=(log.name,), whole_doc=True)
-parse_args, main = HARNESS.parse, HARNESS.main
+parse_args = main.parse
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._harness import Harness, Run, show
+from ._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.scaling")
 
@@ -251,7 +251,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.scaling", __doc__, Path("bench-results/scaling.json"), "", options=options,
+         check=check, needs=lambda args: ["numba", "tqdm", "matplotlib"], loggers=(log.name,))
+def main(run: Run) -> int:
     args = run.args
     quiet = args.quiet if args.quiet is not None else (0.0 if args.quick else 30.0)
     load_before = os.getloadavg()
@@ -262,12 +264,6 @@ def session(run: Run) -> int:
     plot(rows, png)
     log.info("plot in %s", png)
     return 0
-
-
-HARNESS = Harness("benchmarks.scaling", __doc__ or "", session, Path("bench-results/scaling.json"), "",
-                  options=options, check=check, needs=lambda args: ["numba", "tqdm", "matplotlib"],
-                  loggers=(log.name,))
-main = HARNESS.main
 
 
 if __name__ == "__main__":

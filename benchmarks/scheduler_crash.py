@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.scheduler_crash")
 ROOT = Path(__file__).resolve().parent.parent
@@ -348,7 +348,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(job: Run) -> int:
+@harness("benchmarks.scheduler_crash", __doc__, Path("bench-results/scheduler_crash.json"), repeats=False,
+         options=options, check=check)
+def main(job: Run) -> int:
     args = job.args
     plan = Plan(jobs=args.jobs, nodes=args.nodes, threads=args.threads, down=args.down,
                 fail_every=args.fail_every, sleep_every=args.sleep_every, sleep=args.sleep,
@@ -366,11 +368,6 @@ def session(job: Run) -> int:
     exact = not (result["duplicates"] or result["wrong_outcomes"] or result["submit_errors"]
                  or result["processes_left"] or result["outcome_files_left"])
     return 0 if exact else 1
-
-
-HARNESS = Harness("benchmarks.scheduler_crash", __doc__ or "", session,
-                  Path("bench-results/scheduler_crash.json"), repeats=False, options=options, check=check)
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from apgas_scheduler.sim import swf
 from apgas_scheduler.sim import workload as wl
 from apgas_scheduler.sim.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
-from benchmarks._harness import Column, Harness, Run, Table, show
+from benchmarks._harness import Column, Run, Table, harness, show
 
 
 def variants() -> list[tuple[str, Any]]:
@@ -138,7 +138,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> None:
+@harness("benchmarks.simspeed", __doc__, Path("bench-results/simspeed.json"), repeats=False,
+         options=options, check=check, loggers=())
+def main(run: Run) -> None:
     """The synthetic runs are the report (``--json``); the real traces' go to ``--traces-json``."""
     ns = run.args
     synthetic_report = None if ns.skip_synthetic else synthetic(ns)
@@ -171,11 +173,6 @@ def synthetic(ns: argparse.Namespace) -> dict[str, Any]:
         show(SYNTHETIC.line([name, seconds, metrics["makespan"] / 3600, metrics["utilization"],
                              metrics["mean_turnaround"] / 3600, metrics.get("reconfigurations", 0)]))
     return {"jobs": ns.jobs, "nodes": ns.nodes, "share": ns.share, "runs": rows}
-
-
-HARNESS = Harness("benchmarks.simspeed", __doc__ or "", session, Path("bench-results/simspeed.json"),
-                  repeats=False, options=options, check=check, loggers=())
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -29,13 +29,12 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from apgas.testing import FakeScheduler
-from benchmarks._common import median, run_probe
-from benchmarks._harness import Column, Harness, Run, Table, show, skipped
+from benchmarks._common import median, run_probe, scratch
+from benchmarks._harness import Column, Run, Table, harness, show, skipped
 
 log = logging.getLogger("benchmarks.slurm_resize")
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,14 +108,14 @@ TABLE = Table([Column("route", 7, left=True), Column("first grow 1", 14, ".3f", 
                Column("shrink 1 (median)", 19, ".3f", " s"), Column("max", 9, ".3f", " s")])
 
 
-def measure(run: Run) -> int:
+@harness("benchmarks.slurm_resize", __doc__, Path("bench-results/slurm_resize.json"), "3 rounds")
+def main(run: Run) -> None:
     rounds = run.args.repeats or (3 if run.args.quick else 10)
-    routes: dict[str, Any] = {}
-    run.report.update(rounds=rounds, routes=routes)
-    with tempfile.TemporaryDirectory(prefix="apgas-slurm-resize-") as tmp, contextlib.ExitStack() as stack:
-        probe = Path(tmp) / "probe.py"
+    with scratch("apgas-slurm-resize-") as (work, stack):
+        probe = work / "probe.py"
         probe.write_text(PROBE)
-        runs = {"local": _local(probe, rounds), "slurm": _slurm(probe, rounds, Path(tmp), stack)}
+        runs = {"local": _local(probe, rounds), "slurm": _slurm(probe, rounds, work, stack)}
+    routes: dict[str, Any] = {}
     lines = []
     for name, got in runs.items():
         if isinstance(got, str):
@@ -127,13 +126,8 @@ def measure(run: Run) -> int:
                "shrink": median(got["shrink"]), "shrink_max": max(got["shrink"]), "samples": got}
         routes[name] = row
         lines.append([name, *(row[k] for k in ("grow_first", "grow", "grow_max", "shrink", "shrink_max"))])
+    run.report.update(rounds=rounds, routes=routes)
     show("\n" + TABLE.render(lines))
-    return 0
-
-
-HARNESS = Harness("benchmarks.slurm_resize", __doc__ or "", measure, Path("bench-results/slurm_resize.json"),
-                  "3 rounds")
-main = HARNESS.main
 
 
 if __name__ == "__main__":

@@ -56,10 +56,10 @@ from pathlib import Path
 from typing import Any
 
 import apgas
-from benchmarks._common import positive_ints, scheduler_env_aside
-from benchmarks._harness import Harness, Run, show
+from benchmarks._common import positive_ints
+from benchmarks._harness import Run, harness, in_parts
 from benchmarks._steps_commit import measure_commits
-from benchmarks._steps_common import GiB, MiB, Progress, available_bytes, fits, mib
+from benchmarks._steps_common import GiB, MiB, Progress, fits, mib
 from benchmarks._steps_overhead import JACOBI_VARIANTS, empty_steps, jacobi_loops
 from benchmarks._steps_recovery import COMMIT_EVERY, PHASES, recover_once, recovery_row
 
@@ -310,20 +310,15 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def measure(run: Run) -> int:
+@harness("benchmarks.steps", __doc__, DEFAULT_JSON, "", options=options, check=check, loggers=(log.name,))
+def main(run: Run) -> int:
     params = make_params(run.args)
     run.report.update({"mode": "quick" if run.args.quick else "full", "params": dataclasses.asdict(params),
-                       "command": run.command, "memory_available_bytes": available_bytes(), "skipped": []})
-    with scheduler_env_aside(log):
-        for table in _parts(run.args, params, run.report):
-            show("\n" + table)
-    run.report["load_average_after"] = os.getloadavg()
-    return 0
+                       "command": run.command})
+    return in_parts(run, _parts(run.args, params, run.report))
 
 
-HARNESS = Harness("benchmarks.steps", __doc__ or "", measure, DEFAULT_JSON, "", options=options, check=check,
-                  loggers=(log.name,))
-parse_args, main = HARNESS.parse, HARNESS.main
+parse_args = main.parse
 
 
 if __name__ == "__main__":

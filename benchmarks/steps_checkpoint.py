@@ -50,7 +50,7 @@ from typing import Any
 import apgas
 from apgas.dist import BlockArray
 from benchmarks._common import positive_ints, scheduler_env_aside
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 from benchmarks._steps_common import MiB, expected_sum, make_arrays, mib
 
 log = logging.getLogger("benchmarks.steps_checkpoint")
@@ -263,7 +263,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.steps_checkpoint", __doc__, DEFAULT_JSON, "", options=options, check=check,
+         loggers=(log.name,))
+def main(run: Run) -> int:
     args, report = run.args, run.report
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
@@ -297,9 +299,7 @@ def session(run: Run) -> int:
     return 0
 
 
-HARNESS = Harness("benchmarks.steps_checkpoint", __doc__ or "", session, DEFAULT_JSON, "", options=options,
-                  check=check, loggers=(log.name,))
-parse_args, main = HARNESS.parse, HARNESS.main
+parse_args = main.parse
 
 
 def filesystem(folder: Path) -> dict[str, Any]:

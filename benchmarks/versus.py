@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import fmt
-from benchmarks._harness import Harness, Run, show
+from benchmarks._harness import Run, harness, show
 from benchmarks.micro import METRICS
 
 log = logging.getLogger("benchmarks.versus")
@@ -109,7 +109,9 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def session(run: Run) -> int:
+@harness("benchmarks.versus", __doc__, Path("bench-results/versus.json"), options=options, check=check,
+         loggers=(log.name,))
+def main(run: Run) -> int:
     args = run.args
     try:
         report = compare(args.rev, args.rounds, args.repeats)
@@ -120,11 +122,6 @@ def session(run: Run) -> int:
     run.report.update(report)
     show(render(report))
     return 0
-
-
-HARNESS = Harness("benchmarks.versus", __doc__ or "", session, Path("bench-results/versus.json"),
-                  options=options, check=check, loggers=(log.name,))
-main = HARNESS.main
 
 
 if __name__ == "__main__":
