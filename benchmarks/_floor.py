@@ -21,6 +21,7 @@ from typing import Any
 import zmq
 
 from benchmarks._common import Metric, Samples, fmt, median
+from benchmarks._harness import Column, Table, Text
 
 __all__ = ["Echo", "pool_rate", "floor_summary", "render_floor", "MESSAGE_BYTES"]
 
@@ -66,10 +67,9 @@ def floor_summary(samples: Samples, places: int) -> dict[str, Any]:
 
 def render_floor(floor: dict[str, Any], places: int) -> str:
     """The floor table: the runtime beside its floor, then the ratios against the targets."""
-    header = f"{'against the floor (same run)':<52} {'median of repeats':>18}"
-    lines = [header, "-" * len(header)]
-    for m in floor_metrics(places):
-        lines.append(f"{m.label:<52} {fmt(floor['medians'][m.key], m.unit):>18}")
+    table = Table([Column("against the floor (same run)", 52, left=True), Column("median of repeats", 18, gap=" ")],
+                  rule=True)
+    lines = [table.render([m.label, fmt(floor["medians"][m.key], m.unit)] for m in floor_metrics(places))]
 
     def verdict(value: float | None, target: float, at_most: bool) -> str:
         if value is None:
@@ -83,7 +83,7 @@ def render_floor(floor: dict[str, Any], places: int) -> str:
             ("finish / Pool(2), 2 places", "batch2_over_pool2", BATCH_OVER_POOL_TARGET, False),
             (f"finish / Pool({places}), {places} places", f"batch{places}_over_pool{places}",
              BATCH_OVER_POOL_TARGET, False)]:
-        lines.append(f"{label:<52} {verdict(floor[key], target, at_most)}")
+        lines.append(table.line([label, Text(" " + verdict(floor[key], target, at_most))]))
     return "\n".join(lines)
 
 MESSAGE_BYTES = 100

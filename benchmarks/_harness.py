@@ -50,7 +50,7 @@ class Column:
         if isinstance(value, Text):
             return value.text
         if self.left:
-            return self.gap + format(str(value) if value is not None else "-", f"<{self.width}")
+            return self.gap + format(str(value), f"<{self.width}")
         if value is None or isinstance(value, str):
             return self.gap + f"{'-' if value is None else value:>{self.width}}"
         return self.gap + format(value, f">{self.width - len(self.unit)}{self.spec}") + self.unit
@@ -75,9 +75,10 @@ class Table:
 
     columns: Sequence[Column]
     title: str | None = None   # a line above the header
+    rule: bool = False         # a line of dashes under the header
 
     def header(self) -> str:
-        return "".join(c.head() for c in self.columns).rstrip()
+        return "".join(c.head() for c in self.columns)
 
     def line(self, row: Sequence[Any]) -> str:
         """One row, for a table printed as its rows come."""
@@ -86,7 +87,9 @@ class Table:
 
     def render(self, rows: Iterable[Sequence[Any]]) -> str:
         head = [] if self.title is None else [self.title]
-        return "\n".join([*head, self.header(), *(self.line(row) for row in rows)])
+        header = self.header()
+        rule = ["-" * len(header)] if self.rule else []
+        return "\n".join([*head, header, *rule, *(self.line(row) for row in rows)])
 
 
 def markdown_head(*titles: str, left: int = 1) -> list[str]:

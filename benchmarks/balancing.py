@@ -61,7 +61,7 @@ from typing import Any
 from . import _ray_peers
 from ._balancing_sim import glb_figures, render_glb
 from ._common import have_dask, install_hint, with_cli
-from ._harness import Harness, Run, show
+from ._harness import Column, Harness, Run, Table, show
 
 log = logging.getLogger("benchmarks.balancing")
 
@@ -291,13 +291,12 @@ def _expected(params: dict) -> int:
 
 
 def render(rows: list[dict]) -> str:
-    lines = [f"{'workers':>7}  {'system':<22} {'pieces':>6} {'wall s':>8} {'efficiency':>10} "
-             f"{'static bound':>12}  correct"]
-    for r in rows:
-        bound = "" if r["bound"] is None else f"{r['bound']:.2f}"
-        pieces = "" if r["pieces"] is None else str(r["pieces"])
-        lines.append(f"{r['places']:>7}  {r['system']:<22} {pieces:>6} {r['seconds']:>8.3f} "
-                     f"{r['efficiency']:>10.2f} {bound:>12}  {r['correct']}")
+    table = Table([Column("workers", 7), Column("system", 22, left=True, gap="  "), Column("pieces", 6, gap=" "),
+                   Column("wall s", 8, ".3f", gap=" "), Column("efficiency", 10, ".2f", gap=" "),
+                   Column("static bound", 12, gap=" "), Column("correct", 0, left=True, gap="  ")])
+    lines = [table.render([r["places"], r["system"], "" if r["pieces"] is None else str(r["pieces"]), r["seconds"],
+                           r["efficiency"], "" if r["bound"] is None else f"{r['bound']:.2f}", r["correct"]]
+                          for r in rows)]
     for p in dict.fromkeys(r["places"] for r in rows):
         shape = next(r["shape_bound"] for r in rows if r["places"] == p)
         lines.append(f"{p} workers: no split of the level beats {shape:.2f} (total / (P x largest subtree))")

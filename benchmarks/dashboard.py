@@ -48,7 +48,7 @@ from apgas import auth
 from apgas_scheduler.client import request
 
 from ._browser import headless_chromium
-from ._harness import Run, harness, show
+from ._harness import Column, Run, Table, harness, show
 from .jobbatch import job_spec, make_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,22 +219,22 @@ def model_cost(jobs: int, nodes: int = 64) -> dict[str, Any]:
             "max_models_per_s": round(1 / max(MIN_GAP, COST_FACTOR * cost), 2)}
 
 
+COSTS = Table([Column("jobs", 6), Column("events", 8, gap=" "), Column("one model s", 12, ".3f", gap=" "),
+               Column("model KiB", 10, gap=" "), Column("models/s at most", 17, ".2f", gap=" ")])
+RUNS = Table([Column("run", 6, left=True), Column("pages", 5, gap=" "), Column("daemon CPU s", 13, ".2f", gap=" "),
+              Column("wall s", 8, ".1f", gap=" "), Column("CPU share", 10, ".2f", "%", gap=" "),
+              Column("jobs", 0, left=True, gap="  ")])
+
+
 def cost_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'jobs':>6} {'events':>8} {'one model s':>12} {'model KiB':>10} {'models/s at most':>17}"]
-    for r in rows:
-        lines.append(f"{r['jobs']:>6} {r['events']:>8} {r['model_s']:>12.3f} {r['model_kib']:>10} "
-                     f"{r['max_models_per_s']:>17.2f}")
-    return "\n".join(lines)
+    return COSTS.render([r[k] for k in ("jobs", "events", "model_s", "model_kib", "max_models_per_s")]
+                        for r in rows)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'run':<6} {'pages':>5} {'daemon CPU s':>13} {'wall s':>8} {'CPU share':>10}  jobs"]
-    for r in rows:
-        jobs = (f"{r['done']}/{r['jobs']} done, {r['grows']} grows, {r['shrinks']} shrinks"
-                if r["run"] == "batch" else "")
-        lines.append(f"{r['run']:<6} {r['pages']:>5} {r['cpu_s']:>13.2f} {r['wall_s']:>8.1f} "
-                     f"{100 * r['cpu_share']:>9.2f}%  {jobs}")
-    return "\n".join(lines)
+    return RUNS.render([r["run"], r["pages"], r["cpu_s"], r["wall_s"], 100 * r["cpu_share"],
+                        f"{r['done']}/{r['jobs']} done, {r['grows']} grows, {r['shrinks']} shrinks"
+                        if r["run"] == "batch" else ""] for r in rows)
 
 
 def options(parser: argparse.ArgumentParser) -> None:

@@ -58,7 +58,7 @@ from benchmarks._common import (
     percentile,
 )
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
-from benchmarks._harness import Run, harness, show
+from benchmarks._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -429,12 +429,11 @@ def _speedup(m: Metric, ours: float | None, theirs: float | None) -> float | Non
 
 def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: Params) -> str:
     """The table printed at the end."""
-    header = f"{'metric':<40} {'apgas':>14} {'dask':>14} {'speedup':>9}  target"
-    lines = [header, "-" * len(header)]
-    for m, row in zip(METRICS, rows, strict=True):
-        speedup = f"{row['speedup']:.1f}x" if row["speedup"] else "-"
-        lines.append(f"{m.label:<40} {fmt(row['apgas'], m.unit):>14} {fmt(row['dask'], m.unit):>14} "
-                     f"{speedup:>9}  {fmt_target(m, row['meets_target'])}")
+    table = Table([Column("metric", 40, left=True), Column("apgas", 14, gap=" "), Column("dask", 14, gap=" "),
+                   Column("speedup", 9, gap=" "), Column("target", 0, left=True, gap="  ")], rule=True)
+    lines = [table.render([m.label, fmt(row["apgas"], m.unit), fmt(row["dask"], m.unit),
+                           f"{row['speedup']:.1f}x" if row["speedup"] else "-",
+                           fmt_target(m, row["meets_target"])] for m, row in zip(METRICS, rows, strict=True))]
     lines += [
         "",
         f"medians of {params.repeats} repeat(s); apgas: {PLACES} places, round trips place 0 -> 1 "

@@ -38,7 +38,7 @@ from typing import Any
 
 from . import _ray_peers
 from ._common import have_dask, install_hint, with_cli
-from ._harness import Run, harness, show
+from ._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.peers")
 
@@ -187,12 +187,13 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+TABLE = Table([Column("case", 9, left=True), Column("system", 40, left=True, gap=" "),
+               Column("seconds", 9, ".3f", gap=" "), Column("x best GLB", 11, ".2f", gap=" "),
+               Column("correct", 0, left=True, gap="  ")])
+
+
 def render(rows: list[dict], summary: list[dict]) -> str:
-    lines = [f"{'case':<9} {'system':<40} {'seconds':>9} {'x best GLB':>11}  correct"]
-    for r in rows:
-        lines.append(f"{r['case']:<9} {r['system']:<40} {r['seconds']:>9.3f} {r['vs_best_glb']:>11.2f}  "
-                     f"{r['correct']}")
-    lines.append("")
+    lines = [TABLE.render([r["case"], r["system"], r["seconds"], r["vs_best_glb"], r["correct"]] for r in rows), ""]
     for s in summary:
         static = ("no static run" if s["best_static"] is None else
                   f"best static split ({s['best_static']}) {s['best_static_seconds']:.3f} s = "

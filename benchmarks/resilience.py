@@ -91,7 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import communicate_or_kill
-from ._harness import Run, harness, show
+from ._harness import Column, Run, Table, harness, show
 from ._places import end_group, kill_leftovers, kill_places, track_group
 from .scaling import busy_seconds, children_cpu
 
@@ -314,9 +314,9 @@ def render_overhead(part: dict[str, Any], repeats: int) -> str:
     s = part["summary"]
     lines = [f"Overhead without failures: UTS {' '.join(part['app_args'])}, plain and --resilient "
              f"interleaved, {repeats} runs each (computation seconds)",
-             f"{'':<12}{'best':>10}{'median':>10}"]
-    for mode in ("plain", "resilient"):
-        lines.append(f"{mode:<12}{_f(s[mode]['best_s']):>8} s{_f(s[mode]['median_s']):>8} s")
+             Table([Column("", 12, left=True), Column("best", 10), Column("median", 10)]).render(
+                 [mode, f"{_f(s[mode]['best_s']):>8} s", f"{_f(s[mode]['median_s']):>8} s"]
+                 for mode in ("plain", "resilient"))]
     if "ratio_best" in s:
         lines.append(f"resilient / plain: {s['ratio_best']:.3f} (best), {s['ratio_median']:.3f} (median); "
                      f"target best <= {TARGET} ({'met' if s['met'] else 'MISSED'})")
@@ -338,27 +338,28 @@ def render_failures(rows: list[dict[str, Any]], args: argparse.Namespace, expect
     lines = [f"Failures: resilient UTS --depth {args.depth} (reference {expected:,} nodes, {source}), "
              f"1 worker a place, APGAS_HEARTBEAT={args.heartbeat}; places other than 0 SIGKILLed at "
              f"random moments, {KILL_WINDOW[0]:.0%}..{KILL_WINDOW[1]:.0%} of T0 after all places ran "
-             f"(seed {args.seed})",
-             f"{'group':>5} {'places':>6} {'kills':>5} {'trial':>5}  {'exact':<6}{'seconds':>8} "
-             f"{'killed at s':<12}{'lost':>5} {'died':<6}{'rounds':>6} {'recovery':>9} "
-             f"{'lost/fail':>10} {'ideal':>7} {'excess':>7} {'others':>7}"]
-    for r in rows:
-        res = r["resilience"] or {}
-        at = ",".join(f"{k['at_s']:.1f}" for k in r["killed"]) or "-"
-        died = ",".join(map(str, r["died"])) or "-"
-        lines.append(f"{r['group']:>5} {r['places']:>6} {r['kills']:>5} {r['trial']:>5}  {str(r['ok']):<6}"
-                     f"{_f(r['seconds']):>8} {at:<12}{res.get('places_lost', '-')!s:>5} {died:<6}"
-                     f"{res.get('rounds', '-')!s:>6} {_f(res.get('recovery_s')):>9} "
-                     f"{_f(r['lost_per_failure_s']):>10} {_f(r['ideal_lost_per_failure_s']):>7} "
-                     f"{_f(r['excess_per_failure_s']):>7} {_f(r['others_cores'], 2):>7}")
+             f"(seed {args.seed})"]
+    runs = Table([Column("group", 5), Column("places", 6, gap=" "), Column("kills", 5, gap=" "),
+                  Column("trial", 5, gap=" "), Column("exact", 6, left=True, gap="  "), Column("seconds", 8),
+                  Column("killed at s", 12, left=True, gap=" "), Column("lost", 5), Column("died", 6, left=True, gap=" "),
+                  Column("rounds", 6), *(Column(t, w, gap=" ") for t, w in (
+                      ("recovery", 9), ("lost/fail", 10), ("ideal", 7), ("excess", 7), ("others", 7)))])
+    lines.append(runs.render(
+        [r["group"], r["places"], r["kills"], r["trial"], r["ok"], _f(r["seconds"]),
+         ",".join(f"{k['at_s']:.1f}" for k in r["killed"]) or "-", str((r["resilience"] or {}).get("places_lost", "-")),
+         ",".join(map(str, r["died"])) or "-", str((r["resilience"] or {}).get("rounds", "-")),
+         _f((r["resilience"] or {}).get("recovery_s")), _f(r["lost_per_failure_s"]), _f(r["ideal_lost_per_failure_s"]),
+         _f(r["excess_per_failure_s"]), _f(r["others_cores"], 2)] for r in rows))
     lines.append("")
-    lines.append(f"{'group':>5} {'places':>6} {'kills':>5}  {'exact':>7} {'median s':>9} {'lost/fail':>10} "
-                 f"{'ideal':>7} {'excess':>7} {'recovery':>9} {'others max':>10}   (medians)")
-    for s in _failure_summary(rows):
-        lines.append(f"{s['group']:>5} {s['places']:>6} {s['kills']:>5}  {s['exact']:>3}/{s['runs']:<3} "
-                     f"{_f(s['median_s']):>9} {_f(s['median_lost_per_failure_s']):>10} "
-                     f"{_f(s['median_ideal_lost_per_failure_s']):>7} {_f(s['median_excess_per_failure_s']):>7} "
-                     f"{_f(s['median_recovery_s']):>9} {_f(s['max_others_cores'], 2):>10}")
+    medians = Table([Column("group", 5), Column("places", 6, gap=" "), Column("kills", 5, gap=" "),
+                     Column("exact", 7, gap="  "), *(Column(t, w, gap=" ") for t, w in (
+                         ("median s", 9), ("lost/fail", 10), ("ideal", 7), ("excess", 7), ("recovery", 9),
+                         ("others max", 10))), Column("   (medians)", 0, left=True)])
+    lines.append(medians.render(
+        [s["group"], s["places"], s["kills"], f"{s['exact']:>3}/{s['runs']:<3}", _f(s["median_s"]),
+         _f(s["median_lost_per_failure_s"]), _f(s["median_ideal_lost_per_failure_s"]),
+         _f(s["median_excess_per_failure_s"]), _f(s["median_recovery_s"]), _f(s["max_others_cores"], 2)]
+        for s in _failure_summary(rows)))
     lines += ["lost/fail = (seconds - median seconds of the 0-kill runs on the group's places) / kills;",
               "ideal = the same for the work going at the 0-kill pace of the places still alive (the rows",
               "with fewer places); excess = (seconds - ideal time) / kills: the price of resilience itself;",

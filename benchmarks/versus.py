@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import fmt
-from benchmarks._harness import Run, harness, show
+from benchmarks._harness import Column, Run, Table, harness, show
 from benchmarks.micro import METRICS
 
 log = logging.getLogger("benchmarks.versus")
@@ -85,11 +85,10 @@ def compare(rev: str, rounds: int, repeats: int) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
-    header = f"{'metric':<40} {report['rev'][:12]:>14} {'this tree':>14} {'ratio':>7}"
-    lines = [header, "-" * len(header)]
-    for row in report["rows"]:
-        lines.append(f"{row['label']:<40} {fmt(row['before'], row['unit']):>14} "
-                     f"{fmt(row['after'], row['unit']):>14} {row['ratio']:>6.3f}x")
+    table = Table([Column("metric", 40, left=True), Column(report["rev"][:12], 14, gap=" "),
+                   Column("this tree", 14, gap=" "), Column("ratio", 7, ".3f", "x", gap=" ")], rule=True)
+    lines = [table.render([r["label"], fmt(r["before"], r["unit"]), fmt(r["after"], r["unit"]), r["ratio"]]
+                          for r in report["rows"])]
     lines += ["", f"medians over {report['rounds']} alternating run(s) of {report['repeats']} "
               "repeat(s) per tree; ratio > 1: this tree is better",
               f"failed measurement runs (retried): {report['failures']}"]
