@@ -316,7 +316,7 @@ def main(run: Run) -> int:
     began = time.monotonic()
     fit = measure("quick" if ns.quick else "full", ns.repeats, ns.node_cores)
     run.path = ns.out / "dmr_fit.json"
-    run.report.update({"command": " ".join(run.command[:3] + run.argv), "elapsed_seconds": time.monotonic() - began,
+    run.report.update({"command": "python -m benchmarks._dmr_fit " + " ".join(run.argv), "elapsed_seconds": time.monotonic() - began,
                        **fit})
     show(render(fit))
     return 0 if all(a["equal"] for a in fit["apps"].values()) else 1

@@ -3,7 +3,8 @@
 A harness says what it is (``@harness(name, __doc__, ...)`` over its measure
 function, which makes a :class:`Harness`: the module's ``main``); calling it
 parses the command line, sets up logging, checks the extras it needs, puts
-:func:`machine_info` first in the report, measures, and writes the report as JSON. Tables are :class:`Table` objects, so
+:func:`machine_info` first in the report, measures, and writes the report as
+JSON, so that no harness repeats that. Tables are :class:`Table` objects, so
 that every harness aligns its columns the same way.
 """
 
@@ -146,8 +147,8 @@ class Harness:
     ``json``, ``quick`` and ``repeats`` say which of the common options it takes
     (``--json`` with that default, ``--quick`` with that help, ``--repeats``); its own
     ``options`` come first, and a common option it defines itself is not added again.
-    ``check`` returns what is wrong with the options, if anything; ``needs`` the
-    modules it cannot run without (from the options)."""
+    ``check`` returns what is wrong with the options, if anything (and may fill in the
+    defaults that depend on ``--quick``); ``needs`` the modules it cannot run without."""
 
     name: str
     doc: str

@@ -266,7 +266,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.dashboard", __doc__, Path("bench-results/dashboard.json"), "", repeats=False,
+@harness("benchmarks.dashboard", __doc__, repeats=False,
          options=options, check=check, loggers=(), whole_doc=True, needs=lambda args: ["numba",
          *(["selenium"] if args.screenshots or any(args.pages) else [])])
 def main(run: Run) -> None:

@@ -334,7 +334,7 @@ def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> 
         yield "Jacobi, CG and N-body: efficiency on 2 places\n" + render_efficiency(eff)
 
 
-@harness("benchmarks.dist", __doc__, DEFAULT_JSON, "", options=options, loggers=(log.name,))
+@harness("benchmarks.dist", __doc__, options=options, loggers=(log.name,))
 def main(run: Run) -> int:
     mode = "tiny" if run.args.tiny else "quick" if run.args.quick else "full"
     params = make_params(mode, run.args.repeats)

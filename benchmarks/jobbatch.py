@@ -393,7 +393,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.jobbatch", __doc__, Path("bench-results/jobbatch.json"), "", options=options,
+@harness("benchmarks.jobbatch", __doc__, options=options,
          check=check, loggers=(log.name,), needs=lambda args: ["numba", "tqdm", "matplotlib"])
 def main(ctx: Run) -> int:
     args = ctx.args

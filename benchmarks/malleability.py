@@ -413,7 +413,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.malleability", __doc__, Path("bench-results/malleability.json"), "", options=options,
+@harness("benchmarks.malleability", __doc__, options=options,
          check=check, loggers=(log.name,))
 def main(run: Run) -> int:
     args = run.args

@@ -234,7 +234,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.peers", __doc__, Path("bench-results/peers.json"), "", repeats=False, options=options,
+@harness("benchmarks.peers", __doc__, repeats=False, options=options,
          check=check, needs=lambda args: ["numba"], loggers=(log.name,))
 def main(run: Run) -> int:
     args = run.args

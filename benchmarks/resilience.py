@@ -431,7 +431,7 @@ def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-@harness("benchmarks.resilience", __doc__, DEFAULT_JSON, "", options=options, check=check,
+@harness("benchmarks.resilience", __doc__, options=options, check=check,
          needs=lambda args: ["numba"], loggers=(log.name,), whole_doc=True)
 def main(run: Run) -> int:
     args, report = run.args, run.report

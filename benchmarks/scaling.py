@@ -251,7 +251,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.scaling", __doc__, Path("bench-results/scaling.json"), "", options=options,
+@harness("benchmarks.scaling", __doc__, options=options,
          check=check, needs=lambda args: ["numba", "tqdm", "matplotlib"], loggers=(log.name,))
 def main(run: Run) -> int:
     args = run.args

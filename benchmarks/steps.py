@@ -310,7 +310,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.steps", __doc__, DEFAULT_JSON, "", options=options, check=check, loggers=(log.name,))
+@harness("benchmarks.steps", __doc__, options=options, check=check, loggers=(log.name,))
 def main(run: Run) -> int:
     params = make_params(run.args)
     run.report.update({"mode": "quick" if run.args.quick else "full", "params": dataclasses.asdict(params),

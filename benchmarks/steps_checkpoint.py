@@ -263,7 +263,7 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-@harness("benchmarks.steps_checkpoint", __doc__, DEFAULT_JSON, "", options=options, check=check,
+@harness("benchmarks.steps_checkpoint", __doc__, options=options, check=check,
          loggers=(log.name,))
 def main(run: Run) -> int:
     args, report = run.args, run.report
