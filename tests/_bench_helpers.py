@@ -9,17 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import eventually, place_processes, wait_gone
+from conftest import eventually, group_alive, place_processes, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def run_harness(args: list[str], timeout: float) -> str:
@@ -37,5 +29,5 @@ def run_harness(args: list[str], timeout: float) -> str:
             proc.communicate()
     assert proc.returncode == 0, stderr[-3000:]
     assert wait_gone(place_processes(proc.pid), 5.0) == []
-    eventually(lambda: not _group_alive(proc.pid), "the harness's process group to end", 5.0)
+    eventually(lambda: not group_alive(proc.pid), "the harness's process group to end", 5.0)
     return stdout
