@@ -9,6 +9,9 @@ files in ``SIGNALS`` (a directory) pace it against the test. It prints one
 - ``check``: ``check_status(1, 3)`` (expands onto idle nodes), then, once the test
   queued a job (``SIGNALS/queued``), ``check_status(1, 3)`` again (shrinks for it).
 - ``grow``: ``request_grow(N)``, and the request's outcome.
+- ``controlled``: a malleable GLB computation (GLB's own handler) whose work is
+  held until ``SIGNALS/go``, resized by ``apgas-scheduler slurm-controller``
+  through the job's Slurm fields; the count must be exact.
 """
 
 from __future__ import annotations
@@ -135,10 +138,24 @@ def grow() -> dict:
         return {"state": request.state, "reason": request.reason, "error": str(e), "end": nodes()}
 
 
+def controlled() -> dict:
+    from glb_bags import Count
+
+    from glb import GLB, GLBConfig
+
+    units = 400
+    glb = GLB(GLBConfig(n=5, malleable=True))
+    bag = PhasedBag(list(range(units)), 0, str(SIGNALS / "go"), spin=20000)
+    total = glb.compute_dynamic(bag, Count()).value
+    return {"total": total, "expected": units, "end": nodes(),
+            "worked": sorted({s.place for s in glb.stats() if s.units})}
+
+
 def main() -> dict:
-    if os.environ["MODE"] != "glb":  # GLB registers its own
+    if os.environ["MODE"] not in ("glb", "controlled"):  # GLB registers its own
         apgas.define_malleable_handler(Handler())
-    result = {"glb": glb, "check": check, "grow": grow}[os.environ["MODE"]]()
+    result = {"glb": glb, "check": check, "grow": grow,
+              "controlled": controlled}[os.environ["MODE"]]()
     signal("done")
     return result
 

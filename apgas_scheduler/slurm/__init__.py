@@ -16,13 +16,18 @@ as the DMR API's Slurm plug-in does (Iserte et al.):
   same code as the scheduler's ``dmr`` policy (:func:`apgas_scheduler.policies.dmr.dmr_answer`),
   from Slurm's view of the partition: its idle nodes, the pending jobs that
   could start and the running ones; then carried out as above.
+- Orders of ``apgas-scheduler slurm-controller`` (our policies beside
+  slurmctld): once the program defines its handler, the job says ``apgas
+  ready`` in its ``Comment`` and reads grow and shrink orders from its
+  ``AdminComment`` (:mod:`apgas_scheduler.slurm.inbox`), carried out as above,
+  and answered ``apgas done N`` or ``apgas failed N``.
 
 Sizes are counted in places, one per node (the job's first node keeps place 0
 and is never given back). After each resize the program's Slurm variables
 (``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ``SLURM_JOB_CPUS_PER_NODE`` ...)
-are what Slurm's own resize script sets, since ``srun`` trusts them. Grow and
-shrink orders from outside do not exist here: Slurm sends none. The timing
-lines go to the log (``apgas.malleability``).
+are what Slurm's own resize script sets, since ``srun`` trusts them. Slurm itself
+sends no orders; the controller's come through Slurm's job fields, and the
+job opens no port. The timing lines go to the log (``apgas.malleability``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from apgas.malleable import MalleableCommunicator, Orders
 from .._model import Grow, JobView, Shrink
 from ..policies.dmr import dmr_answer
 from . import commands as slurmctl
+from . import mailbox
+from .inbox import Inbox
 
 __all__ = ["SlurmCommunicator"]
 
@@ -81,7 +88,9 @@ class SlurmCommunicator(MalleableCommunicator):
         self.first = job.nodes[0] if job.nodes else ""
         self._resizing = threading.Lock()  # one change of the Slurm job at a time
         self._released: dict[str, float] = {}  # node -> when the job gave it back
-        self._work: queue.SimpleQueue[tuple[str, int, bool] | None] = queue.SimpleQueue()
+        # (verb, nodes, asked by the program, the controller's order number or 0)
+        self._work: queue.SimpleQueue[tuple[str, int, bool, int] | None] = queue.SimpleQueue()
+        self._inbox = Inbox(self.job_id, self._take_order, config.slurm_poll)
         self._worker = threading.Thread(target=self._run, name="apgas-slurm", daemon=True)
         # address: None, as the base class has it (Slurm sends no orders: nothing listens)
 
@@ -90,11 +99,16 @@ class SlurmCommunicator(MalleableCommunicator):
         log.info("resizing Slurm job %s (partition %s, nodes %s)", self.job_id, self.partition,
                  ",".join(self.nodes))
         self._worker.start()
+        self._inbox.open()
 
     def stop(self) -> None:
+        self._inbox.close()
         self._work.put(None)
         if self._worker.is_alive():
             self._worker.join(self.config.slurm_grow_timeout + 60)
+
+    def _take_order(self, order: mailbox.Order) -> None:
+        self._work.put((order.verb, order.nodes, False, order.seq))
 
     @property
     def attached(self) -> bool:
@@ -113,7 +127,7 @@ class SlurmCommunicator(MalleableCommunicator):
         if parsed.kind == "request":
             n = int(parsed.fields[0])
             answer.set_result(f"ok {n}")
-            self._work.put(("grow", n, True))
+            self._work.put(("grow", n, True, 0))
         elif parsed.kind == "check":
             try:
                 answer.set_result(self._check(*protocol.parse_check(parsed)))
@@ -141,17 +155,17 @@ class SlurmCommunicator(MalleableCommunicator):
                  "%d pending job(s): %s", low, high, preferred, factor, places, view.idle,
                  len(waiting), decision or "no action")
         if isinstance(decision, Grow):
-            self._work.put(("grow", decision.nodes, False))
+            self._work.put(("grow", decision.nodes, False, 0))
             return f"expand {places + decision.nodes}"
         if isinstance(decision, Shrink):
-            self._work.put(("shrink", decision.nodes, False))
+            self._work.put(("shrink", decision.nodes, False, 0))
             return f"shrink {places - decision.nodes}"
         return "none"
 
     # -- carrying it out ------------------------------------------------------------------
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
-            verb, n, requested = item
+            verb, n, requested, seq = item
             try:
                 if verb == "grow":
                     self._grow(n)
@@ -164,6 +178,11 @@ class SlurmCommunicator(MalleableCommunicator):
                     self.orders.refused(n, reason)
                 else:
                     self.orders.order_failed(reason)
+                if seq:
+                    self._inbox.answer("failed", seq)
+            else:
+                if seq:
+                    self._inbox.answer("done", seq)
 
     def _grow(self, n: int) -> None:
         """``n`` more nodes from Slurm, then a place on each; the nodes go back if

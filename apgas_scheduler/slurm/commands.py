@@ -37,7 +37,7 @@ from pathlib import Path
 from apgas.errors import ApgasError
 from launcher import expand_hostlist
 
-__all__ = ["SlurmError", "JobInfo", "PartitionView", "show_job", "expansion_permitted",
+__all__ = ["SlurmError", "JobInfo", "PartitionView", "show_job", "job_text", "set_comment", "expansion_permitted",
            "allocate_expansion", "update_job", "merge_expansion", "shrink_job", "partition_view", "cancel"]
 
 log = logging.getLogger("apgas.slurm")
@@ -107,6 +107,19 @@ def show_job(job_id: str) -> JobInfo:
     return JobInfo(job_id, fields.get("JobState", "?"),
                    expand_hostlist(nodes) if nodes and nodes != "(null)" else [],
                    fields.get("Partition", ""), fields)
+
+
+def job_text(job_id: str, name: str) -> str:
+    """A text field of the job (``AdminComment``, ``Comment``) whole, spaces and all:
+    ``scontrol show job`` ends it where the next ``Key=`` begins."""
+    text = run("scontrol", "--oneliner", "show", "job", job_id)
+    found = re.search(rf"(?:^|\s){name}=(.*?)(?=\s+\w[\w:/]*=|\s*$)", text)
+    return "" if found is None or found.group(1) == "(null)" else found.group(1)
+
+
+def set_comment(job_id: str, text: str) -> None:
+    """Set the job's ``Comment`` (its user may): the job's answers to the controller."""
+    run("scontrol", "update", f"JobId={job_id}", f"Comment={text}", retry_for=RETRY_FOR)
 
 
 def expansion_permitted() -> bool:
