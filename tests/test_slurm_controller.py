@@ -50,9 +50,10 @@ def slurm(cluster):
 
 
 def squeue(cluster) -> dict[str, dict]:
-    """Every job by name, as ``squeue --json`` shows it."""
+    """Every job by name, as ``squeue --json`` shows it (ended ones left out)."""
     out = cluster.run("squeue", "--json").stdout
-    return {j["name"]: j for j in json.loads(out)["jobs"]}
+    return {j["name"]: j for j in json.loads(out)["jobs"]
+            if j["job_state"] in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED")}
 
 
 def submit(cluster, name: str, *options: str, env: dict | None = None, cwd: Path = ROOT,
@@ -64,9 +65,9 @@ def submit(cluster, name: str, *options: str, env: dict | None = None, cwd: Path
     return int(done.stdout.strip().split(";")[0])
 
 
-def malleable_job(cluster, tmp: Path, poll: str = "0") -> int:
+def malleable_job(cluster, tmp: Path, poll: str = "0", grow: str = "expand") -> int:
     """slurm_job.py's ``controlled`` GLB job on 1-4 whole nodes, one place per node."""
-    env = {"APGAS_COMMUNICATOR": "slurm", "APGAS_SLURM_POLL": poll, "APGAS_LOG_LEVEL": "INFO",
+    env = {"APGAS_SLURM_GROW": grow, "APGAS_COMMUNICATOR": "slurm", "APGAS_SLURM_POLL": poll, "APGAS_LOG_LEVEL": "INFO",
            "APGAS_SLURM_GROW_TIMEOUT": "20", "MODE": "controlled", "SIGNALS": str(tmp),
            "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
     script = f"exec {sys.executable} {PROG}"
@@ -97,9 +98,19 @@ class Controller:
         return self.log.read_text()
 
 
-def test_thrifty_shrinks_a_malleable_job_for_a_rigid_one_and_grows_it_back(slurm, tmp_path):
+def held(cluster, job: int) -> int:
+    """The nodes job ``job`` holds, with those of its companion allocations."""
+    jobs = squeue(cluster)
+    return sum(j["node_count"] for j in jobs.values() if j["job_state"] == "RUNNING"
+               and (j["job_id"] == job or j["name"] == f"apgas-companion-{job}"))
+
+
+@pytest.mark.parametrize("grow", ["expand", "companion"])
+def test_thrifty_shrinks_a_malleable_job_for_a_rigid_one_and_grows_it_back(slurm, tmp_path, grow):
+    """Grown back by Slurm's job expansion (22.05 and on, undocumented since 21.08),
+    or by a companion allocation (where Slurm does not permit expansion)."""
     tmp_path.chmod(0o777)
-    malleable = malleable_job(slurm, tmp_path)
+    malleable = malleable_job(slurm, tmp_path, grow=grow)
     eventually(lambda: squeue(slurm).get("malleable", {}).get("comment") == "apgas ready 0",
                "the malleable job on 4 nodes, taking orders", 90)
     assert squeue(slurm)["malleable"]["node_count"] == 4
@@ -116,10 +127,13 @@ def test_thrifty_shrinks_a_malleable_job_for_a_rigid_one_and_grows_it_back(slurm
         assert seen["node_count"] == 2 and seen["comment"] == "apgas done 1", seen
         assert seen["admin_comment"] == "apgas-order 1 shrink 2"
         # the rigid job ends: the idle nodes go back to the malleable job
-        eventually(lambda: squeue(slurm)["malleable"]["node_count"] == 4,
-                   "the malleable job back on 4 nodes", 90)
+        eventually(lambda: held(slurm, malleable) == 4, "the malleable job back on 4 nodes", 90)
+        companions = [j for j in squeue(slurm).values() if j["name"].startswith("apgas-companion")]
+        assert len(companions) == (grow == "companion"), companions
         (tmp_path / "go").touch()
         eventually(lambda: "malleable" not in squeue(slurm), "the malleable job ended", 120)
+        eventually(lambda: not squeue(slurm), "its companion allocations gone", 30)
+
     finally:
         (tmp_path / "go").touch()
         log = controller.stop()
@@ -137,14 +151,16 @@ def test_a_job_that_did_not_opt_in_is_never_resized(slurm, tmp_path):
     job = submit(slurm, "plain", "--nodes=1-4", "--exclusive", "--time=5", "--wrap=sleep 120",
                  "--comment=apgas is not running here")
     eventually(lambda: squeue(slurm).get("plain", {}).get("job_state") == "RUNNING", "running", 30)
-    submit(slurm, "rigid", "--nodes=2", "--exclusive", "--time=1", "--wrap=sleep 1")
+    before = squeue(slurm)["plain"]["node_count"]
+    assert before >= 3, f"Slurm started the 1-4 node job on {before} node(s) of 4 idle ones"
+    submit(slurm, "rigid", f"--nodes={6 - before}", "--exclusive", "--time=1", "--wrap=sleep 1")
     controller = Controller(slurm, tmp_path, "--policy", "thrifty", "--interval", "0.5")
     try:
         time.sleep(5)  # ten passes
     finally:
         log = controller.stop()
     jobs = squeue(slurm)
-    assert jobs["plain"]["node_count"] == 4 and jobs["plain"]["admin_comment"] == "", jobs["plain"]
+    assert jobs["plain"]["node_count"] == before and jobs["plain"]["admin_comment"] == "", jobs["plain"]
     assert jobs["rigid"]["job_state"] == "PENDING"
     assert f"job {job}" not in log and "apgas-order" not in log, log
 

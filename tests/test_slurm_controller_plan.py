@@ -164,3 +164,23 @@ def test_the_controller_reads_twice_a_pass_and_sends_each_order_with_its_wake_up
     squeue["jobs"][0]["admin_comment"] = "apgas-order 1 shrink 2"
     assert controller.step(1201.0) == []  # in flight: reads only
     assert dict(controller.calls) == {"squeue": 2, "sinfo": 2, "scontrol": 1, "scancel": 1}
+
+
+def test_a_companion_allocation_counts_as_its_jobs_nodes_only_for_the_same_user():
+    plan = planner()
+    pending = job(9, "PENDING", count=2, reason="Resources")
+    jobs = parse_jobs({"jobs": [
+        job(1, "RUNNING", "node[1-2]", 2, tres_nodes=1, comment="apgas ready 0"),
+        job(2, "RUNNING", "node[3-4]", 2, name="apgas-companion-1"), pending]})
+    plan.ranges[1] = (1, 4)
+    [(owner, order)] = plan.plan(1200.0, jobs, NODES)
+    assert owner.id == 1 and owner.nodes == tuple(NODES) and order == mailbox.Order(1, "shrink", 2)
+    # somebody else naming a job after ours gains nothing: it is their own rigid job
+    strangers = parse_jobs({"jobs": [
+        job(1, "RUNNING", "node[1-2]", 2, tres_nodes=1, comment="apgas ready 0"),
+        job(2, "RUNNING", "node[3-4]", 2, name="apgas-companion-1", user=666),
+        job(9, "PENDING", count=1, reason="Resources")]})
+    fresh = planner()
+    fresh.ranges[1] = (1, 4)
+    [(owner, order)] = fresh.plan(1200.0, strangers, NODES)
+    assert owner.nodes == ("node1", "node2") and order == mailbox.Order(1, "shrink", 1)

@@ -53,6 +53,7 @@ class Config:
     check_inhibit: float = 10.0  # s: check_status calls this soon after the last one are no-ops
     slurm_grow_timeout: float = 30.0  # s the slurm communicator waits for Slurm to give nodes
     slurm_poll: float = 30.0  # s between reads of the job's orders besides the wake-up signal
+    slurm_grow: str = ""  # "expand" or "companion"; "": expand where Slurm permits it
     heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
@@ -174,6 +175,11 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         hosts = len(set(values.get("hosts", ()))) or 1
         per_core = values.get("places", 1) / hosts / (os.cpu_count() or 1)
         values["heartbeat"] = default_heartbeat(per_core)
+    found = pick("slurm_grow")
+    if found is not None:
+        if found[1] not in ("expand", "companion"):
+            raise ConfigError(f"{found[0]} must be expand or companion, got {found[1]!r}")
+        values["slurm_grow"] = str(found[1])
     for field in ("interface", "python", "chaos", "communicator", "ssh", "srun", "timeline"):
         found = pick(field)
         if found is not None:

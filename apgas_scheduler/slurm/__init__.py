@@ -33,6 +33,7 @@ job opens no port. The timing lines go to the log (``apgas.malleability``).
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import logging
 import math
 import os
@@ -78,11 +79,14 @@ class SlurmCommunicator(MalleableCommunicator):
         except slurmctl.SlurmError as e:
             raise ConfigError(f"APGAS_COMMUNICATOR=slurm: cannot ask Slurm about job "
                               f"{self.job_id}: {e}") from None
-        if not permitted:
-            raise ConfigError("APGAS_COMMUNICATOR=slurm: this Slurm does not let jobs grow; the "
+        self.grow_by = config.slurm_grow or ("expand" if permitted else "companion")
+        if self.grow_by == "expand" and not permitted:
+            raise ConfigError("APGAS_SLURM_GROW=expand: this Slurm does not let jobs grow; the "
                               "administrator must add permit_job_expansion to SchedulerParameters "
                               "in slurm.conf (SchedulerParameters=permit_job_expansion) and run "
-                              "scontrol reconfigure")
+                              "scontrol reconfigure, or use APGAS_SLURM_GROW=companion")
+        self.end = _end_time(job.fields.get("EndTime", ""))
+        self.companions: dict[str, str] = {}  # node -> the companion allocation it is in
         self.partition = job.partition
         self.nodes = job.nodes
         self.first = job.nodes[0] if job.nodes else ""
@@ -106,6 +110,10 @@ class SlurmCommunicator(MalleableCommunicator):
         self._work.put(None)
         if self._worker.is_alive():
             self._worker.join(self.config.slurm_grow_timeout + 60)
+        for companion in sorted(set(self.companions.values())):  # their nodes go back now
+            slurmctl.cancel(companion)
+        self.companions.clear()
+        _publish(self.companions)
 
     def _take_order(self, order: mailbox.Order) -> None:
         self._work.put((order.verb, order.nodes, False, order.seq))
@@ -187,6 +195,9 @@ class SlurmCommunicator(MalleableCommunicator):
     def _grow(self, n: int) -> None:
         """``n`` more nodes from Slurm, then a place on each; the nodes go back if
         the places cannot start."""
+        if self.grow_by == "companion":
+            self._grow_companion(n)
+            return
         expansion = slurmctl.allocate_expansion(self.job_id, n, self.partition,
                                                 self.config.slurm_grow_timeout)
         with self._resizing:  # not while Slurm finds the nodes: a release may go meanwhile
@@ -215,10 +226,42 @@ class SlurmCommunicator(MalleableCommunicator):
             self._give_back()  # the places did not start: the nodes go back at once
             raise
 
+    def _grow_companion(self, n: int) -> None:
+        """``n`` nodes in a companion allocation (:func:`slurmctl.allocate_companion`),
+        then a place on each as a step of it."""
+        companion, new = slurmctl.allocate_companion(self.job_id, n, self.partition,
+                                                     self.config.slurm_grow_timeout, self.end)
+        with self._resizing:
+            self.companions.update((node, companion) for node in new)
+            _publish(self.companions)
+        log.info("Slurm job %s grew by %s (companion allocation %s)", self.job_id,
+                 ",".join(new), companion)
+        try:
+            self.orders.grow(len(new), new)
+        except Exception:
+            self._give_back()
+            raise
+
     def _give_back(self) -> None:
-        """Shrink the Slurm job to the nodes that still have a place (and the first)."""
+        """Shrink the Slurm job, and its companions, to the nodes that still have a
+        place (and the first)."""
         with self._resizing:
             hosts = {place.host for place in self.orders.status()[1]}
+            for companion in sorted(set(self.companions.values())):
+                mine = [node for node, c in self.companions.items() if c == companion]
+                keep = [node for node in mine if node in hosts]
+                if keep == mine:
+                    continue
+                if keep:
+                    slurmctl.shrink_job(companion, keep)
+                else:
+                    slurmctl.cancel(companion)
+                for node in mine:
+                    if node not in keep:
+                        del self.companions[node]
+                log.info("companion allocation %s of Slurm job %s gave back %s", companion,
+                         self.job_id, ",".join(n for n in mine if n not in keep))
+            _publish(self.companions)
             keep = [node for node in self.nodes if node in hosts or node == self.first]
             if keep == self.nodes:
                 return
@@ -243,6 +286,19 @@ class SlurmCommunicator(MalleableCommunicator):
                 os.environ[name] = listed
             for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
                 os.environ[name] = str(len(self.nodes))
+
+
+def _publish(companions: dict[str, str]) -> None:
+    """Tell the srun launcher which nodes are a companion allocation's
+    (``APGAS_SLURM_COMPANIONS``: its places there run as that job's steps)."""
+    os.environ["APGAS_SLURM_COMPANIONS"] = ",".join(f"{n}={c}" for n, c in sorted(companions.items()))
+
+
+def _end_time(text: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:  # Unknown: no time limit
+        return None
 
 
 def _number(job_id: str) -> int:

@@ -32,7 +32,7 @@ from .._model import Grow, Shrink
 from ..engine import Engine, Tracked
 from ..policies.planning import Policy
 from . import mailbox
-from .commands import EXPANSION_NAME
+from .commands import COMPANION_NAME, EXPANSION_NAME
 
 __all__ = ["SlurmJob", "parse_jobs", "parse_nodes", "Planner", "STARTABLE", "USABLE_STATES"]
 
@@ -156,6 +156,23 @@ def parse_nodes(document: Mapping[str, Any], partition: str | None) -> list[str]
     return found
 
 
+def _with_companions(jobs: list[SlurmJob]) -> list[SlurmJob]:
+    """A job's companion allocations (running jobs of the same user named
+    ``apgas-companion-<job>``, where Slurm cannot grow jobs) count as its nodes;
+    a companion of a job of somebody else is an ordinary job."""
+    owners = {j.id: j for j in jobs if j.state == "RUNNING"}
+    extra: dict[int, list[str]] = {}
+    merged = set()
+    for job in jobs:
+        prefix, _, of = job.name.rpartition("-")
+        owner = owners.get(int(of)) if prefix == COMPANION_NAME and of.isdigit() else None
+        if job.state == "RUNNING" and owner is not None and owner.user == job.user:
+            extra.setdefault(owner.id, []).extend(job.nodes)
+            merged.add(job.id)
+    return [dataclasses.replace(j, nodes=j.nodes + tuple(extra[j.id])) if j.id in extra else j
+            for j in jobs if j.id not in merged]
+
+
 @dataclasses.dataclass
 class _Sent:
     seq: int
@@ -178,7 +195,8 @@ class Planner:
     def plan(self, now: float, jobs: Iterable[SlurmJob],
              nodes: list[str]) -> list[tuple[SlurmJob, mailbox.Order]]:
         """The orders of one pass: ``(job, order)`` for the jobs the policy grows or shrinks."""
-        jobs = [j for j in jobs if self.partition is None or j.partition == self.partition]
+        jobs = _with_companions([j for j in jobs
+                                 if self.partition is None or j.partition == self.partition])
         for job in jobs:
             if job.state == "PENDING" and job.max_nodes > job.min_nodes:
                 self.ranges[job.id] = (job.min_nodes, job.max_nodes)
@@ -213,7 +231,7 @@ class Planner:
     def _track(self, job: SlurmJob, now: float, pool: set[str],
                engine: Engine[str]) -> Tracked | None:
         if job.state == "PENDING":
-            if job.reason not in STARTABLE or job.name.startswith(EXPANSION_NAME):
+            if job.reason not in STARTABLE or job.name.startswith((EXPANSION_NAME, COMPANION_NAME)):
                 return None
             cls = "moldable" if job.max_nodes > job.min_nodes else "rigid"
             tracked = Tracked(job.id, cls, job.min_nodes, max(job.min_nodes, job.max_nodes),
