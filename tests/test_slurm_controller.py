@@ -58,6 +58,8 @@ def squeue(cluster) -> dict[str, dict]:
 
 def submit(cluster, name: str, *options: str, env: dict | None = None, cwd: Path = ROOT,
            user: str | None = None) -> int:
+    if not any(o.startswith("--output=") for o in options):
+        options = (*options, "--output=/dev/null")  # nothing in the checkout
     done = subprocess.run(["sbatch", "--parsable", f"--job-name={name}", *options],
                           env={**cluster.env, **(env or {})}, cwd=cwd, capture_output=True,
                           text=True, timeout=30, user=user)
