@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +131,10 @@ def available_bytes() -> int | None:
 
 
 def write_json(path: Path, report: dict[str, Any], logger: logging.Logger | None = None) -> None:
-    """Write ``report`` to ``path`` (parents created); log it under ``logger`` or ``benchmarks``."""
+    """Write ``report`` to ``path`` (parents created); log it under ``logger`` or ``benchmarks``.
+    What JSON has no type for is written as its ``str``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     (logger or logging.getLogger("benchmarks")).info("wrote %s", path)
 
 
@@ -219,7 +221,46 @@ def run_probe(command: list[str], env: dict[str, str], cwd: Path, timeout: float
     raise RuntimeError(f"{shlex.join(command)} failed (exit {proc.returncode}): {err[-3000:]}")
 
 
-# -- logging and command line ---------------------------------------------------------------
+# -- environment, logging and command line ---------------------------------------------------
+
+class scheduler_env_aside:  # noqa: N801 (used as a context manager, like a function)
+    """Environment variables that would tie the runs to a scheduler, put aside meanwhile."""
+
+    VARS = ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN")
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.saved: dict[str, str] = {}
+        self.log = logger or logging.getLogger("benchmarks")
+
+    def __enter__(self) -> scheduler_env_aside:
+        for var in self.VARS:
+            if var in os.environ:
+                self.saved[var] = os.environ.pop(var)
+                self.log.warning("%s ignored: the benchmark runs its own jobs", var)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.environ.update(self.saved)
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, contextlib.ExitStack]]:
+    """A temporary directory, and a stack for what is started in it (sshd, Slurm): on
+    exit that is stopped, in reverse order, before the directory goes."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, contextlib.ExitStack() as stack:
+        yield Path(tmp), stack
+
+
+def positive_ints(text: str) -> list[int]:
+    """An option's ``2,4``: positive integers separated by commas."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
 
 def setup_logging(*logger_names: str) -> None:
     """The named benchmark loggers at INFO; other libraries (Dask) only from WARNING."""
@@ -231,20 +272,31 @@ def setup_logging(*logger_names: str) -> None:
         logging.getLogger(name).setLevel(logging.INFO)
 
 
-def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path,
-               quick_help: str,
-               options: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
-    """``--repeats``, ``--json`` and ``--quick``, and the harness's own ``options``; the
-    description is the first line of ``doc``."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path | None,
+               quick_help: str | None,
+               options: Callable[[argparse.ArgumentParser], None] | None = None, *,
+               repeats: bool = True, check: Callable[[argparse.Namespace], str | None] | None = None,
+               whole_doc: bool = False) -> argparse.Namespace:
+    """The harness's own ``options``, then those of ``--repeats``, ``--json`` (when
+    ``default_json`` is given) and ``--quick`` (when ``quick_help`` is) that it did not
+    define itself; the description is the first line of ``doc`` (or all of it)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc if whole_doc else doc.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter
+                                     if whole_doc else argparse.HelpFormatter)
     if options is not None:
         options(parser)
-    parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
-                        "(default 5, or 1 with --quick)")
-    parser.add_argument("--json", type=Path, default=default_json,
-                        help="where to write the results (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help=quick_help)
+    own = parser._option_string_actions  # the options the harness defined
+    if repeats and "--repeats" not in own:
+        parser.add_argument("--repeats", type=int, default=None, help="repeats of each measurement "
+                            "(default 5, or 1 with --quick)")
+    if default_json is not None and "--json" not in own:
+        parser.add_argument("--json", type=Path, default=default_json,
+                            help="where to write the results (default: %(default)s)")
+    if quick_help is not None and "--quick" not in own:
+        parser.add_argument("--quick", action="store_true", help=quick_help)
     args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if check is not None and (wrong := check(args)):
+        parser.error(wrong)
     return args

@@ -4,7 +4,6 @@ plain and signed as the places' transport signs (part 1's yardsticks)."""
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 import zmq
 
 from apgas.lowlevel import payload_digest
+from benchmarks._floor import SpawnedPeer, connected
 
 __all__ = ["BareFloor", "BARE_CHUNK"]
 
@@ -32,11 +32,7 @@ def _bare_peer(endpoint: str) -> None:
     """The receiving process: for each ``total`` announced, keep every frame until
     ``total`` bytes have come, then answer; ends on a negative announcement. With
     ``mac``, each frame comes after its keyed BLAKE2b digest, which is checked."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    try:
+    with connected(zmq.PAIR, endpoint) as sock:
         while True:
             words = sock.recv().split()
             total, mac = int(words[0]), words[1:] == [b"mac"]
@@ -55,22 +51,13 @@ def _bare_peer(endpoint: str) -> None:
                 got += len(frame)
             sock.send(b"ok" if ok else b"bad")
             del kept
-    finally:
-        sock.close()
-        ctx.term()
 
 
-class BareFloor:
+class BareFloor(SpawnedPeer):
     """pyzmq alone: this process sends numpy buffers zero-copy to a second one."""
 
     def __init__(self) -> None:
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.PAIR)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        self._proc = multiprocessing.get_context("spawn").Process(
-            target=_bare_peer, args=(f"tcp://127.0.0.1:{port}",), daemon=True)
-        self._proc.start()
+        super().__init__(zmq.PAIR, _bare_peer)
         self._buffer = np.ones(0, np.uint8)
         self.transfer(1)  # connected and answering
 
@@ -101,14 +88,5 @@ class BareFloor:
 
     def close(self) -> None:
         self.release()
-        try:
-            self._sock.send(b"-1")
-        except zmq.ZMQError:
-            pass
-        self._proc.join(10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
-        self._sock.close()
-        self._ctx.term()
+        self.stop(b"-1", 10)
 

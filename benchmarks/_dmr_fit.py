@@ -78,9 +78,9 @@ from typing import Any
 import apgas
 from apgas.dist.apps import cg, jacobi, nbody
 from apgas.order import send_order
-from benchmarks._common import machine_info, setup_logging, write_json
 from benchmarks._dist_ceiling import bandwidth_once
 from benchmarks._dist_efficiency import SIZES, compute_once
+from benchmarks._harness import Run, harness, show
 
 __all__ = ["FIT_PROBLEMS", "NODE_CORES", "fit_amdahl", "fit_resize", "node_serial", "measure", "main"]
 
@@ -293,27 +293,32 @@ def render(fit: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks._dmr_fit",
-                                description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--out", type=Path, default=Path("bench-results"),
-                   help="where dmr_fit.json goes (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=3, help="repeats of the timings (default 3)")
-    p.add_argument("--node-cores", type=int, default=NODE_CORES,
-                   help=f"cores of a cluster node, for the extrapolation (default {NODE_CORES})")
-    p.add_argument("--quick", action="store_true", help="smaller problems (a smoke test)")
-    ns = p.parse_args(argv)
-    if not 1 <= ns.repeats <= 20:
-        p.error(f"--repeats must be 1..20, got {ns.repeats}")
-    if not 1 <= ns.node_cores <= 1024:
-        p.error(f"--node-cores must be 1..1024, got {ns.node_cores}")
-    setup_logging(log.name)
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="where dmr_fit.json goes (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of the timings (default 3)")
+    parser.add_argument("--node-cores", type=int, default=NODE_CORES,
+                        help=f"cores of a cluster node, for the extrapolation (default {NODE_CORES})")
+    parser.add_argument("--quick", action="store_true", help="smaller problems (a smoke test)")
+
+
+def check(args: argparse.Namespace) -> str | None:
+    if not 1 <= args.repeats <= 20:
+        return f"--repeats must be 1..20, got {args.repeats}"
+    if not 1 <= args.node_cores <= 1024:
+        return f"--node-cores must be 1..1024, got {args.node_cores}"
+    return None
+
+
+@harness("benchmarks._dmr_fit", __doc__, options=options, check=check, loggers=(log.name,))
+def main(run: Run) -> int:
+    ns = run.args
     began = time.monotonic()
     fit = measure("quick" if ns.quick else "full", ns.repeats, ns.node_cores)
-    report = {"machine": machine_info(), "command": "python -m benchmarks._dmr_fit " + " ".join(
-        argv if argv is not None else sys.argv[1:]), "elapsed_seconds": time.monotonic() - began, **fit}
-    write_json(ns.out / "dmr_fit.json", report, log)
-    print(render(fit))
+    run.path = ns.out / "dmr_fit.json"
+    run.report.update({"command": "python -m benchmarks._dmr_fit " + " ".join(run.argv), "elapsed_seconds": time.monotonic() - began,
+                       **fit})
+    show(render(fit))
     return 0 if all(a["equal"] for a in fit["apps"].values()) else 1
 
 

@@ -65,7 +65,7 @@ from apgas_scheduler.sim.dmr_workload import (
 )
 from apgas_scheduler.sim.simulator import Simulator
 from apgas_scheduler.sim.workload import SimJob
-from benchmarks._common import machine_info, write_json
+from benchmarks._harness import Run
 
 __all__ = ["SIM_SIZES", "SIM_NODES", "SIM_SEEDS", "LIVE_PROBLEMS", "simulate", "simulate_study",
            "live_batch", "live_study", "main_sim", "main_live", "job_main"]
@@ -215,19 +215,19 @@ def render_others(study: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main_sim(out: Path) -> int:
+def main_sim(run: Run, out: Path) -> int:
     """``--dmr``: the simulated study with the fitted and the linear models."""
     began = time.monotonic()
     studies = {"fitted": simulate_study(models=MODELS), "linear": simulate_study(models=LINEAR_MODELS)}
     cost = reconfig(MODELS)
-    report = {"machine": machine_info(), "command": "python -m benchmarks.evaluation --dmr",
+    report = {"command": "python -m benchmarks.evaluation --dmr",
               "nodes": SIM_NODES, "cores_per_node": 16, "seeds": SIM_SEEDS, "factor": FACTOR,
               "period_s": PERIOD, "arrival_mean_s": 10.0,
               "models": {name: {app: vars(m) for app, m in ms.items()}
                          for name, ms in (("fitted", MODELS), ("linear", LINEAR_MODELS))},
               "reconfig": vars(cost), "reconfig_errors": reconfig_errors(MODELS),
               "studies": studies, "elapsed_seconds": time.monotonic() - began}
-    write_json(out / "evaluation_dmr.json", report)
+    run.write(out / "evaluation_dmr.json", report)
     for name, study in studies.items():
         print(f"DMR's workload, {name} models, {SIM_NODES} nodes, mean of {SIM_SEEDS} seeds; "
               "in brackets DMR's Table 4")
@@ -417,17 +417,17 @@ def render_live(studies: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main_live(out: Path, seeds: Sequence[int] = LIVE_SEEDS) -> int:
+def main_live(run: Run, out: Path, seeds: Sequence[int] = LIVE_SEEDS) -> int:
     """``--dmr-live``: the miniature on this machine, one batch per seed; exit 1 if any
     job failed or was wrong."""
     began = time.monotonic()
     studies = [live_study(seed) for seed in seeds]
     mean_change = {k: _mean([s["change_pct"][k] for s in studies]) for k in LIVE_KEYS
                    if all(k in s["change_pct"] for s in studies)}
-    report = {"machine": machine_info(), "command": "python -m benchmarks.evaluation --dmr-live",
+    report = {"command": "python -m benchmarks.evaluation --dmr-live",
               "batches": studies, "mean_change_pct": mean_change,
               "elapsed_seconds": time.monotonic() - began}
-    write_json(out / "evaluation_dmr_live.json", report)
+    run.write(out / "evaluation_dmr_live.json", report)
     print(f"DMR's workload in miniature: {LIVE_JOBS} jobs on {LIVE_NODES} virtual nodes "
           f"({os.cpu_count()} cores), Table 1 / {LIVE_SCALE}, {len(studies)} batch(es)")
     print(render_live(studies))

@@ -22,7 +22,6 @@ its changes in turn (``ABLATION``). Both flags run the same simulations (about
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from apgas_scheduler.policies import get_policy
 from apgas_scheduler.sim import workload as wl
 from apgas_scheduler.sim.incentive import as_rigid, incentive
 from apgas_scheduler.sim.simulator import Reconfig, SimResult, Simulator
-from benchmarks._common import machine_info
+from benchmarks._harness import Run, markdown_head
 
 __all__ = ["POLICIES", "COSTS", "SHARES", "trace_runs", "policies_markdown",
            "fairness_markdown", "main"]
@@ -118,11 +117,10 @@ def _h(seconds: float | None) -> str:
 
 def policies_markdown(report: dict[str, Any], command: str) -> str:
     """Question 1: mean turnaround and resizes of every policy, both costs."""
-    lines = [f"Produced by `{command}`. Mean turnaround in hours; the best of each "
-             "trace and share in bold.", "",
-             "| trace (nodes) | malleable | policy | turnaround, alpha = beta = 0.05 s | vs EASY | "
-             "vs minAgree | resizes | turnaround, our costs | vs EASY | vs minAgree | resizes |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    figures = ("vs EASY", "vs minAgree", "resizes")
+    lines = [f"Produced by `{command}`. Mean turnaround in hours; the best of each trace and share in bold.",
+             "", *markdown_head("trace (nodes)", "malleable", "policy", "turnaround, alpha = beta = 0.05 s",
+                                *figures, "turnaround, our costs", *figures, left=3)]
     for name, t, pc in _cases(report):
         best = {c: min(t["runs"][f"{c} {pc} {p}"]["mean_turnaround"] for p in POLICIES)
                 for c in COSTS}
@@ -141,8 +139,8 @@ def policies_markdown(report: dict[str, Any], command: str) -> str:
                          + " | ".join(cells) + " |")
     lines += ["", "Thrifty without each of its changes (alpha = beta = 0.05 s): mean turnaround "
               "in hours, against thrifty and against minAgree, and resizes.", "",
-              "| trace | malleable | variant | turnaround | vs thrifty | vs minAgree | resizes |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+              *markdown_head("trace", "malleable", "variant", "turnaround", "vs thrifty", "vs minAgree",
+                             "resizes", left=3)]
     for name, t, pc in _cases(report):
         ours = t["ablation"][f"{pc} thrifty"]["mean_turnaround"]
         mina = t["runs"][f"study {pc} malleable"]["mean_turnaround"]
@@ -159,9 +157,9 @@ def fairness_markdown(report: dict[str, Any], command: str, cost: str = "study")
     malleable jobs against themselves submitted rigid (the incentive)."""
     lines = [f"Produced by `{command}`; reconfiguration cost alpha = beta = 0.05 s (the "
              "JSON has our costs too). Mean turnaround in hours.", "",
-             "| trace | malleable | policy | rigid jobs | rigid vs EASY | malleable jobs | "
-             "the same jobs submitted rigid | incentive | malleable mean wait | as rigid |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             *markdown_head("trace", "malleable", "policy", "rigid jobs", "rigid vs EASY", "malleable jobs",
+                            "the same jobs submitted rigid", "incentive", "malleable mean wait", "as rigid",
+                            left=3)]
     for name, t, pc in _cases(report):
         easy_rigid = t["runs"][f"{cost} {pc} easy"]["by_class"].get("rigid")
         for policy in POLICIES:
@@ -179,8 +177,9 @@ def fairness_markdown(report: dict[str, Any], command: str, cost: str = "study")
     return "\n".join(lines) + "\n"
 
 
-def main(out: Path, traces: Path | None, max_jobs: int | None, *, policies: bool,
+def main(run: Run, out: Path, traces: Path | None, max_jobs: int | None, *, policies: bool,
          fairness: bool) -> int:
+    """``--policies`` and ``--fairness`` of ``benchmarks.evaluation``: their JSON and Markdown into ``out``."""
     from benchmarks.simspeed import TRACES_DIR
 
     print(f"real traces, first {max_jobs or 'all'} jobs: EASY, MEBF, minAgree, thrifty "
@@ -188,14 +187,14 @@ def main(out: Path, traces: Path | None, max_jobs: int | None, *, policies: bool
     report = trace_runs(traces or TRACES_DIR, max_jobs)
     out.mkdir(parents=True, exist_ok=True)
     tail = f" --trace-jobs {max_jobs or 0}" if max_jobs != 10000 else ""
-    payload = {"machine": machine_info(), "trace_jobs": max_jobs or 0, "serial_fraction": SERIAL,
+    payload = {"trace_jobs": max_jobs or 0, "serial_fraction": SERIAL,
                "resize_interval": RESIZE_INTERVAL,
                "costs": {k: vars(c) for k, c in COSTS.items()}, "traces": report}
     for wanted, stem, render in ((policies, "evaluation_policies", policies_markdown),
                                  (fairness, "evaluation_fairness", fairness_markdown)):
         if wanted:
             command = f"python -m benchmarks.evaluation --{stem.split('_')[1]}{tail}"
-            (out / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
+            run.write(out / f"{stem}.json", payload)
             text = render(report, command)
             (out / f"{stem}.md").write_text(text)
             print(text)

@@ -11,15 +11,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
 
 from benchmarks._common import Metric, Samples, fmt, median
+from benchmarks._harness import Column, Table, Text
 
 __all__ = ["Echo", "pool_rate", "floor_summary", "render_floor", "MESSAGE_BYTES"]
 
@@ -65,10 +67,9 @@ def floor_summary(samples: Samples, places: int) -> dict[str, Any]:
 
 def render_floor(floor: dict[str, Any], places: int) -> str:
     """The floor table: the runtime beside its floor, then the ratios against the targets."""
-    header = f"{'against the floor (same run)':<52} {'median of repeats':>18}"
-    lines = [header, "-" * len(header)]
-    for m in floor_metrics(places):
-        lines.append(f"{m.label:<52} {fmt(floor['medians'][m.key], m.unit):>18}")
+    table = Table([Column("against the floor (same run)", 52, left=True), Column("median of repeats", 18, gap=" ")],
+                  rule=True)
+    lines = [table.render([m.label, fmt(floor["medians"][m.key], m.unit)] for m in floor_metrics(places))]
 
     def verdict(value: float | None, target: float, at_most: bool) -> str:
         if value is None:
@@ -82,20 +83,57 @@ def render_floor(floor: dict[str, Any], places: int) -> str:
             ("finish / Pool(2), 2 places", "batch2_over_pool2", BATCH_OVER_POOL_TARGET, False),
             (f"finish / Pool({places}), {places} places", f"batch{places}_over_pool{places}",
              BATCH_OVER_POOL_TARGET, False)]:
-        lines.append(f"{label:<52} {verdict(floor[key], target, at_most)}")
+        lines.append(table.line([label, Text(" " + verdict(floor[key], target, at_most))]))
     return "\n".join(lines)
 
 MESSAGE_BYTES = 100
 _BARE, _PICKLED, _STOP = b"B", b"P", b"S"
 
 
-def _serve_echo(endpoint: str) -> None:
-    """The echo process: answer each message until told to stop."""
+@contextlib.contextmanager
+def connected(kind: int, endpoint: str) -> Iterator[zmq.Socket]:
+    """In a peer process: a socket of ``kind`` connected to ``endpoint``, closed on exit."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
+    sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     try:
+        yield sock
+    finally:
+        sock.close()
+        ctx.term()
+
+
+class SpawnedPeer:
+    """A process spawned to run ``target(endpoint)``, and this side's socket of ``kind``
+    bound to ``endpoint``, a free port of 127.0.0.1: the other end of a floor."""
+
+    def __init__(self, kind: int, target: Callable[[str], None]) -> None:
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(kind)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=target, args=(f"tcp://127.0.0.1:{port}",), daemon=True)
+        self._proc.start()
+
+    def stop(self, last: bytes, wait: float) -> None:
+        """Send ``last`` (the peer ends on it); kill the peer if it has not ended in ``wait`` s."""
+        try:
+            self._sock.send(last)
+        except zmq.ZMQError:
+            pass
+        self._proc.join(wait)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._sock.close()
+        self._ctx.term()
+
+
+def _serve_echo(endpoint: str) -> None:
+    """The echo process: answer each message until told to stop."""
+    with connected(zmq.ROUTER, endpoint) as sock:
         while True:
             route, message = sock.recv_multipart()
             mode = message[:1]
@@ -105,23 +143,13 @@ def _serve_echo(endpoint: str) -> None:
             elif mode == _STOP:
                 return
             sock.send_multipart([route, message])
-    finally:
-        sock.close()
-        ctx.term()
 
 
-class Echo:
+class Echo(SpawnedPeer):
     """A peer process for ping-pongs; a context manager that stops it on exit."""
 
     def __init__(self) -> None:
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        spawn = multiprocessing.get_context("spawn")
-        self._proc = spawn.Process(target=_serve_echo, args=(f"tcp://127.0.0.1:{port}",),
-                                   daemon=True)
-        self._proc.start()
+        super().__init__(zmq.DEALER, _serve_echo)
         self.bare(1)  # connected and answering
 
     def bare(self, calls: int) -> list[float]:
@@ -147,13 +175,7 @@ class Echo:
         return times
 
     def close(self) -> None:
-        self._sock.send(_STOP)
-        self._proc.join(5)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
-        self._sock.close()
-        self._ctx.term()
+        self.stop(_STOP, 5)
 
     def __enter__(self) -> Echo:
         return self

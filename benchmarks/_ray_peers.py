@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks._common import Samples, add_sample, fmt, median, percentile
+from benchmarks._harness import Column, Table
 
 log = logging.getLogger("benchmarks.ray")
 
@@ -268,14 +269,14 @@ def micro_summary(samples: Samples, places: int) -> dict[str, Any]:
 
 def render_micro(summary: dict[str, Any]) -> str:
     """Ray's table: each Ray figure beside its reference from the same run, and the ratio."""
-    header = f"{'Ray (same run)':<36} {'ray':>12}   {'reference':<26} {'value':>12} {'ray / ref':>10}"
-    lines = [header, "-" * len(header)]
+    table = Table([Column("Ray (same run)", 36, left=True), Column("ray", 12, gap=" "),
+                   Column("reference", 26, left=True, gap="   "), Column("value", 12, gap=" "),
+                   Column("ray / ref", 10, gap=" ")], rule=True)
     if summary["skipped"]:
-        return "\n".join([*lines, f"Ray rows {summary['skipped']}"])
-    for r in summary["rows"]:
-        ratio = "-" if r["ray_over_reference"] is None else f"{r['ray_over_reference']:.3g}x"
-        lines.append(f"{r['ray']:<36} {fmt(r['ray_median'], r['unit']):>12}   {r['reference']:<26} "
-                     f"{fmt(r['reference_median'], r['unit']):>12} {ratio:>10}")
+        return "\n".join([table.render([]), f"Ray rows {summary['skipped']}"])
+    lines = [table.render(
+        [r["ray"], fmt(r["ray_median"], r["unit"]), r["reference"], fmt(r["reference_median"], r["unit"]),
+         "-" if r["ray_over_reference"] is None else f"{r['ray_over_reference']:.3g}x"] for r in summary["rows"])]
     lines.append(f"Ray: ray.init(num_cpus={summary['workers']}) on the loopback, one actor for the round trips; "
                  f"'k at a time': tasks asking for {summary['workers']}/k CPUs each")
     return "\n".join(lines)

@@ -4,7 +4,6 @@ about itself, the loop's instrumented arrays, progress and the memory check."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +12,7 @@ import numpy as np
 
 import apgas
 from apgas.dist import BlockArray, at_each
-from benchmarks._common import available_bytes
+from benchmarks._common import available_bytes, scheduler_env_aside
 from benchmarks._dist_common import COLS, ROW_BYTES, GiB, MiB, mib
 
 __all__ = ["MiB", "GiB", "COLS", "ROW_BYTES", "mib", "Timed", "spans", "Progress", "make_arrays",
@@ -181,25 +180,6 @@ class Progress:
 
 
 # -- the environment --------------------------------------------------------------------------------
-
-class scheduler_env_aside:  # noqa: N801 (used as a context manager, like a function)
-    """Environment variables that would tie the runs to a scheduler, put aside meanwhile."""
-
-    VARS = ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN")
-
-    def __init__(self) -> None:
-        self.saved: dict[str, str] = {}
-
-    def __enter__(self) -> scheduler_env_aside:
-        for var in self.VARS:
-            if var in os.environ:
-                self.saved[var] = os.environ.pop(var)
-                log.warning("%s ignored: the benchmark runs its own jobs", var)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.environ.update(self.saved)
-
 
 def peak_estimate(size: int, places: int) -> int:
     """What a commit measurement of ``size`` bytes on ``places`` places holds at its peak:

@@ -47,6 +47,7 @@ the node count against the plain UTS kernel. Timings are not asserted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import multiprocessing
@@ -59,7 +60,8 @@ from typing import Any
 
 from . import _ray_peers
 from ._balancing_sim import glb_figures, render_glb
-from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
+from ._common import have_dask, install_hint, with_cli
+from ._harness import Column, Harness, Run, Table, show
 
 log = logging.getLogger("benchmarks.balancing")
 
@@ -289,13 +291,12 @@ def _expected(params: dict) -> int:
 
 
 def render(rows: list[dict]) -> str:
-    lines = [f"{'workers':>7}  {'system':<22} {'pieces':>6} {'wall s':>8} {'efficiency':>10} "
-             f"{'static bound':>12}  correct"]
-    for r in rows:
-        bound = "" if r["bound"] is None else f"{r['bound']:.2f}"
-        pieces = "" if r["pieces"] is None else str(r["pieces"])
-        lines.append(f"{r['places']:>7}  {r['system']:<22} {pieces:>6} {r['seconds']:>8.3f} "
-                     f"{r['efficiency']:>10.2f} {bound:>12}  {r['correct']}")
+    table = Table([Column("workers", 7), Column("system", 22, left=True, gap="  "), Column("pieces", 6, gap=" "),
+                   Column("wall s", 8, ".3f", gap=" "), Column("efficiency", 10, ".2f", gap=" "),
+                   Column("static bound", 12, gap=" "), Column("correct", 0, left=True, gap="  ")])
+    lines = [table.render([r["places"], r["system"], "" if r["pieces"] is None else str(r["pieces"]), r["seconds"],
+                           r["efficiency"], "" if r["bound"] is None else f"{r['bound']:.2f}", r["correct"]]
+                          for r in rows)]
     for p in dict.fromkeys(r["places"] for r in rows):
         shape = next(r["shape_bound"] for r in rows if r["places"] == p)
         lines.append(f"{p} workers: no split of the level beats {shape:.2f} (total / (P x largest subtree))")
@@ -329,8 +330,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.balancing", description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--places", default=None,
                         help=f"comma-separated worker counts (default {','.join(map(str, PLACES))}; "
                              f"--quick: {','.join(map(str, QUICK_PLACES))})")
@@ -342,19 +342,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-ray", action="store_true", help="leave Ray out")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="default: %(default)s")
     parser.add_argument("--plot", type=Path, default=None, help="also draw a PNG here")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     try:
         args.places = ([int(p) for p in args.places.split(",") if p] if args.places
                        else list(QUICK_PLACES if args.quick else PLACES))
     except ValueError:
-        parser.error(f"--places takes integers, got {args.places!r}")
+        return f"--places takes integers, got {args.places!r}"
     if not args.places or min(args.places) < 2:
-        parser.error("--places: worker counts of at least 2")
+        return "--places: worker counts of at least 2"
     if args.unit_ms is None:
         args.unit_ms = 0.25 if args.quick else 1.0
     if not args.unit_ms > 0:
-        parser.error("--unit-ms must be positive")
-    return args
+        return "--unit-ms must be positive"
+    return None
 
 
 def tree_params(quick: bool, unit_ms: float) -> dict:
@@ -362,31 +365,37 @@ def tree_params(quick: bool, unit_ms: float) -> dict:
     return {**(QUICK_TREE if quick else synthetic.DEFAULT_TREE), "unit_ms": unit_ms}
 
 
-def main(argv: list[str] | None = None, measure_fn: Callable[..., list[dict]] = measure) -> int:
-    args = parse_args(argv)
-    require("benchmarks.balancing", "numba", *(["matplotlib"] if args.plot else []))
-    setup_logging(log.name)
+def session(run: Run, measure_fn: Callable[..., list[dict]] = measure) -> int:
+    args = run.args
     dask = have_dask() and not args.no_dask
     if not dask and not args.no_dask:
         log.warning("no Dask rows (or --no-dask): they need %s", install_hint(["distributed"]))
     params = tree_params(args.quick, args.unit_ms)
-    before = machine_info()
     ray = not (_ray_peers.SKIPPED or args.no_ray)
     if _ray_peers.SKIPPED and not args.no_ray:
         log.warning("no Ray rows: %s", _ray_peers.SKIPPED)
     rows: list[dict] = []
     for places in args.places:
         rows.extend(measure_fn(params, places, dask) if ray else measure_fn(params, places, dask, ray=False))
-    print(render(rows))
-    write_json(args.json, {"machine": before, "load_average_after": os.getloadavg(),
-                           "command": ["python", "-m", "benchmarks.balancing",
-                                       *(argv if argv is not None else sys.argv[1:])],
-                           "params": params, "glb_args": list(GLB_ARGS), "cutoff": CUTOFF, "fanout": FANOUT,
-                           "rows": rows, "ray_skipped": "--no-ray" if args.no_ray else _ray_peers.SKIPPED}, log)
+    show(render(rows))
+    run.report.update({"load_average_after": os.getloadavg(), "command": run.command, "params": params,
+                       "glb_args": list(GLB_ARGS), "cutoff": CUTOFF, "fanout": FANOUT, "rows": rows,
+                       "ray_skipped": "--no-ray" if args.no_ray else _ray_peers.SKIPPED})
     if args.plot:
         plot(rows, args.plot)
         log.info("wrote %s", args.plot)
     return 0 if all(r["correct"] for r in rows) else 1
+
+
+HARNESS = Harness("benchmarks.balancing", __doc__ or "", session, DEFAULT_JSON, "", repeats=False,
+                  options=options, check=check, loggers=(log.name,),
+                  needs=lambda args: ["numba", *(["matplotlib"] if args.plot else [])])
+parse_args = HARNESS.parse
+
+
+def main(argv: list[str] | None = None, measure_fn: Callable[..., list[dict]] = measure) -> int:
+    """The harness; ``measure_fn`` stands in for :func:`measure` in tests."""
+    return dataclasses.replace(HARNESS, measure=lambda run: session(run, measure_fn))(argv)
 
 
 if __name__ == "__main__":

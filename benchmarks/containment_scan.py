@@ -13,6 +13,7 @@ find the tag), which issue 40 replaced. Prints a table and writes JSON.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import subprocess
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from apgas_scheduler.live import containment
-from benchmarks._common import machine_info, median, parse_args, percentile, setup_logging, write_json
+from benchmarks._common import median, percentile
+from benchmarks._harness import Column, Run, Table, harness, show, skipped
 
 log = logging.getLogger("benchmarks.containment_scan")
 
@@ -52,27 +54,32 @@ def timed(scan: Any, repeats: int) -> list[float]:
     return times
 
 
-def main(argv: list[str] | None = None) -> int:
-    def options(parser: Any) -> None:
-        parser.add_argument("--foreign", type=int, default=1000,
-                            help="the other user's processes (default 1000)")
-        parser.add_argument("--env-kb", type=int, default=64,
-                            help="KiB of environment each of them holds (default 64)")
+TABLE = Table([Column("rule", 28, left=True), Column("found", 7), Column("foreign", 9),
+               Column("median", 10, ".2f", "ms"), Column("p90", 10, ".2f", "ms")])
 
-    args = known = parse_args(argv, "python -m benchmarks.containment_scan", __doc__,
-                              Path("bench-results/containment_scan.json"),
-                              "20 scans, 200 processes", options)
-    setup_logging("benchmarks")
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--foreign", type=int, default=1000,
+                        help="the other user's processes (default 1000)")
+    parser.add_argument("--env-kb", type=int, default=64,
+                        help="KiB of environment each of them holds (default 64)")
+
+
+@harness("benchmarks.containment_scan", __doc__, Path("bench-results/containment_scan.json"),
+         "20 scans, 200 processes", options=options)
+def main(run: Run) -> int:
+    known = run.args
     if os.geteuid() != 0:
-        print("skipped: needs root, to start the other user's processes")
+        show("skipped: needs root, to start the other user's processes")
+        run.path = None
         return 0
-    repeats = args.repeats or (20 if args.quick else 50)
-    foreign = 200 if args.quick else known.foreign
+    repeats = known.repeats or (20 if known.quick else 50)
+    foreign = 200 if known.quick else known.foreign
     padding = "x" * (known.env_kb * 1024)
     jobs = {"cgroup": None if containment.cgroup_base() is not None else "no writable cgroup2",
             "fallback": None}
-    report: dict[str, Any] = {"machine": machine_info(), "foreign": foreign,
-                              "env_kib": known.env_kb, "repeats": repeats, "rows": {}}
+    report = run.report
+    report.update(foreign=foreign, env_kib=known.env_kb, repeats=repeats, rows={})
     handles: list[containment.Handle] = []
     squatters: list[subprocess.Popen] = []
     try:
@@ -112,16 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         for h in handles:
             containment.kill(h.identity, 0.0)
             h.proc.wait()
-    print(f"\none scan with {foreign} foreign processes ({known.env_kb} KiB environments), "
-          f"{repeats} repeats")
-    print(f"{'rule':<28}{'found':>7}{'foreign':>9}{'median':>10}{'p90':>10}")
-    for kind, row in report["rows"].items():
-        if "skipped" in row:
-            print(f"{kind:<28}  skipped: {row['skipped']}")
-            continue
-        print(f"{kind:<28}{row['members']:>7}{row.get('foreign_counted', '-'):>9}"
-              f"{row['median_ms']:>8.2f}ms{row['p90_ms']:>8.2f}ms")
-    write_json(args.json, report, log)
+    show(f"\none scan with {foreign} foreign processes ({known.env_kb} KiB environments), "
+         f"{repeats} repeats",
+         TABLE.render(skipped(kind, row["skipped"], "  ") if "skipped" in row else
+                      [kind, row["members"], row.get("foreign_counted", "-"), row["median_ms"], row["p90_ms"]]
+                      for kind, row in report["rows"].items()))
     return 0
 
 

@@ -48,7 +48,7 @@ from apgas import auth
 from apgas_scheduler.client import request
 
 from ._browser import headless_chromium
-from ._common import machine_info, require, write_json
+from ._harness import Column, Run, Table, harness, show
 from .jobbatch import job_spec, make_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,27 +219,25 @@ def model_cost(jobs: int, nodes: int = 64) -> dict[str, Any]:
             "max_models_per_s": round(1 / max(MIN_GAP, COST_FACTOR * cost), 2)}
 
 
+COSTS = Table([Column("jobs", 6), Column("events", 8, gap=" "), Column("one model s", 12, ".3f", gap=" "),
+               Column("model KiB", 10, gap=" "), Column("models/s at most", 17, ".2f", gap=" ")])
+RUNS = Table([Column("run", 6, left=True), Column("pages", 5, gap=" "), Column("daemon CPU s", 13, ".2f", gap=" "),
+              Column("wall s", 8, ".1f", gap=" "), Column("CPU share", 10, ".2f", "%", gap=" "),
+              Column("jobs", 0, left=True, gap="  ")])
+
+
 def cost_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'jobs':>6} {'events':>8} {'one model s':>12} {'model KiB':>10} {'models/s at most':>17}"]
-    for r in rows:
-        lines.append(f"{r['jobs']:>6} {r['events']:>8} {r['model_s']:>12.3f} {r['model_kib']:>10} "
-                     f"{r['max_models_per_s']:>17.2f}")
-    return "\n".join(lines)
+    return COSTS.render([r[k] for k in ("jobs", "events", "model_s", "model_kib", "max_models_per_s")]
+                        for r in rows)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'run':<6} {'pages':>5} {'daemon CPU s':>13} {'wall s':>8} {'CPU share':>10}  jobs"]
-    for r in rows:
-        jobs = (f"{r['done']}/{r['jobs']} done, {r['grows']} grows, {r['shrinks']} shrinks"
-                if r["run"] == "batch" else "")
-        lines.append(f"{r['run']:<6} {r['pages']:>5} {r['cpu_s']:>13.2f} {r['wall_s']:>8.1f} "
-                     f"{100 * r['cpu_share']:>9.2f}%  {jobs}")
-    return "\n".join(lines)
+    return RUNS.render([r["run"], r["pages"], r["cpu_s"], r["wall_s"], 100 * r["cpu_share"],
+                        f"{r['done']}/{r['jobs']} done, {r['grows']} grows, {r['shrinks']} shrinks"
+                        if r["run"] == "batch" else ""] for r in rows)
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=10)
     parser.add_argument("--spread", type=float, default=20.0, help="submissions over S s")
@@ -252,39 +250,45 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=Path("bench-results/dashboard.json"))
     parser.add_argument("--screenshots", type=Path, default=None, metavar="DIR")
     parser.add_argument("--quick", action="store_true", help="3 jobs, 5 s idle: a smoke test")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     for name in ("pages", "logs"):
         try:
             setattr(args, name, [int(p) for p in getattr(args, name).split(",") if p])
         except ValueError:
-            parser.error(f"--{name}: expected comma-separated counts, got {getattr(args, name)!r}")
+            return f"--{name}: expected comma-separated counts, got {getattr(args, name)!r}"
     if args.quick:
         args.jobs, args.idle, args.spread, args.logs = 3, 5.0, 4.0, [100]
     if args.screenshots and 1 not in args.pages:
-        parser.error("--screenshots are taken in the run with one page: include 1 in --pages")
-    return args
+        return "--screenshots are taken in the run with one page: include 1 in --pages"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    require("benchmarks.dashboard", "numba",
-            *(["selenium"] if args.screenshots or any(args.pages) else []))
+@harness("benchmarks.dashboard", __doc__, repeats=False,
+         options=options, check=check, loggers=(), whole_doc=True, needs=lambda args: ["numba",
+         *(["selenium"] if args.screenshots or any(args.pages) else [])])
+def main(run: Run) -> None:
+    args = run.args
     if args.screenshots:
         args.screenshots.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="apgas-dashboard-bench-") as tmp:
         for count in args.pages:
             rows.append(idle_cost(Path(tmp) / f"idle-{count}", args.nodes, args.idle, count))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            show(table(rows[-1:]).splitlines()[-1])
         for count in args.pages:
             rows.append(batch_cost(Path(tmp) / f"batch-{count}", args, count, args.screenshots))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
-    print(table(rows))
+            show(table(rows[-1:]).splitlines()[-1])
+    show(table(rows))
     costs = [model_cost(n) for n in args.logs]
-    print(cost_table(costs))
-    write_json(args.json, {"machine": machine_info(), "nodes": args.nodes, "jobs": args.jobs,
-                           "seed": args.seed, "spread": args.spread, "rows": rows, "models": costs})
-    return 0
+    show(cost_table(costs))
+    run.report.update({"nodes": args.nodes, "jobs": args.jobs, "seed": args.seed, "spread": args.spread,
+                       "rows": rows, "models": costs})
+
+
+parse = main.parse
 
 
 if __name__ == "__main__":

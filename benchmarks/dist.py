@@ -95,7 +95,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import statistics
 import sys
 import time
@@ -108,12 +107,13 @@ import numpy as np
 import apgas
 from apgas.dist import BlockArray
 from apgas.dist._layout import Layout, even, overlaps
-from benchmarks._common import available_bytes, machine_info, setup_logging, write_json
+from benchmarks._common import available_bytes
 from benchmarks._dist_actions import DMR_PAPER, DMR_TABLE2, actions, render_actions
 from benchmarks._dist_ceiling import bandwidth_ceiling, bandwidth_once, render_ceiling
 from benchmarks._dist_common import CHECK_MAX, COLS, ROW_BYTES, GiB, MiB, check, fill_here, mib
 from benchmarks._dist_efficiency import efficiency, render_efficiency
 from benchmarks._dist_floor import BareFloor
+from benchmarks._harness import Run, harness, in_parts
 
 log = logging.getLogger("benchmarks.dist")
 
@@ -124,7 +124,6 @@ BARE_CHUNK = 16 * MiB                # frames of the bare floor
 PEAK_FACTOR = 3                      # peak memory of a size S: about 3 S ...
 HEADROOM = 1 * GiB                   # ... plus this
 DEFAULT_JSON = Path("bench-results/dist.json")
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,9 +278,7 @@ def render_bandwidth(rows: list[dict[str, Any]], repeats: int) -> str:
 
 # -- command line -------------------------------------------------------------------------------------
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dist",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true",
                       help="64 and 128 MiB, actions with 64 MiB, a 2048 x 2048 grid, fewer repeats")
@@ -297,27 +294,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-ceiling", action="store_true",
                         help="skip part 3 (part 4 measures the ceilings it needs itself)")
     parser.add_argument("--no-efficiency", action="store_true", help="skip part 4")
-    args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    return args
-
-
-@dataclasses.dataclass
-class _Env:
-    """Environment variables that would tie the runs to a scheduler, put aside meanwhile."""
-
-    saved: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def __enter__(self) -> _Env:
-        for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN"):
-            if var in os.environ:
-                self.saved[var] = os.environ.pop(var)
-                log.warning("%s ignored: the benchmark runs its own jobs", var)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.environ.update(self.saved)
 
 
 def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> Iterator[str]:
@@ -358,21 +334,15 @@ def _parts(args: argparse.Namespace, params: Params, report: dict[str, Any]) -> 
         yield "Jacobi, CG and N-body: efficiency on 2 places\n" + render_efficiency(eff)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging(log.name)
-    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    params = make_params(mode, args.repeats)
-    report: dict[str, Any] = {
-        "machine": machine_info(), "mode": mode, "params": dataclasses.asdict(params),
-        "command": ["python", "-m", "benchmarks.dist", *(argv if argv is not None else sys.argv[1:])],
-        "memory_available_bytes": available_bytes(), "skipped": []}
-    with _Env():
-        for table in _parts(args, params, report):
-            print("\n" + table, flush=True)
-    report["load_average_after"] = os.getloadavg()
-    write_json(args.json, report, log)
-    return 0
+@harness("benchmarks.dist", __doc__, options=options, loggers=(log.name,))
+def main(run: Run) -> int:
+    mode = "tiny" if run.args.tiny else "quick" if run.args.quick else "full"
+    params = make_params(mode, run.args.repeats)
+    run.report.update({"mode": mode, "params": dataclasses.asdict(params), "command": run.command})
+    return in_parts(run, _parts(run.args, params, run.report))
+
+
+parse_args = main.parse
 
 
 if __name__ == "__main__":

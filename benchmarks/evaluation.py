@@ -40,7 +40,6 @@ Prints the tables, writes JSON and a PNG (``--json``, ``--plot``: by default in
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -51,7 +50,7 @@ from apgas_scheduler.policies.mebf import MEBF
 from apgas_scheduler.sim import workload as wl
 from apgas_scheduler.sim.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
-from benchmarks._common import machine_info, require
+from benchmarks._harness import Run, harness
 
 
 def _pct(new: float, old: float) -> float:
@@ -164,47 +163,58 @@ def traces_markdown(report: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.evaluation", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer seeds, 1,000 jobs only")
-    p.add_argument("--json", type=Path, default=Path("bench-results/evaluation.json"))
-    p.add_argument("--plot", type=Path, default=Path("bench-results/evaluation.png"))
-    p.add_argument("--real-traces", action="store_true", help="only comparison 4 (real traces)")
-    p.add_argument("--trace-jobs", type=int, default=10000, help="jobs per trace (0: whole)")
-    p.add_argument("--traces", type=Path, default=None, help="the real traces' directory")
-    p.add_argument("--out", type=Path, default=Path("bench-results"),
-                   help="where comparison 4 writes evaluation_traces.{json,md} (default: %(default)s)")
-    p.add_argument("--dmr", action="store_true", help="only DMR's workload study, simulated at "
-                   "50-400 jobs on 64 nodes (benchmarks._eval_dmr): evaluation_dmr.json into --out")
-    p.add_argument("--dmr-live", action="store_true", help="only DMR's workload study in miniature, "
-                   "live on this machine: evaluation_dmr_live.json into --out")
-    p.add_argument("--policies", action="store_true", help="only our policy against EASY, MEBF "
-                   "and minAgree on the real traces (benchmarks._eval_policies): "
-                   "evaluation_policies.{json,md} into --out")
-    p.add_argument("--fairness", action="store_true", help="only each job class's figures and "
-                   "the incentive to be malleable on the real traces: evaluation_fairness.{json,md} "
-                   "into --out")
-    ns = p.parse_args(argv)
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="fewer seeds, 1,000 jobs only")
+    parser.add_argument("--json", type=Path, default=Path("bench-results/evaluation.json"))
+    parser.add_argument("--plot", type=Path, default=Path("bench-results/evaluation.png"))
+    parser.add_argument("--real-traces", action="store_true", help="only comparison 4 (real traces)")
+    parser.add_argument("--trace-jobs", type=int, default=10000, help="jobs per trace (0: whole)")
+    parser.add_argument("--traces", type=Path, default=None, help="the real traces' directory")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="where comparison 4 writes evaluation_traces.{json,md} (default: %(default)s)")
+    parser.add_argument("--dmr", action="store_true", help="only DMR's workload study, simulated at "
+                        "50-400 jobs on 64 nodes (benchmarks._eval_dmr): evaluation_dmr.json into --out")
+    parser.add_argument("--dmr-live", action="store_true", help="only DMR's workload study in miniature, "
+                        "live on this machine: evaluation_dmr_live.json into --out")
+    parser.add_argument("--policies", action="store_true", help="only our policy against EASY, MEBF "
+                        "and minAgree on the real traces (benchmarks._eval_policies): "
+                        "evaluation_policies.{json,md} into --out")
+    parser.add_argument("--fairness", action="store_true", help="only each job class's figures and "
+                        "the incentive to be malleable on the real traces: evaluation_fairness.{json,md} "
+                        "into --out")
+
+
+def _alone(ns: argparse.Namespace) -> bool:
+    """Whether a study was asked for alone (it writes its own files into --out)."""
+    return bool(ns.real_traces or ns.policies or ns.fairness or ns.dmr or ns.dmr_live)
+
+
+@harness("benchmarks.evaluation", __doc__, Path("bench-results/evaluation.json"),
+         "fewer seeds, 1,000 jobs only", repeats=False, options=options, loggers=(),
+         needs=lambda ns: [] if _alone(ns) else ["matplotlib"])
+def main(run: Run) -> int:
+    """Comparisons 1-3 are the report (``--json``); each study asked for alone writes its own
+    files into ``--out``."""
+    ns = run.args
+    if _alone(ns):
+        run.path = None
     if ns.policies or ns.fairness:  # issue 33, questions 1 and 2: benchmarks/_eval_policies.py
         from benchmarks import _eval_policies
 
-        return _eval_policies.main(ns.out, ns.traces, ns.trace_jobs or None,
+        return _eval_policies.main(run, ns.out, ns.traces, ns.trace_jobs or None,
                                    policies=ns.policies, fairness=ns.fairness)
     if ns.dmr or ns.dmr_live:  # DMR's study (issue 33): benchmarks/_eval_dmr.py
         from benchmarks import _eval_dmr
 
-        return max(_eval_dmr.main_sim(ns.out) if ns.dmr else 0,
-                   _eval_dmr.main_live(ns.out) if ns.dmr_live else 0)
-    if not ns.real_traces:
-        require("benchmarks.evaluation", "matplotlib")
+        return max(_eval_dmr.main_sim(run, ns.out) if ns.dmr else 0,
+                   _eval_dmr.main_live(run, ns.out) if ns.dmr_live else 0)
     if ns.real_traces:
         from benchmarks.simspeed import TRACES_DIR
 
         print(f"4. real traces, first {ns.trace_jobs or 'all'} jobs, EASY vs MEBF vs minAgree")
         traces = real_traces(ns.traces or TRACES_DIR, ns.trace_jobs or None)
         ns.out.mkdir(parents=True, exist_ok=True)
-        (ns.out / "evaluation_traces.json").write_text(json.dumps(
-            {"machine": machine_info(), "trace_jobs": ns.trace_jobs, "traces": traces}, indent=2) + "\n")
+        run.write(ns.out / "evaluation_traces.json", {"trace_jobs": ns.trace_jobs, "traces": traces})
         command = "python -m benchmarks.evaluation --real-traces" + (
             f" --trace-jobs {ns.trace_jobs}" if ns.trace_jobs != 10000 else "")
         (ns.out / "evaluation_traces.md").write_text(traces_markdown(traces, command))
@@ -232,12 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, v in evolving.items():
         print(f"   {name:<15} waste {v['waste']:.3f}  makespan {v['makespan']:7.0f} s"
               f"  mean completion {v['mean_completion']:7.0f} s  utilization {v['utilization']:.3f}")
-    report = {"machine": machine_info(), "mebf_vs_easy": mebf,
-              "mebf_vs_easy_study_cost_range": costs["study range"], "minagree_vs_rigid": apgas,
-              "evolving_vs_rigid": evolving}
-    ns.json.parent.mkdir(parents=True, exist_ok=True)
-    ns.json.write_text(json.dumps(report, indent=2) + "\n")
-    _plot(ns.plot, report)
+    run.report.update({"mebf_vs_easy": mebf, "mebf_vs_easy_study_cost_range": costs["study range"],
+                       "minagree_vs_rigid": apgas, "evolving_vs_rigid": evolving})
+    _plot(ns.plot, run.report)
     return 0
 
 

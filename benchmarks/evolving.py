@@ -36,7 +36,8 @@ from typing import Any
 from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.policies import get_policy
-from benchmarks._common import machine_info, median, parse_args, require, setup_logging, write_json
+from benchmarks._common import median
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.evolving")
 
@@ -196,18 +197,15 @@ def render(lat: dict[str, dict[str, float | None]], glb: dict[str, dict[str, Any
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.evolving", __doc__,
-                      Path("bench-results/evolving.json"), "1 repeat of each")
-    require("benchmarks.evolving", "numba")
-    setup_logging("benchmarks.evolving")
-    repeats = args.repeats or (1 if args.quick else 5)
+@harness("benchmarks.evolving", __doc__, Path("bench-results/evolving.json"), "1 repeat of each",
+         needs=lambda args: ["numba"], loggers=("benchmarks.evolving",))
+def main(run: Run) -> int:
+    repeats = run.args.repeats or (1 if run.args.quick else 5)
     started = time.monotonic()
     lat = latencies(repeats)
     glb = glb_runs(repeats)
-    print(render(lat, glb))
-    write_json(args.json, {"machine": machine_info(), "repeats": repeats, "latencies": lat,
-                           "glb": glb, "elapsed_seconds": time.monotonic() - started}, log)
+    show(render(lat, glb))
+    run.report.update(repeats=repeats, latencies=lat, glb=glb, elapsed_seconds=time.monotonic() - started)
     return 0 if all(g["all_correct"] for g in glb.values()) else 1
 
 

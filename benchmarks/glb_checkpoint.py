@@ -20,6 +20,7 @@ to the places) and that run's length. Prints a table and writes JSON.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, parse_args, setup_logging, write_json
+from benchmarks._harness import Column, Run, Table, Text, harness, show
 
 log = logging.getLogger("benchmarks.glb_checkpoint")
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,18 +68,23 @@ def killed_halfway(argv: list[str], after: float) -> None:
     proc.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    def options(parser: Any) -> None:
-        parser.add_argument("--depth", type=int, default=None,
-                            help="the UTS tree's depth (default 14, or 12 with --quick)")
-        parser.add_argument("--places", type=int, default=3, help="places (default 3)")
+TABLE = Table([Column("mode", 18, left=True), Column("seconds", 9, ".2f", "s"), Column("ratio", 8, ".3f"),
+               Column("snapshots", 11, "g"), Column("bytes", 9, "g"), Column("pause", 9, ".1f", "ms"),
+               Column("write", 9, ".1f", "ms")])
 
-    args = known = parse_args(argv, "python -m benchmarks.glb_checkpoint", __doc__,
-                              Path("bench-results/glb_checkpoint.json"), "depth 12, one repeat",
-                              options)
-    setup_logging("benchmarks")
-    depth = known.depth or (12 if args.quick else 14)
-    repeats = args.repeats or (1 if args.quick else 3)
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--depth", type=int, default=None,
+                        help="the UTS tree's depth (default 14, or 12 with --quick)")
+    parser.add_argument("--places", type=int, default=3, help="places (default 3)")
+
+
+@harness("benchmarks.glb_checkpoint", __doc__, Path("bench-results/glb_checkpoint.json"),
+         "depth 12, one repeat", options=options)
+def main(job: Run) -> int:
+    known = job.args
+    depth = known.depth or (12 if known.quick else 14)
+    repeats = known.repeats or (1 if known.quick else 3)
     modes = {"plain": None, "checkpoint 10 s": 10.0, "checkpoint 1 s": 1.0}
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="apgas-glbck-") as tmp:
@@ -112,27 +118,26 @@ def main(argv: list[str] | None = None) -> int:
                 snapshot_bytes=statistics.median(c["last_bytes"] for c in ck),
                 pause_ms_each=statistics.median(1e3 * c["pause_s"] / max(1, c["written"]) for c in ck),
                 write_ms_each=statistics.median(1e3 * c["write_s"] / max(1, c["written"]) for c in ck))
-    report = {"machine": machine_info(), "depth": depth, "places": known.places,
+    report = job.report
+    report.update({"depth": depth, "places": known.places,
               "repeats": repeats, "target": TARGET, "rows": rows,
               "resume": {"killed_after_s": halfway, "resumed_from": resumed["checkpoints"]["resumed_from"],
                          "resume_s": resumed["checkpoints"]["resume_s"],
                          "resumed_run_s": resumed["seconds"], "resumed_wall_s": resumed_wall,
-                         "correct": resumed["result"] in results}}
-    print(f"\nUTS depth {depth}, {known.places} places x 1 worker, medians of {repeats}")
-    print(f"{'mode':<18}{'seconds':>9}{'ratio':>8}{'snapshots':>11}{'bytes':>9}{'pause':>9}{'write':>9}")
+                         "correct": resumed["result"] in results}})
+    lines = []
     for mode, row in rows.items():
-        extra_cols = (f"{row['snapshots']:>11g}{row['snapshot_bytes']:>9g}"
-                      f"{row['pause_ms_each']:>7.1f}ms{row['write_ms_each']:>7.1f}ms"
-                      if "snapshots" in row else "")
         verdict = ""
         if mode == "checkpoint 10 s":
             verdict = "  (target <= 1.03: " + ("met)" if row["ratio"] <= TARGET else "missed)")
-        print(f"{mode:<18}{row['median_s']:>8.2f}s{row['ratio']:>8.3f}{extra_cols}{verdict}")
+        extra = [row[k] for k in ("snapshots", "snapshot_bytes", "pause_ms_each", "write_ms_each")
+                 ] if "snapshots" in row else []
+        lines.append([mode, row["median_s"], row["ratio"], *extra, Text(verdict)])
     res = report["resume"]
-    print(f"killed whole after {res['killed_after_s']:.1f} s, resumed from snapshot "
-          f"{res['resumed_from']}: reading and handing out {1e3 * res['resume_s']:.1f} ms, the "
-          f"resumed computation {res['resumed_run_s']:.2f} s (correct: {res['correct']})")
-    write_json(args.json, report, log)
+    show(f"\nUTS depth {depth}, {known.places} places x 1 worker, medians of {repeats}", TABLE.render(lines),
+         f"killed whole after {res['killed_after_s']:.1f} s, resumed from snapshot "
+         f"{res['resumed_from']}: reading and handing out {1e3 * res['resume_s']:.1f} ms, the "
+         f"resumed computation {res['resumed_run_s']:.2f} s (correct: {res['correct']})")
     return 0
 
 

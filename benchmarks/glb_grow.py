@@ -38,7 +38,8 @@ from typing import Any
 
 from apgas.order import send_order
 
-from ._common import communicate_or_kill, machine_info, require, write_json
+from ._common import communicate_or_kill
+from ._harness import Column, Run, Table, Text, harness, show
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,17 +125,19 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
                                                    for r in runs)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.glb_grow", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app", default="uts")
     parser.add_argument("--app-args", default="--depth 15", help="the app's size options")
     parser.add_argument("--grow", type=int, default=3, help="places to add")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=Path("bench-results/glb_grow.json"))
     parser.add_argument("--quick", action="store_true", help="2 repeats")
-    args = parser.parse_args(argv)
-    require("benchmarks.glb_grow", "numba")
+
+
+@harness("benchmarks.glb_grow", __doc__, Path("bench-results/glb_grow.json"), "2 repeats", options=options,
+         needs=lambda args: ["numba"], loggers=(), whole_doc=True)
+def main(run: Run) -> None:
+    args = run.args
     if args.quick:
         args.repeats = 2
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
@@ -143,24 +146,21 @@ def main(argv: list[str] | None = None) -> int:
             for name, preload in VARIANTS.items():  # interleaved: both see the same machine
                 runs[name].append(one_grow(args, Path(tmp), preload))
                 r = runs[name][-1]
-                print(f"repeat {k + 1}, {name}: grow {r['client_s']:.3f} s, place start "
-                      f"{r['place_start_s']:.3f} s, GLB post-grow {r['glb_post_grow_s']:.3f} s, "
-                      f"first work {', '.join(f'{t:.2f}' for t in r['first_work_s'])} s", flush=True)
+                show(f"repeat {k + 1}, {name}: grow {r['client_s']:.3f} s, place start "
+                     f"{r['place_start_s']:.3f} s, GLB post-grow {r['glb_post_grow_s']:.3f} s, "
+                     f"first work {', '.join(f'{t:.2f}' for t in r['first_work_s'])} s")
     summary = {name: _summary(rs) for name, rs in runs.items()}
-    print(f"\n{args.app} {args.app_args}: grow by {args.grow} from 1 place, median of {args.repeats}")
-    print(f"{'':<34}" + "".join(f"{name:>16}" for name in VARIANTS))
-    for label, key in (("grow order (client)", "client_s"),
-                       ("  places started (the floor)", "place_start_s"),
-                       ("  GLB wires them in (postGrow)", "glb_post_grow_s"),
-                       ("new place: join to first work", "first_work_median_s"),
-                       ("  the last new place", "first_work_last_s")):
-        print(f"{label:<34}" + "".join(f"{summary[n][key]:>14.3f} s" for n in VARIANTS))
-    print(f"{'grow order / place start':<34}" + "".join(
-        f"{summary[n]['client_s'] / summary[n]['place_start_s']:>15.1f}x" for n in VARIANTS))
-    write_json(args.json, {"machine": machine_info(), "app": args.app, "app_args": args.app_args,
-                           "grow": args.grow, "repeats": args.repeats, "summary": summary,
-                           "runs": runs})
-    return 0
+    table = Table([Column("", 34, left=True), *(Column(name, 16, ".3f", " s") for name in VARIANTS)],
+                  title=f"\n{args.app} {args.app_args}: grow by {args.grow} from 1 place, median of {args.repeats}")
+    rows: list[list[Any]] = [[label, *(summary[n][key] for n in VARIANTS)] for label, key in (
+        ("grow order (client)", "client_s"), ("  places started (the floor)", "place_start_s"),
+        ("  GLB wires them in (postGrow)", "glb_post_grow_s"),
+        ("new place: join to first work", "first_work_median_s"), ("  the last new place", "first_work_last_s"))]
+    rows.append(["grow order / place start", *(Text(f"{summary[n]['client_s'] / summary[n]['place_start_s']:>15.1f}x")
+                                               for n in VARIANTS)])
+    show(table.render(rows))
+    run.report.update(app=args.app, app_args=args.app_args, grow=args.grow, repeats=args.repeats,
+                      summary=summary, runs=runs)
 
 
 if __name__ == "__main__":

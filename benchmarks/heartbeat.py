@@ -21,18 +21,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from benchmarks._common import (
-    machine_info,
-    median,
-    parse_args,
-    percentile,
-    run_probe,
-    setup_logging,
-    tagged_results,
-    write_json,
-)
+from benchmarks._common import median, percentile, run_probe, tagged_results
+from benchmarks._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.heartbeat")
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,13 +92,18 @@ def _link_cut(setting: str, repeats: int, work: Path) -> list[float] | str:
     return times
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.heartbeat", __doc__,
-                      Path("bench-results/heartbeat.json"), "one repeat, the first two settings")
+TABLE = Table([Column("APGAS_HEARTBEAT", 16, left=True), Column("interval", 9, "g", "s"),
+               Column("timeout", 9, "g", "s"), Column("median", 9, ".2f", "s"), Column("p90", 9, ".2f", "s"),
+               Column("max", 9, ".2f", "s")])
+
+
+@harness("benchmarks.heartbeat", __doc__, Path("bench-results/heartbeat.json"),
+         "one repeat, the first two settings")
+def main(run: Run) -> int:
+    args, report = run.args, run.report
     repeats = args.repeats or (1 if args.quick else 5)
     settings = SETTINGS[:2] if args.quick else SETTINGS
-    setup_logging("benchmarks")
-    report: dict[str, Any] = {"machine": machine_info(), "repeats": repeats, "settings": {}}
+    report.update(repeats=repeats, settings={})
     probe = ["-c", PROBE]
     for setting in settings:
         env = {**os.environ, "APGAS_HEARTBEAT": setting, "APGAS_LOG_LEVEL": "ERROR"}
@@ -123,17 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         cut = _link_cut(link, repeats, Path(tmp))
     report["link_cut"] = {"setting": link, **({"skipped": cut} if isinstance(cut, str) else
                           {"median": median(cut), "max": max(cut), "samples": cut})}
-    print(f"\n{'APGAS_HEARTBEAT':<16}{'interval':>9}{'timeout':>9}{'median':>9}{'p90':>9}{'max':>9}")
-    for setting, row in report["settings"].items():
-        print(f"{setting:<16}{row['interval']:>8g}s{row['timeout']:>8g}s{row['median']:>8.2f}s"
-              f"{row['p90']:>8.2f}s{row['max']:>8.2f}s")
+    show("\n" + TABLE.render([setting, *(row[k] for k in ("interval", "timeout", "median", "p90", "max"))]
+                             for setting, row in report["settings"].items()))
     row = report["link_cut"]
     if "skipped" in row:
-        print(f"link cut ({link}): {row['skipped']}")
+        show(f"link cut ({link}): {row['skipped']}")
     else:
-        print(f"link cut in the virtual cluster ({link}): median {row['median']:.2f} s, "
-              f"max {row['max']:.2f} s")
-    write_json(args.json, report, log)
+        show(f"link cut in the virtual cluster ({link}): median {row['median']:.2f} s, "
+             f"max {row['max']:.2f} s")
     return 0
 
 

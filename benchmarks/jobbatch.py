@@ -90,7 +90,7 @@ from apgas_scheduler.jobs import JobSpec
 from apgas_scheduler.live.daemon import Scheduler
 from apgas_scheduler.metrics import compute_metrics, gantt, read_events
 from apgas_scheduler.policies import get_policy
-from benchmarks._common import machine_info, require, setup_logging, write_json
+from benchmarks._harness import Run, harness, show
 from benchmarks.jobbatch_report import PUBLISHED, SCHEDULER_METRICS, compare, plot, render, summarize
 
 log = logging.getLogger("benchmarks.jobbatch")
@@ -353,9 +353,7 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.jobbatch",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=8, help="virtual nodes (default 8)")
     parser.add_argument("--jobs", type=int, default=None, help="jobs per batch (default 12, 5 with --quick)")
     parser.add_argument("--seeds", type=int, default=1, help="batches, seeds 0..N-1 (default 1)")
@@ -375,32 +373,34 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=Path("bench-results/jobbatch.json"))
     parser.add_argument("--plot", type=Path, default=Path("bench-results/jobbatch.png"),
                         help="the PNG; the Gantt chart goes beside it as *_gantt.png")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     args.jobs = args.jobs or (5 if args.quick else 12)
     args.shares = args.shares or ([0, 100] if args.quick else list(SHARES))
     args.spread = args.spread if args.spread is not None else (6.0 if args.quick else 20.0)
     args.policies = list(dict.fromkeys(p for p in args.policies.split(",") if p))
     if unknown := [p for p in args.policies if p not in POLICIES]:
-        parser.error(f"unknown policies {unknown}; choose from {list(POLICIES)}")
+        return f"unknown policies {unknown}; choose from {list(POLICIES)}"
     if bad := [s for s in args.shares if not 0 <= s <= 100]:
-        parser.error(f"shares are percentages 0..100, got {bad}")
+        return f"shares are percentages 0..100, got {bad}"
     biggest = max(c.nodes for c in JOB_TABLE)
     if args.nodes < biggest:
-        parser.error(f"--nodes must be at least {biggest} (the largest rigid job)")
+        return f"--nodes must be at least {biggest} (the largest rigid job)"
     if min(args.jobs, args.seeds, args.repeats) < 1 or args.spread < 0:
-        parser.error("--jobs, --seeds and --repeats must be >= 1 and --spread >= 0")
-    return args
+        return "--jobs, --seeds and --repeats must be >= 1 and --spread >= 0"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    require("benchmarks.jobbatch", "numba", "tqdm", "matplotlib")
-    setup_logging(log.name)
+@harness("benchmarks.jobbatch", __doc__, options=options,
+         check=check, loggers=(log.name,), needs=lambda args: ["numba", "tqdm", "matplotlib"])
+def main(ctx: Run) -> int:
+    args = ctx.args
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     os.environ["APGAS_LOCAL_HOSTS"] = "*"   # every node name is this machine
-    info = machine_info()
     table = QUICK_TABLE if args.quick else JOB_TABLE
     batches = [make_batch(seed, args.jobs, args.spread, table) for seed in range(args.seeds)]
     plan = [(b, s, p, r) for b in batches for s in args.shares for p in args.policies
@@ -444,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         if run is not shown:
             del run["events"]
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    report = {
-        "machine": info, "params": params, "elapsed_seconds": elapsed,
+    ctx.report.update({
+        "params": params, "elapsed_seconds": elapsed,
         "job_table": [dataclasses.asdict(c) for c in table],
         "batches": [{"seed": b.seed, "malleable_order": list(b.malleable_order),
                      "jobs": [{"index": j.index, "config": j.config.name, "submit": j.submit}
@@ -453,16 +453,18 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary, "comparison": comparison, "published": PUBLISHED,
         "failures": failures, "gantt_run": {k: shown[k] for k in ("seed", "share", "policy")},
         "runs": runs,
-    }
-    write_json(args.json, report, log)
-    print(render(summary, comparison, args.shares, args.policies, failures))
+    })
+    show(render(summary, comparison, args.shares, args.policies, failures))
     slow = [r for r in runs if r["cpu_share"] is not None and r["cpu_share"] < SLOW_CPU_SHARE]
     if slow:
-        print(f"{len(slow)} run(s) got less than {SLOW_CPU_SHARE:.0%} of the cores (something else "
+        show(f"{len(slow)} run(s) got less than {SLOW_CPU_SHARE:.0%} of the cores (something else "
               "ran on the machine; compare with care): " + ", ".join(
                   f"{r['share']}% {r['policy']} ({r['cpu_share']:.0%})" for r in slow))
-    print(f"{len(runs)} run(s) in {elapsed:.0f} s")
+    show(f"{len(runs)} run(s) in {elapsed:.0f} s")
     return 1 if failures else 0
+
+
+parse = main.parse
 
 
 if __name__ == "__main__":

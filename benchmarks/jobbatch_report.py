@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import median
+from benchmarks._harness import Column, Table
 
 __all__ = ["SCHEDULER_METRICS", "METRICS", "PUBLISHED", "summarize", "compare", "render", "plot"]
 
@@ -66,14 +67,11 @@ def compare(summary: list[dict[str, Any]], policies: list[str]) -> dict[str, Any
 def _grid(summary: list[dict[str, Any]], shares: list[int], policies: list[str], title: str,
           cell: Callable[[dict[str, Any]], str]) -> list[str]:
     """Rows = shares, columns = policies."""
-    width = 24
-    lines = [title, f"{'share':>6}  " + "".join(f"{p:<{width}}" for p in policies)]
-    for share in shares:
-        cells = [cell(c) + ("!" if c["failures"] else "")
-                 if (c := _cell(summary, share, p)) and c["makespan"] is not None else "-"
-                 for p in policies]
-        lines.append(f"{share:>5}%  " + "".join(f"{text:<{width}}" for text in cells))
-    return lines
+    table = Table([Column("share", 6, unit="%"), *(Column(p, 24, left=True, gap="  " if i == 0 else "")
+                                                   for i, p in enumerate(policies))], title=title)
+    return table.render([share, *(cell(c) + ("!" if c["failures"] else "")
+                                  if (c := _cell(summary, share, p)) and c["makespan"] is not None else "-"
+                                  for p in policies)] for share in shares).split("\n")
 
 
 def render(summary: list[dict[str, Any]], comparison: dict[str, Any] | None,
@@ -86,16 +84,15 @@ def render(summary: list[dict[str, Any]], comparison: dict[str, Any] | None,
                           lambda c: f"{c['mean_wait']:.1f} / {c['cpu_share']:.0%} / "
                                     f"{(c['grows'] or 0) + (c['shrinks'] or 0):g}")
     if comparison:
-        lines += ["", f"{'minAgree at 100% malleable, change against':<46} {'makespan':>9} "
-                      f"{'utilis.':>9} {'turnaround':>11}"]
+        table = Table([Column("minAgree at 100% malleable, change against", 46, left=True),
+                       Column("makespan", 9, gap=" "), Column("utilis.", 9, gap=" "),
+                       Column("turnaround", 11, gap=" ")])
         rows = [(f"here: {comparison[k]['baseline']} at 0% (best w/o backfill)"
                  if k == "vs_best_0" else "here: fcfs at 0%", comparison[k])
                 for k in ("vs_best_0", "vs_fcfs_0") if k in comparison]
         rows.append(("paper: fcfs at 0% (32 nodes, 10 batches)", comparison["published_vs_fcfs_0"]))
-        for label, values in rows:
-            lines.append(f"{label:<46} " + " ".join(
-                f"{_pct(values[k]):>{w}}" for k, w in (("makespan", 9), ("utilization", 9),
-                                                      ("mean_turnaround", 11))))
+        lines += ["", table.render([label, *(_pct(values[k]) for k in ("makespan", "utilization", "mean_turnaround"))]
+                                   for label, values in rows)]
     lines += ["", f"failures: {failures}" + ("  (cells marked ! had failures)" if failures else "")]
     return "\n".join(lines)
 

@@ -17,18 +17,19 @@ Launchers whose daemons are missing are reported as skipped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, median, parse_args, run_probe, setup_logging, write_json
+from benchmarks._common import median, run_probe, scratch
+from benchmarks._harness import Column, Run, Table, harness, show, skipped
 
 log = logging.getLogger("benchmarks.launchers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def _bare(command: list[str], env: dict[str, str], repeats: int) -> float:
     return median(times) or 0.0
 
 
-def _routes(work: Path, stack) -> dict[str, Any]:
+def _routes(work: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
     """For each launcher: the probe's command, environment and bare-process command."""
     sys.path.insert(0, str(ROOT / "tests"))
     from _slurm import SlurmUnavailable, start_slurm
@@ -93,7 +94,7 @@ def _routes(work: Path, stack) -> dict[str, Any]:
                   {**base, "APGAS_PLACES": "4", "APGAS_LOCAL_HOSTS": "*"}, [py, "-c", "pass"])}
     try:
         sshd = start_sshd(work / "sshd")
-        stack.append(sshd.stop)
+        stack.callback(sshd.stop)
         routes["ssh"] = ([py, str(probe), "sshhost1,sshhost2"],
                          {**base, "APGAS_LAUNCHER": "ssh", "APGAS_SSH": shlex.join(sshd.command),
                           "APGAS_HOSTS": "localhost,sshhost1,sshhost2,sshhost3"},
@@ -102,7 +103,7 @@ def _routes(work: Path, stack) -> dict[str, Any]:
         routes["ssh"] = f"skipped: {e}"
     try:
         slurm = start_slurm(work / "slurm")
-        stack.append(slurm.stop)
+        stack.callback(slurm.stop)
         salloc = ["salloc", "-N3", "--quiet", "--time=5", "--kill-command=SIGKILL"]
         routes["srun"] = ([*salloc, py, str(probe), "node2,node3"],
                           {**slurm.env, **{k: v for k, v in base.items() if k.startswith(("APGAS", "PY"))},
@@ -119,41 +120,34 @@ def _routes(work: Path, stack) -> dict[str, Any]:
     return routes
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.launchers", __doc__,
-                      Path("bench-results/launchers.json"), "one repeat")
-    repeats = args.repeats or (1 if args.quick else 5)
-    setup_logging("benchmarks")
-    stack: list = []
-    report: dict[str, Any] = {"machine": machine_info(), "repeats": repeats, "launchers": {}}
-    with tempfile.TemporaryDirectory(prefix="apgas-launchers-") as tmp:
-        try:
-            for name, route in _routes(Path(tmp), stack).items():
-                if isinstance(route, str):
-                    log.warning("%s: %s", name, route)
-                    report["launchers"][name] = {"skipped": route}
-                    continue
-                command, env, bare = route
-                runs = []
-                for i in range(repeats):
-                    runs.append(_run(command, env))
-                    log.info("%s %d/%d: ready %.3f s grow %.3f s shrink %.3f s", name, i + 1,
-                             repeats, runs[-1]["ready"], runs[-1]["grow"], runs[-1]["shrink"])
-                report["launchers"][name] = {
-                    key: median([r[key] for r in runs]) for key in ("ready", "grow", "shrink")}
-                report["launchers"][name]["bare_process"] = _bare(bare, env, repeats)
-                report["launchers"][name]["samples"] = runs
-        finally:
-            for stop in reversed(stack):
-                stop()
-    print(f"\n{'launcher':<9}{'start 4 places':>16}{'grow 2':>10}{'shrink 2':>10}{'one bare process':>19}")
-    for name, row in report["launchers"].items():
-        if "skipped" in row:
-            print(f"{name:<9}{row['skipped']}")
-            continue
-        print(f"{name:<9}{row['ready']:>14.3f} s{row['grow']:>8.3f} s{row['shrink']:>8.3f} s"
-              f"{row['bare_process']:>17.3f} s")
-    write_json(args.json, report, log)
+TABLE = Table([Column("launcher", 9, left=True), Column("start 4 places", 16, ".3f", " s"),
+               Column("grow 2", 10, ".3f", " s"), Column("shrink 2", 10, ".3f", " s"),
+               Column("one bare process", 19, ".3f", " s")])
+
+
+@harness("benchmarks.launchers", __doc__, Path("bench-results/launchers.json"), "one repeat")
+def main(run: Run) -> int:
+    repeats = run.args.repeats or (1 if run.args.quick else 5)
+    launchers: dict[str, Any] = {}
+    run.report.update(repeats=repeats, launchers=launchers)
+    with scratch("apgas-launchers-") as (work, stack):
+        for name, route in _routes(work, stack).items():
+            if isinstance(route, str):
+                log.warning("%s: %s", name, route)
+                launchers[name] = {"skipped": route}
+                continue
+            command, env, bare = route
+            runs = []
+            for i in range(repeats):
+                runs.append(_run(command, env))
+                log.info("%s %d/%d: ready %.3f s grow %.3f s shrink %.3f s", name, i + 1,
+                         repeats, runs[-1]["ready"], runs[-1]["grow"], runs[-1]["shrink"])
+            launchers[name] = {key: median([r[key] for r in runs]) for key in ("ready", "grow", "shrink")}
+            launchers[name]["bare_process"] = _bare(bare, env, repeats)
+            launchers[name]["samples"] = runs
+    show("\n" + TABLE.render(skipped(name, row["skipped"]) if "skipped" in row else
+                             [name, row["ready"], row["grow"], row["shrink"], row["bare_process"]]
+                             for name, row in launchers.items()))
     return 0
 
 

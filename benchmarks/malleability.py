@@ -47,7 +47,8 @@ from apgas import protocol
 from apgas.order import send_order
 from apgas.testing import FakeScheduler
 from benchmarks import _footprint
-from benchmarks._common import Samples, add_sample, machine_info, median, setup_logging, write_json
+from benchmarks._common import Samples, add_sample, median
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.malleability")
 
@@ -378,10 +379,7 @@ def render_table(rows: list[dict[str, Any]], params: Params, failures: int) -> s
 
 # -- command line ---------------------------------------------------------------------------
 
-def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
-    """``--repeats``, ``--json`` and ``--quick`` as every benchmark has them, and the cases."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.malleability",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None,
                         help="repeats of each case (default 3, or 1 with --quick)")
     parser.add_argument("--json", type=Path, default=Path("bench-results/malleability.json"),
@@ -397,51 +395,54 @@ def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
                         "instead (default sizes 64,128,256,512,1024; JSON: "
                         "bench-results/footprint.json)")
     parser.add_argument("--no-glb", action="store_true", help="--footprint without the GLB run")
-    args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     if args.step < 1:
-        parser.error("--step must be at least 1")
+        return "--step must be at least 1"
     try:
         args.sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else ()
     except ValueError:
-        parser.error(f"--sizes must be numbers separated by commas, got {args.sizes!r}")
+        return f"--sizes must be numbers separated by commas, got {args.sizes!r}"
     if any(n < 1 for n in args.sizes):
-        parser.error("--sizes must be at least 1")
+        return "--sizes must be at least 1"
     args.methods = tuple(args.methods.split(",")) if args.methods else ()
     if any(m not in METHODS for m in args.methods):
-        parser.error(f"--methods must be among {','.join(METHODS)}, got {','.join(args.methods)}")
-    return args
+        return f"--methods must be among {','.join(METHODS)}, got {','.join(args.methods)}"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_command_line(argv)
-    setup_logging(log.name)
+@harness("benchmarks.malleability", __doc__, options=options,
+         check=check, loggers=(log.name,))
+def main(run: Run) -> int:
+    args = run.args
     if args.footprint:
-        return footprint_main(args)
+        return footprint_main(run)
     params = make_params(args.repeats, args.quick, args.sizes, args.step, args.methods)
-    info = machine_info()
     log.info("malleability: %s", params)
     samples, messages, failures = measure(params)
     rows = summarize(samples)
-    write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "threads_per_place": THREADS, "failures": failures, "results": rows,
-                           "job_messages": {f"{m} {n}": lines for (m, n), lines in messages.items()}},
-               log)
-    print(render_table(rows, params, failures))
+    run.report.update({"params": dataclasses.asdict(params), "threads_per_place": THREADS,
+                       "failures": failures, "results": rows,
+                       "job_messages": {f"{m} {n}": lines for (m, n), lines in messages.items()}})
+    show(render_table(rows, params, failures))
     return 0 if rows else 1
 
 
-def footprint_main(args: argparse.Namespace) -> int:
+def footprint_main(run: Run) -> int:
     """``--footprint``: one job per size; the table, and JSON (bench-results/footprint.json)."""
-    path = args.json if args.json != Path("bench-results/malleability.json") else \
-        Path("bench-results/footprint.json")
+    args = run.args
+    if args.json == Path("bench-results/malleability.json"):
+        run.path = Path("bench-results/footprint.json")
     _footprint.kill_on_signal()
-    info = machine_info()
     rows = _footprint.measure(args.sizes or _footprint.SIZES, glb=not args.no_glb)
-    write_json(path, {"machine": info, "threads_per_place": _footprint.THREADS, "results": rows}, log)
-    print(_footprint.render_table(rows))
+    run.report.update({"threads_per_place": _footprint.THREADS, "results": rows})
+    show(_footprint.render_table(rows))
     return 0 if rows and all("error" not in r for r in rows) else 1
+
+
+parse_command_line = main.parse
 
 
 if __name__ == "__main__":

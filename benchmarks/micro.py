@@ -53,16 +53,12 @@ from benchmarks._common import (
     add_sample,
     fmt,
     fmt_target,
-    machine_info,
     median,
     meets,
-    parse_args,
     percentile,
-    require,
-    setup_logging,
-    write_json,
 )
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
+from benchmarks._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -433,12 +429,11 @@ def _speedup(m: Metric, ours: float | None, theirs: float | None) -> float | Non
 
 def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: Params) -> str:
     """The table printed at the end."""
-    header = f"{'metric':<40} {'apgas':>14} {'dask':>14} {'speedup':>9}  target"
-    lines = [header, "-" * len(header)]
-    for m, row in zip(METRICS, rows, strict=True):
-        speedup = f"{row['speedup']:.1f}x" if row["speedup"] else "-"
-        lines.append(f"{m.label:<40} {fmt(row['apgas'], m.unit):>14} {fmt(row['dask'], m.unit):>14} "
-                     f"{speedup:>9}  {fmt_target(m, row['meets_target'])}")
+    table = Table([Column("metric", 40, left=True), Column("apgas", 14, gap=" "), Column("dask", 14, gap=" "),
+                   Column("speedup", 9, gap=" "), Column("target", 0, left=True, gap="  ")], rule=True)
+    lines = [table.render([m.label, fmt(row["apgas"], m.unit), fmt(row["dask"], m.unit),
+                           f"{row['speedup']:.1f}x" if row["speedup"] else "-",
+                           fmt_target(m, row["meets_target"])] for m, row in zip(METRICS, rows, strict=True))]
     lines += [
         "",
         f"medians of {params.repeats} repeat(s); apgas: {PLACES} places, round trips place 0 -> 1 "
@@ -454,13 +449,11 @@ def render_table(rows: list[dict[str, Any]], failures: dict[str, int], params: P
 
 # -- command line ---------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.micro", __doc__ or "", Path("bench-results/micro.json"),
-                      "small sizes: a smoke test of < 30 s")
-    require("benchmarks.micro", "distributed")
-    setup_logging(log.name)
-    params = make_params(args.repeats, args.quick)
-    info = machine_info()
+@harness("benchmarks.micro", __doc__, Path("bench-results/micro.json"),
+         "small sizes: a smoke test of < 30 s", needs=lambda args: ["distributed"],
+         loggers=("benchmarks.micro",))
+def main(run: Run) -> int:
+    params = make_params(run.args.repeats, run.args.quick)
     log.info("apgas startup (%d repeats)", params.repeats)
     startup, startup_failures = apgas_startup(params)
     log.info("apgas round trips, throughput, batch (%d repeats in one run)", params.repeats)
@@ -473,13 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
     rows = summarize({**startup, **measured}, dask_samples)
     floor = floor_summary(measured, PLACES)
-    write_json(args.json, {"machine": info, "params": dataclasses.asdict(params),
-                           "failures": failures, "results": rows, "floor": floor, "ray": ray}, log)
-    print(render_table(rows, failures, params))
-    print()
-    print(render_floor(floor, PLACES))
-    print()
-    print(_ray_peers.render_micro(ray))
+    run.report.update({"params": dataclasses.asdict(params), "failures": failures, "results": rows,
+                       "floor": floor, "ray": ray})
+    show(render_table(rows, failures, params), "", render_floor(floor, PLACES), "", _ray_peers.render_micro(ray))
     return 0
 
 

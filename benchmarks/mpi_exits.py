@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, median, percentile, require, setup_logging, write_json
+from benchmarks._common import median, percentile
+from benchmarks._harness import Run, harness, show
 
 __all__ = ["RunOutcome", "run_once", "run_many", "main"]
 
@@ -133,27 +134,31 @@ def summary(outcomes: list[RunOutcome]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.mpi_exits",
-                                     description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=100, help="consecutive runs (default %(default)s)")
     parser.add_argument("--ranks", type=int, default=3, help="ranks per run (default %(default)s)")
     parser.add_argument("--json", type=Path, default=Path("bench-results/mpi_exits.json"),
                         help="where to write the results (default: %(default)s)")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
     if args.runs < 1 or args.ranks < 1:
-        parser.error(f"--runs and --ranks must be at least 1, got {args.runs} and {args.ranks}")
-    require("benchmarks.mpi_exits", "mpi4py")
-    setup_logging("benchmarks")
+        return f"--runs and --ranks must be at least 1, got {args.runs} and {args.ranks}"
+    return None
+
+
+@harness("benchmarks.mpi_exits", __doc__, Path("bench-results/mpi_exits.json"), repeats=False,
+         options=options, check=check, needs=lambda args: ["mpi4py"])
+def main(run: Run) -> int:
+    args = run.args
     outcomes = run_many(args.runs, args.ranks, progress=sys.stderr.isatty())
     figures = summary(outcomes)
-    print(f"| mpiexec -n {args.ranks} runs | clean | exit codes | missing a PMI finalize "
-          "| median | p95 | slowest |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
     codes = ", ".join(f"{code}: {n}" for code, n in figures["exit_codes"].items())
-    print(f"| {figures['runs']} | {figures['clean']} | {codes} | {figures['runs_missing_a_finalize']} "
-          f"| {figures['median_s']:.3f} s | {figures['p95_s']:.3f} s | {figures['max_s']:.3f} s |")
-    write_json(args.json, {"machine": machine_info(), "ranks": args.ranks, **figures}, log)
+    show(f"| mpiexec -n {args.ranks} runs | clean | exit codes | missing a PMI finalize "
+         "| median | p95 | slowest |", "| --- | --- | --- | --- | --- | --- | --- |",
+         f"| {figures['runs']} | {figures['clean']} | {codes} | {figures['runs_missing_a_finalize']} "
+         f"| {figures['median_s']:.3f} s | {figures['p95_s']:.3f} s | {figures['max_s']:.3f} s |")
+    run.report.update({"ranks": args.ranks, **figures})
     return 0 if figures["clean"] == figures["runs"] else 1
 
 

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from . import _ray_peers
-from ._common import have_dask, install_hint, machine_info, require, setup_logging, with_cli, write_json
+from ._common import have_dask, install_hint, with_cli
+from ._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.peers")
 
@@ -186,12 +187,13 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+TABLE = Table([Column("case", 9, left=True), Column("system", 40, left=True, gap=" "),
+               Column("seconds", 9, ".3f", gap=" "), Column("x best GLB", 11, ".2f", gap=" "),
+               Column("correct", 0, left=True, gap="  ")])
+
+
 def render(rows: list[dict], summary: list[dict]) -> str:
-    lines = [f"{'case':<9} {'system':<40} {'seconds':>9} {'x best GLB':>11}  correct"]
-    for r in rows:
-        lines.append(f"{r['case']:<9} {r['system']:<40} {r['seconds']:>9.3f} {r['vs_best_glb']:>11.2f}  "
-                     f"{r['correct']}")
-    lines.append("")
+    lines = [TABLE.render([r["case"], r["system"], r["seconds"], r["vs_best_glb"], r["correct"]] for r in rows), ""]
     for s in summary:
         static = ("no static run" if s["best_static"] is None else
                   f"best static split ({s['best_static']}) {s['best_static_seconds']:.3f} s = "
@@ -206,8 +208,7 @@ def render(rows: list[dict], summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trees", default=",".join(DEFAULT_TREES),
                         help="comma-separated named UTS trees (T1..T5, T1L, T2L, T3L; default %(default)s)")
     parser.add_argument("--apps", default=",".join(APPS), help="comma-separated: uts,pi (default %(default)s)")
@@ -215,25 +216,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where to write the results (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="fewer Pi samples: a smoke test")
     parser.add_argument("--no-ray", action="store_true", help="leave Ray out")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the lists of trees and apps."""
     from glb.apps.uts.trees import TREES
     args.trees = [t for t in args.trees.split(",") if t]
     args.apps = [a for a in args.apps.split(",") if a]
     for name in args.trees:
         if name not in TREES:
-            parser.error(f"--trees: unknown UTS tree {name!r}; choose from {', '.join(TREES)}")
+            return f"--trees: unknown UTS tree {name!r}; choose from {', '.join(TREES)}"
     for app in args.apps:
         if app not in APPS:
-            parser.error(f"--apps: unknown app {app!r}; choose from {', '.join(APPS)}")
+            return f"--apps: unknown app {app!r}; choose from {', '.join(APPS)}"
     if not args.apps or ("uts" in args.apps and not args.trees):
-        parser.error("nothing to measure: give --apps and, for uts, --trees")
-    return args
+        return "nothing to measure: give --apps and, for uts, --trees"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    require("benchmarks.peers", "numba")
-    setup_logging(log.name)
+@harness("benchmarks.peers", __doc__, repeats=False, options=options,
+         check=check, needs=lambda args: ["numba"], loggers=(log.name,))
+def main(run: Run) -> int:
+    args = run.args
     dask = have_dask()
     if not dask:
         log.warning("no Dask rows: they need %s", install_hint(["distributed"]))
@@ -244,12 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     for label, app_name, app_args in cases(args.trees, args.apps, args.quick):
         rows.extend(measure(label, app_name, app_args, dask, ray))
     summary = summarize(rows)
-    print(render(rows, summary))
-    write_json(args.json, {"machine": machine_info(), "command": ["python", "-m", "benchmarks.peers",
-                                                                  *(argv if argv is not None else sys.argv[1:])],
-                           "rows": rows, "summary": summary, "cores": CORES, "splits": SPLITS,
-                           "ray_skipped": "--no-ray" if args.no_ray else _ray_peers.SKIPPED}, log)
+    show(render(rows, summary))
+    run.report.update({"command": run.command, "rows": rows, "summary": summary, "cores": CORES,
+                       "splits": SPLITS, "ray_skipped": "--no-ray" if args.no_ray else _ray_peers.SKIPPED})
     return 0 if all(s["all_correct"] for s in summary) else 1
+
+
+parse_args = main.parse
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import communicate_or_kill, machine_info, require, setup_logging, write_json
+from ._common import communicate_or_kill
+from ._harness import Column, Run, Table, harness, show
 from ._places import end_group, kill_leftovers, kill_places, track_group
 from .scaling import busy_seconds, children_cpu
 
@@ -313,9 +314,9 @@ def render_overhead(part: dict[str, Any], repeats: int) -> str:
     s = part["summary"]
     lines = [f"Overhead without failures: UTS {' '.join(part['app_args'])}, plain and --resilient "
              f"interleaved, {repeats} runs each (computation seconds)",
-             f"{'':<12}{'best':>10}{'median':>10}"]
-    for mode in ("plain", "resilient"):
-        lines.append(f"{mode:<12}{_f(s[mode]['best_s']):>8} s{_f(s[mode]['median_s']):>8} s")
+             Table([Column("", 12, left=True), Column("best", 10), Column("median", 10)]).render(
+                 [mode, f"{_f(s[mode]['best_s']):>8} s", f"{_f(s[mode]['median_s']):>8} s"]
+                 for mode in ("plain", "resilient"))]
     if "ratio_best" in s:
         lines.append(f"resilient / plain: {s['ratio_best']:.3f} (best), {s['ratio_median']:.3f} (median); "
                      f"target best <= {TARGET} ({'met' if s['met'] else 'MISSED'})")
@@ -337,27 +338,28 @@ def render_failures(rows: list[dict[str, Any]], args: argparse.Namespace, expect
     lines = [f"Failures: resilient UTS --depth {args.depth} (reference {expected:,} nodes, {source}), "
              f"1 worker a place, APGAS_HEARTBEAT={args.heartbeat}; places other than 0 SIGKILLed at "
              f"random moments, {KILL_WINDOW[0]:.0%}..{KILL_WINDOW[1]:.0%} of T0 after all places ran "
-             f"(seed {args.seed})",
-             f"{'group':>5} {'places':>6} {'kills':>5} {'trial':>5}  {'exact':<6}{'seconds':>8} "
-             f"{'killed at s':<12}{'lost':>5} {'died':<6}{'rounds':>6} {'recovery':>9} "
-             f"{'lost/fail':>10} {'ideal':>7} {'excess':>7} {'others':>7}"]
-    for r in rows:
-        res = r["resilience"] or {}
-        at = ",".join(f"{k['at_s']:.1f}" for k in r["killed"]) or "-"
-        died = ",".join(map(str, r["died"])) or "-"
-        lines.append(f"{r['group']:>5} {r['places']:>6} {r['kills']:>5} {r['trial']:>5}  {str(r['ok']):<6}"
-                     f"{_f(r['seconds']):>8} {at:<12}{res.get('places_lost', '-')!s:>5} {died:<6}"
-                     f"{res.get('rounds', '-')!s:>6} {_f(res.get('recovery_s')):>9} "
-                     f"{_f(r['lost_per_failure_s']):>10} {_f(r['ideal_lost_per_failure_s']):>7} "
-                     f"{_f(r['excess_per_failure_s']):>7} {_f(r['others_cores'], 2):>7}")
+             f"(seed {args.seed})"]
+    runs = Table([Column("group", 5), Column("places", 6, gap=" "), Column("kills", 5, gap=" "),
+                  Column("trial", 5, gap=" "), Column("exact", 6, left=True, gap="  "), Column("seconds", 8),
+                  Column("killed at s", 12, left=True, gap=" "), Column("lost", 5), Column("died", 6, left=True, gap=" "),
+                  Column("rounds", 6), *(Column(t, w, gap=" ") for t, w in (
+                      ("recovery", 9), ("lost/fail", 10), ("ideal", 7), ("excess", 7), ("others", 7)))])
+    lines.append(runs.render(
+        [r["group"], r["places"], r["kills"], r["trial"], r["ok"], _f(r["seconds"]),
+         ",".join(f"{k['at_s']:.1f}" for k in r["killed"]) or "-", str((r["resilience"] or {}).get("places_lost", "-")),
+         ",".join(map(str, r["died"])) or "-", str((r["resilience"] or {}).get("rounds", "-")),
+         _f((r["resilience"] or {}).get("recovery_s")), _f(r["lost_per_failure_s"]), _f(r["ideal_lost_per_failure_s"]),
+         _f(r["excess_per_failure_s"]), _f(r["others_cores"], 2)] for r in rows))
     lines.append("")
-    lines.append(f"{'group':>5} {'places':>6} {'kills':>5}  {'exact':>7} {'median s':>9} {'lost/fail':>10} "
-                 f"{'ideal':>7} {'excess':>7} {'recovery':>9} {'others max':>10}   (medians)")
-    for s in _failure_summary(rows):
-        lines.append(f"{s['group']:>5} {s['places']:>6} {s['kills']:>5}  {s['exact']:>3}/{s['runs']:<3} "
-                     f"{_f(s['median_s']):>9} {_f(s['median_lost_per_failure_s']):>10} "
-                     f"{_f(s['median_ideal_lost_per_failure_s']):>7} {_f(s['median_excess_per_failure_s']):>7} "
-                     f"{_f(s['median_recovery_s']):>9} {_f(s['max_others_cores'], 2):>10}")
+    medians = Table([Column("group", 5), Column("places", 6, gap=" "), Column("kills", 5, gap=" "),
+                     Column("exact", 7, gap="  "), *(Column(t, w, gap=" ") for t, w in (
+                         ("median s", 9), ("lost/fail", 10), ("ideal", 7), ("excess", 7), ("recovery", 9),
+                         ("others max", 10))), Column("   (medians)", 0, left=True)])
+    lines.append(medians.render(
+        [s["group"], s["places"], s["kills"], f"{s['exact']:>3}/{s['runs']:<3}", _f(s["median_s"]),
+         _f(s["median_lost_per_failure_s"]), _f(s["median_ideal_lost_per_failure_s"]),
+         _f(s["median_excess_per_failure_s"]), _f(s["median_recovery_s"]), _f(s["max_others_cores"], 2)]
+        for s in _failure_summary(rows)))
     lines += ["lost/fail = (seconds - median seconds of the 0-kill runs on the group's places) / kills;",
               "ideal = the same for the work going at the 0-kill pace of the places still alive (the rows",
               "with fewer places); excess = (seconds - ideal time) / kills: the price of resilience itself;",
@@ -376,16 +378,14 @@ def render_failures(rows: list[dict[str, Any]], args: argparse.Namespace, expect
 
 # -- command line --------------------------------------------------------------------------------------
 
-def _counts(text: str, what: str, parser: argparse.ArgumentParser) -> list[int]:
+def _counts(text: str) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        parser.error(f"{what} takes comma-separated integers, got {text!r}")
+        return None
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.resilience", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None,
                         help="overhead runs of each mode (default 5; --quick 2)")
     parser.add_argument("--places", default=None, help=f"place counts of the failure runs (default "
@@ -403,46 +403,50 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"2 overhead repeats, failures at depth {QUICK_DEPTH} on "
                              f"{','.join(map(str, QUICK_PLACES))} places, 1 trial: a smoke run (~1 min)")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     args.repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     args.trials = args.trials if args.trials is not None else (1 if args.quick else 3)
     args.depth = args.depth if args.depth is not None else (QUICK_DEPTH if args.quick else DEPTH)
-    args.places = _counts(args.places, "--places", parser) if args.places else \
-        list(QUICK_PLACES if args.quick else PLACES)
-    args.kills = sorted(set(_counts(args.kills, "--kills", parser)) | {0})  # 0 kills: T0
+    for flag in ("--places", "--kills"):
+        text = getattr(args, flag[2:])
+        if text and _counts(text) is None:
+            return f"{flag} takes comma-separated integers, got {text!r}"
+    args.places = _counts(args.places) if args.places else list(QUICK_PLACES if args.quick else PLACES)
+    args.kills = sorted(set(_counts(args.kills) or []) | {0})  # 0 kills: T0
     if args.repeats < 1 or args.trials < 1:
-        parser.error("--repeats and --trials must be at least 1")
+        return "--repeats and --trials must be at least 1"
     if not args.places or min(args.places) < 2:
-        parser.error("--places: place counts of at least 2")
+        return "--places: place counts of at least 2"
     if min(args.kills) < 0 or max(args.kills) >= min(args.places):
-        parser.error("--kills: from 0 to fewer than the smallest place count (place 0 is never killed)")
+        return "--kills: from 0 to fewer than the smallest place count (place 0 is never killed)"
     if not 1 <= args.depth <= 20:
-        parser.error("--depth: 1 to 20")
-    return args
+        return "--depth: 1 to 20"
+    return None
 
 
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    require("benchmarks.resilience", "numba")
-    setup_logging(log.name)
+@harness("benchmarks.resilience", __doc__, options=options, check=check,
+         needs=lambda args: ["numba"], loggers=(log.name,), whole_doc=True)
+def main(run: Run) -> int:
+    args, report = run.args, run.report
     if not Path("/proc/self/stat").exists():
         print("benchmarks.resilience finds place processes in /proc: Linux only", file=sys.stderr)
+        run.path = None
         return 2
     previous = signal.signal(signal.SIGTERM, _interrupted)
-    before = machine_info()
-    report: dict[str, Any] = {"machine": before, "command": ["python", "-m", "benchmarks.resilience",
-                                                            *(argv if argv is not None else sys.argv[1:])],
-                              "target": TARGET, "kill_window": KILL_WINDOW}
+    report.update({"command": run.command, "target": TARGET, "kill_window": KILL_WINDOW})
     ok = True
     try:
         if not args.no_overhead:
             part = overhead(args.repeats, dict(os.environ))
             report["overhead"] = part
-            print("\n" + render_overhead(part, args.repeats), flush=True)
+            show("\n" + render_overhead(part, args.repeats))
             ok = all(r["ok"] for rs in part["runs"].values() for r in rs)
         if not args.no_failures:
             expected, source = reference(args.depth, 1200)
@@ -452,23 +456,26 @@ def main(argv: list[str] | None = None) -> int:
                                   "trials": args.trials, "seed": args.seed, "heartbeat": args.heartbeat,
                                   "expected": expected, "expected_from": source, "cores": os.cpu_count(),
                                   "runs": rows, "summary": _failure_summary(rows)}
-            print("\n" + render_failures(rows, args, expected, source), flush=True)
+            show("\n" + render_failures(rows, args, expected, source))
             ok = ok and all(r["ok"] for r in rows)
     except KeyboardInterrupt:
         kill_leftovers()
         print("interrupted: every run's process group was killed", file=sys.stderr)
+        run.path = None
         return 130
     finally:
         kill_leftovers()
         signal.signal(signal.SIGTERM, previous)
     report["load_average_after"] = os.getloadavg()
     report["ok"] = ok
-    write_json(args.json, report, log)
     if not ok:
         print("\n!!! RESILIENCE BENCHMARK: A RUN GAVE A WRONG RESULT, FAILED OR HUNG (see above) !!!",
               file=sys.stderr)
         return 1
     return 0
+
+
+parse_args = main.parse
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._common import machine_info, require, setup_logging, write_json
+from ._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.scaling")
 
@@ -230,8 +230,7 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apps", default="uts,nqueens", help="comma-separated: uts,nqueens,pi,bc")
     parser.add_argument("--repeats", type=int, default=5, help="rounds; each runs every configuration once")
     parser.add_argument("--quiet", type=float, default=None, metavar="S",
@@ -241,21 +240,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the two sequential copies at once (the machine's ceiling)")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke test")
     parser.add_argument("--json", type=Path, default=Path("bench-results/scaling.json"))
-    args = parser.parse_args(argv)
-    require("benchmarks.scaling", "numba", "tqdm", "matplotlib")
-    apps = [a for a in args.apps.split(",") if a]
-    unknown = [a for a in apps if a not in SIZES]
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the list of apps."""
+    args.apps = [a for a in args.apps.split(",") if a]
+    unknown = [a for a in args.apps if a not in SIZES]
     if unknown:
-        parser.error(f"unknown app(s) {unknown}; choose from {sorted(SIZES)}")
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+        return f"unknown app(s) {unknown}; choose from {sorted(SIZES)}"
+    return None
+
+
+@harness("benchmarks.scaling", __doc__, options=options,
+         check=check, needs=lambda args: ["numba", "tqdm", "matplotlib"], loggers=(log.name,))
+def main(run: Run) -> int:
+    args = run.args
     quiet = args.quiet if args.quiet is not None else (0.0 if args.quick else 30.0)
-    setup_logging(log.name)
     load_before = os.getloadavg()
-    rows = measure(apps, args.quick, 1 if args.quick else args.repeats, quiet, not args.no_pair)
-    print(render(rows))
-    write_json(args.json, {"machine": machine_info(), "load_before": load_before,
-                           "quiet_wait_s": quiet, "rows": rows}, log)
+    rows = measure(args.apps, args.quick, 1 if args.quick else args.repeats, quiet, not args.no_pair)
+    show(render(rows))
+    run.report.update(load_before=load_before, quiet_wait_s=quiet, rows=rows)
     png = args.json.with_suffix(".png")
     plot(rows, png)
     log.info("plot in %s", png)

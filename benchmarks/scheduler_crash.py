@@ -35,6 +35,7 @@ it smaller and asserts that every figure is exact.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
@@ -49,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks._harness import Run, harness, show
 
 log = logging.getLogger("benchmarks.scheduler_crash")
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,11 +323,7 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scheduler_crash",
-                                     description=__doc__.split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     defaults = Plan()
     parser.add_argument("--jobs", type=int, default=defaults.jobs)
     parser.add_argument("--nodes", type=int, default=defaults.nodes)
@@ -343,10 +340,18 @@ def main(argv: list[str] | None = None) -> int:
                         "Unix socket (default: %(default)s)")
     parser.add_argument("--json", type=Path, default=Path("bench-results/scheduler_crash.json"))
     parser.add_argument("--keep", action="store_true", help="keep the run's directory")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
     if args.jobs < 2 or args.nodes < 2 or args.threads < 1:
-        parser.error("--jobs and --nodes must be at least 2, --threads at least 1")
-    setup_logging("benchmarks")
+        return "--jobs and --nodes must be at least 2, --threads at least 1"
+    return None
+
+
+@harness("benchmarks.scheduler_crash", __doc__, Path("bench-results/scheduler_crash.json"), repeats=False,
+         options=options, check=check)
+def main(job: Run) -> int:
+    args = job.args
     plan = Plan(jobs=args.jobs, nodes=args.nodes, threads=args.threads, down=args.down,
                 fail_every=args.fail_every, sleep_every=args.sleep_every, sleep=args.sleep,
                 door=args.door)
@@ -358,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             log.info("the run's directory: %s", work)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print(table(result))
-    write_json(args.json, {"machine": machine_info(), "result": result}, log)
+    show(table(result))
+    job.report["result"] = result
     exact = not (result["duplicates"] or result["wrong_outcomes"] or result["submit_errors"]
                  or result["processes_left"] or result["outcome_files_left"])
     return 0 if exact else 1

@@ -27,7 +27,6 @@ hour in all (732 s of simulation in the run of ``docs/results/simspeed_traces.js
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from apgas_scheduler.sim import swf
 from apgas_scheduler.sim import workload as wl
 from apgas_scheduler.sim.listsched import PAPER_VARIANTS, schedule_evolving, schedule_rigid_baseline
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
-from benchmarks._common import machine_info
+from benchmarks._harness import Column, Run, Table, harness, show
 
 
 def variants() -> list[tuple[str, Any]]:
@@ -87,18 +86,24 @@ def load_trace(directory: Path, name: str, max_jobs: int | None = None) -> tuple
     return wl.read_swf(path, procs_per_node=ppn, max_jobs=max_jobs), int(nodes or 1)
 
 
+SYNTHETIC = Table([Column("policy", 20, left=True), Column("seconds", 9, ".2f"), Column("makespan h", 12, ".1f"),
+                   Column("utilization", 13, ".3f"), Column("turnaround h", 14, ".2f"), Column("resizes", 9)])
+
+
 def trace_speed(directory: Path, sizes: list[int], policies: list[str]) -> list[dict[str, Any]]:
     """Seconds and jobs per second of every policy on every trace and size."""
     rows = []
-    print(f"\n{'trace':<13}{'policy':<14}" + "".join(f"{('whole' if n == 0 else n):>18}" for n in sizes)
-          + f"{'growth':>8}   (jobs/s at each size; growth: s/job whole over s/job first)")
+    table = Table([Column("trace", 13, left=True), Column("policy", 14, left=True),
+                   *(Column("whole" if n == 0 else str(n), 18) for n in sizes), Column("growth", 8, ".2f"),
+                   Column("   (jobs/s at each size; growth: s/job whole over s/job first)", 0, left=True)])
+    show("\n" + table.header())
     for name in REAL_TRACES:
         whole, nodes = load_trace(directory, name)
         for policy in policies:
             cells, runs = [], []
             for size in sizes:
                 if size and size >= len(whole) and size != sizes[0]:
-                    cells.append(f"{'-':>18}")
+                    cells.append("-")
                     continue
                 jobs = whole[:size] if size else whole
                 started = time.perf_counter()
@@ -109,57 +114,65 @@ def trace_speed(directory: Path, sizes: list[int], policies: list[str]) -> list[
                 cells.append(f"{len(jobs) / seconds:>10.0f} ({seconds:5.1f}s)")
             growth = (runs[-1]["seconds"] / runs[-1]["jobs"]) / (runs[0]["seconds"] / runs[0]["jobs"])
             rows.append({"trace": name, "nodes": nodes, "policy": policy, "runs": runs, "growth": growth})
-            print(f"{name:<13}{policy:<14}" + "".join(cells) + f"{growth:>8.2f}", flush=True)
+            show(table.line([name, policy, *cells, growth]))
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.simspeed", description=__doc__.split("\n")[0])
-    p.add_argument("--jobs", type=int, default=5000)
-    p.add_argument("--nodes", type=int, default=500)
-    p.add_argument("--share", type=float, default=0.5)
-    p.add_argument("--json", type=Path, default=Path("bench-results/simspeed.json"))
-    p.add_argument("--real-traces", action="store_true",
-                   help="also time the four real traces, whole (slow: about 15 minutes)")
-    p.add_argument("--traces", type=Path, default=TRACES_DIR, help="the real traces' directory")
-    p.add_argument("--trace-sizes", default="10000,100000,0", help="jobs per run (0: whole trace)")
-    p.add_argument("--trace-policies", default=",".join(policy_names()))
-    p.add_argument("--traces-json", type=Path, default=Path("bench-results/simspeed_traces.json"))
-    p.add_argument("--skip-synthetic", action="store_true", help="with --real-traces: only those")
-    ns = p.parse_args(argv)
-    if ns.skip_synthetic and not ns.real_traces:
-        p.error("--skip-synthetic leaves nothing to run without --real-traces")
-    if not ns.skip_synthetic:
-        synthetic(ns)
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--share", type=float, default=0.5)
+    parser.add_argument("--json", type=Path, default=Path("bench-results/simspeed.json"))
+    parser.add_argument("--real-traces", action="store_true",
+                        help="also time the four real traces, whole (slow: about 15 minutes)")
+    parser.add_argument("--traces", type=Path, default=TRACES_DIR, help="the real traces' directory")
+    parser.add_argument("--trace-sizes", default="10000,100000,0", help="jobs per run (0: whole trace)")
+    parser.add_argument("--trace-policies", default=",".join(policy_names()))
+    parser.add_argument("--traces-json", type=Path, default=Path("bench-results/simspeed_traces.json"))
+    parser.add_argument("--skip-synthetic", action="store_true", help="with --real-traces: only those")
+
+
+def check(args: argparse.Namespace) -> str | None:
+    if args.skip_synthetic and not args.real_traces:
+        return "--skip-synthetic leaves nothing to run without --real-traces"
+    return None
+
+
+@harness("benchmarks.simspeed", __doc__, Path("bench-results/simspeed.json"), repeats=False,
+         options=options, check=check, loggers=())
+def main(run: Run) -> None:
+    """The synthetic runs are the report (``--json``); the real traces' go to ``--traces-json``."""
+    ns = run.args
+    synthetic_report = None if ns.skip_synthetic else synthetic(ns)
+    if synthetic_report is None:
+        run.path = None
+    else:
+        run.report.update(synthetic_report)
     if not ns.real_traces:
-        return 0
+        return
     if not ns.traces.is_dir():
-        print(f"\nno real traces: {ns.traces} is not a directory (skipped)")
-        return 0
+        show(f"\nno real traces: {ns.traces} is not a directory (skipped)")
+        return
     rows = trace_speed(ns.traces, [int(n) for n in ns.trace_sizes.split(",")],
                        [p for p in ns.trace_policies.split(",") if p])
-    ns.traces_json.parent.mkdir(parents=True, exist_ok=True)
-    ns.traces_json.write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=2) + "\n")
-    return 0
+    run.write(ns.traces_json, {"rows": rows})
 
 
-def synthetic(ns: argparse.Namespace) -> None:
+def synthetic(ns: argparse.Namespace) -> dict[str, Any]:
+    """Every policy on one synthetic workload: seconds and figures, printed as they come."""
     jobs = wl.make_malleable(wl.kit_like(1, ns.jobs, ns.nodes), ns.share, 1, total_nodes=ns.nodes,
                              rho=(0.0, 0.3))
     evolving = wl.uniform_evolving(1, ns.jobs, ns.nodes, spread=ns.jobs * 60.0)
     rows = []
-    print(f"{'policy':<20}{'seconds':>9}{'makespan h':>12}{'utilization':>13}{'turnaround h':>14}{'resizes':>9}")
+    show(SYNTHETIC.header())
     for name, run in variants():
         started = time.perf_counter()
         metrics = run(jobs, evolving, ns.nodes)
         seconds = time.perf_counter() - started
         rows.append({"policy": name, "seconds": seconds, "metrics": metrics})
-        print(f"{name:<20}{seconds:>9.2f}{metrics['makespan'] / 3600:>12.1f}"
-              f"{metrics['utilization']:>13.3f}{metrics['mean_turnaround'] / 3600:>14.2f}"
-              f"{metrics.get('reconfigurations', 0):>9}", flush=True)
-    ns.json.parent.mkdir(parents=True, exist_ok=True)
-    ns.json.write_text(json.dumps({"machine": machine_info(), "jobs": ns.jobs, "nodes": ns.nodes,
-                                   "share": ns.share, "runs": rows}, indent=2, default=str) + "\n")
+        show(SYNTHETIC.line([name, seconds, metrics["makespan"] / 3600, metrics["utilization"],
+                             metrics["mean_turnaround"] / 3600, metrics.get("reconfigurations", 0)]))
+    return {"jobs": ns.jobs, "nodes": ns.nodes, "share": ns.share, "runs": rows}
 
 
 if __name__ == "__main__":

@@ -25,15 +25,16 @@ without slurmdbd, which repeated resizes need) the slurm row says why.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from apgas.testing import FakeScheduler
-from benchmarks._common import machine_info, median, parse_args, run_probe, setup_logging, write_json
+from benchmarks._common import median, run_probe, scratch
+from benchmarks._harness import Column, Run, Table, harness, show, skipped
 
 log = logging.getLogger("benchmarks.slurm_resize")
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def _local(probe: Path, rounds: int) -> dict[str, Any]:
         return _run([sys.executable, str(probe), str(rounds)], env)
 
 
-def _slurm(probe: Path, rounds: int, work: Path, stack: list) -> dict[str, Any] | str:
+def _slurm(probe: Path, rounds: int, work: Path, stack: contextlib.ExitStack) -> dict[str, Any] | str:
     sys.path.insert(0, str(ROOT / "tests"))
     from _slurm import SlurmUnavailable, start_slurm
 
@@ -93,7 +94,7 @@ def _slurm(probe: Path, rounds: int, work: Path, stack: list) -> dict[str, Any] 
         slurm = start_slurm(work / "slurm")
     except (SlurmUnavailable, RuntimeError) as e:
         return f"skipped: {e}"
-    stack.append(slurm.stop)
+    stack.callback(slurm.stop)
     if not slurm.resizable:
         return f"skipped: {slurm.not_resizable}"
     env = {**slurm.env, "PYTHONUNBUFFERED": "1", "APGAS_COMMUNICATOR": "slurm",
@@ -102,35 +103,31 @@ def _slurm(probe: Path, rounds: int, work: Path, stack: list) -> dict[str, Any] 
                  "--kill-command=SIGKILL", sys.executable, str(probe), str(rounds)], env)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, "python -m benchmarks.slurm_resize", __doc__,
-                      Path("bench-results/slurm_resize.json"), "3 rounds")
-    rounds = args.repeats or (3 if args.quick else 10)
-    setup_logging("benchmarks")
-    report: dict[str, Any] = {"machine": machine_info(), "rounds": rounds, "routes": {}}
-    stack: list = []
-    with tempfile.TemporaryDirectory(prefix="apgas-slurm-resize-") as tmp:
-        probe = Path(tmp) / "probe.py"
+TABLE = Table([Column("route", 7, left=True), Column("first grow 1", 14, ".3f", " s"),
+               Column("grow 1 (median)", 17, ".3f", " s"), Column("max", 9, ".3f", " s"),
+               Column("shrink 1 (median)", 19, ".3f", " s"), Column("max", 9, ".3f", " s")])
+
+
+@harness("benchmarks.slurm_resize", __doc__, Path("bench-results/slurm_resize.json"), "3 rounds")
+def main(run: Run) -> None:
+    rounds = run.args.repeats or (3 if run.args.quick else 10)
+    with scratch("apgas-slurm-resize-") as (work, stack):
+        probe = work / "probe.py"
         probe.write_text(PROBE)
-        try:
-            runs = {"local": _local(probe, rounds), "slurm": _slurm(probe, rounds, Path(tmp), stack)}
-        finally:
-            for stop in reversed(stack):
-                stop()
-    print(f"\n{'route':<7}{'first grow 1':>14}{'grow 1 (median)':>17}{'max':>9}"
-          f"{'shrink 1 (median)':>19}{'max':>9}")
-    for name, run in runs.items():
-        if isinstance(run, str):
-            report["routes"][name] = {"skipped": run}
-            print(f"{name:<7}{run}")
+        runs = {"local": _local(probe, rounds), "slurm": _slurm(probe, rounds, work, stack)}
+    routes: dict[str, Any] = {}
+    lines = []
+    for name, got in runs.items():
+        if isinstance(got, str):
+            routes[name] = {"skipped": got}
+            lines.append(skipped(name, got))
             continue
-        row = {"grow": median(run["grow"]), "grow_max": max(run["grow"]), "grow_first": run["grow"][0],
-               "shrink": median(run["shrink"]), "shrink_max": max(run["shrink"]), "samples": run}
-        report["routes"][name] = row
-        print(f"{name:<7}{row['grow_first']:>12.3f} s{row['grow']:>15.3f} s{row['grow_max']:>7.3f} s"
-              f"{row['shrink']:>17.3f} s{row['shrink_max']:>7.3f} s")
-    write_json(args.json, report, log)
-    return 0
+        row = {"grow": median(got["grow"]), "grow_max": max(got["grow"]), "grow_first": got["grow"][0],
+               "shrink": median(got["shrink"]), "shrink_max": max(got["shrink"]), "samples": got}
+        routes[name] = row
+        lines.append([name, *(row[k] for k in ("grow_first", "grow", "grow_max", "shrink", "shrink_max"))])
+    run.report.update(rounds=rounds, routes=routes)
+    show("\n" + TABLE.render(lines))
 
 
 if __name__ == "__main__":

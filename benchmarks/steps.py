@@ -56,9 +56,10 @@ from pathlib import Path
 from typing import Any
 
 import apgas
-from benchmarks._common import machine_info, setup_logging, write_json
+from benchmarks._common import positive_ints
+from benchmarks._harness import Run, harness, in_parts
 from benchmarks._steps_commit import measure_commits
-from benchmarks._steps_common import GiB, MiB, Progress, available_bytes, fits, mib, scheduler_env_aside
+from benchmarks._steps_common import GiB, MiB, Progress, fits, mib
 from benchmarks._steps_overhead import JACOBI_VARIANTS, empty_steps, jacobi_loops
 from benchmarks._steps_recovery import COMMIT_EVERY, PHASES, recover_once, recovery_row
 
@@ -272,67 +273,52 @@ def _parts(args: argparse.Namespace, p: Params, report: dict[str, Any]) -> Itera
 
 # -- command line ----------------------------------------------------------------------------------------
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+INT_OPTIONS = (  # option, its lowest value, its help
+    ("--arrays", 1, "arrays the size is split over (default 2)"),
+    ("--commit-steps", 2, "part 1: empty steps per loop (default 6)"),
+    ("--recovery-size", 1, "part 2: MiB of arrays (default 256)"),
+    ("--recovery-places", 2, "part 2: places (default 4)"),
+    ("--recovery-repeats", 1, "part 2: repetitions (default 5)"),
+    ("--overhead-places", 1, "part 3: places (default 2)"),
+    ("--overhead-repeats", 1, "part 3: repeats (default 10; --quick 1)"),
+    ("--empty-steps", 1, "part 3: steps of the empty loops (default 100000)"),
+    ("--jacobi-n", 3, "part 3: the grid is n x n (default 4000)"),
+    ("--iterations", 1, "part 3: Jacobi iterations per loop (default 100)"))
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.steps",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="8 MiB, one repeat, a 400 x 400 grid: a smoke test (tests/test_bench_steps.py)")
     parser.add_argument("--repeats", type=int, help="part 1: repeats (default 5; --quick 1)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
                         help="where to write the results (default: %(default)s)")
-    parser.add_argument("--sizes", type=_ints, help="part 1: MiB of arrays in all (default 256,1024)")
-    parser.add_argument("--places", type=_ints, help="part 1: numbers of places (default 2,4)")
-    parser.add_argument("--arrays", type=int, help="arrays the size is split over (default 2)")
-    parser.add_argument("--commit-steps", type=int, help="part 1: empty steps per loop (default 6)")
-    parser.add_argument("--recovery-size", type=int, help="part 2: MiB of arrays (default 256)")
-    parser.add_argument("--recovery-places", type=int, help="part 2: places (default 4)")
-    parser.add_argument("--recovery-repeats", type=int, help="part 2: repetitions (default 5)")
-    parser.add_argument("--overhead-places", type=int, help="part 3: places (default 2)")
-    parser.add_argument("--overhead-repeats", type=int, help="part 3: repeats (default 10; --quick 1)")
-    parser.add_argument("--empty-steps", type=int, help="part 3: steps of the empty loops (default 100000)")
-    parser.add_argument("--jacobi-n", type=int, help="part 3: the grid is n x n (default 4000)")
-    parser.add_argument("--iterations", type=int, help="part 3: Jacobi iterations per loop (default 100)")
-    parser.add_argument("--no-commit", action="store_true", help="skip part 1")
-    parser.add_argument("--no-recovery", action="store_true", help="skip part 2")
-    parser.add_argument("--no-overhead", action="store_true", help="skip part 3")
-    args = parser.parse_args(argv)
-    for name, low in (("repeats", 1), ("arrays", 1), ("commit_steps", 2), ("recovery_size", 1),
-                      ("recovery_places", 2), ("recovery_repeats", 1), ("overhead_places", 1),
-                      ("overhead_repeats", 1),
-                      ("empty_steps", 1), ("jacobi_n", 3), ("iterations", 1)):
-        value = getattr(args, name)
+    parser.add_argument("--sizes", type=positive_ints, help="part 1: MiB of arrays in all (default 256,1024)")
+    parser.add_argument("--places", type=positive_ints, help="part 1: numbers of places (default 2,4)")
+    for flag, _, text in INT_OPTIONS:
+        parser.add_argument(flag, type=int, help=text)
+    for part, name in enumerate(("commit", "recovery", "overhead"), 1):
+        parser.add_argument(f"--no-{name}", action="store_true", help=f"skip part {part}")
+
+
+def check(args: argparse.Namespace) -> str | None:
+    for flag, low, _ in INT_OPTIONS:
+        value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None and value < low:
-            parser.error(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
+            return f"{flag} must be at least {low}, got {value}"
     if args.places and min(args.places) < 2:
-        parser.error("--places: a commit needs at least 2 places (a buddy)")
-    return args
+        return "--places: a commit needs at least 2 places (a buddy)"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging(log.name)
-    params = make_params(args)
-    report: dict[str, Any] = {
-        "machine": machine_info(), "mode": "quick" if args.quick else "full",
-        "params": dataclasses.asdict(params),
-        "command": ["python", "-m", "benchmarks.steps", *(argv if argv is not None else sys.argv[1:])],
-        "memory_available_bytes": available_bytes(), "skipped": []}
-    with scheduler_env_aside():
-        for table in _parts(args, params, report):
-            print("\n" + table, flush=True)
-    report["load_average_after"] = os.getloadavg()
-    write_json(args.json, report, log)
-    return 0
+@harness("benchmarks.steps", __doc__, options=options, check=check, loggers=(log.name,))
+def main(run: Run) -> int:
+    params = make_params(run.args)
+    run.report.update({"mode": "quick" if run.args.quick else "full", "params": dataclasses.asdict(params),
+                       "command": run.command})
+    return in_parts(run, _parts(run.args, params, run.report))
+
+
+parse_args = main.parse
 
 
 if __name__ == "__main__":

@@ -49,8 +49,9 @@ from typing import Any
 
 import apgas
 from apgas.dist import BlockArray
-from benchmarks._common import machine_info, setup_logging, write_json
-from benchmarks._steps_common import MiB, expected_sum, make_arrays, mib, scheduler_env_aside
+from benchmarks._common import positive_ints, scheduler_env_aside
+from benchmarks._harness import Run, harness, show
+from benchmarks._steps_common import MiB, expected_sum, make_arrays, mib
 
 log = logging.getLogger("benchmarks.steps_checkpoint")
 
@@ -237,19 +238,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.steps_checkpoint",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="32 MiB on 2 places, one repeat: a smoke test")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
@@ -258,32 +247,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the filesystem to measure: a directory made in it (default: in /tmp)")
     parser.add_argument("--size", type=int, help="MiB of arrays in all (default 1024; --quick 32)")
     parser.add_argument("--arrays", type=int, default=2, help="arrays the size is split over (default 2)")
-    parser.add_argument("--places", type=_ints, help="numbers of places (default 2,4; --quick 2)")
+    parser.add_argument("--places", type=positive_ints, help="numbers of places (default 2,4; --quick 2)")
     parser.add_argument("--repeats", type=int, help="repeats (default 3; --quick 1)")
-    args = parser.parse_args(argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options; else the defaults of the mode filled in."""
     for name in ("size", "arrays", "repeats"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            parser.error(f"--{name} must be at least 1, got {value}")
+            return f"--{name} must be at least 1, got {value}"
     args.size = (args.size or (32 if args.quick else 1024)) * MiB
     args.places = args.places or ([2] if args.quick else [2, 4])
     args.repeats = args.repeats or (1 if args.quick else 3)
-    return args
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    setup_logging(log.name)
+@harness("benchmarks.steps_checkpoint", __doc__, options=options, check=check,
+         loggers=(log.name,))
+def main(run: Run) -> int:
+    args, report = run.args, run.report
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="apgas-ckpt-bench-", dir=args.dir or "/tmp"))
-    report: dict[str, Any] = {
-        "machine": machine_info(), "mode": "quick" if args.quick else "full",
+    report.update({
+        "mode": "quick" if args.quick else "full",
         "params": {"bytes": args.size, "arrays": args.arrays, "places": args.places,
                    "repeats": args.repeats, "loop_steps": LOOP_STEPS, "disk_commits": DISK_COMMITS},
-        "command": ["python", "-m", "benchmarks.steps_checkpoint",
-                    *(argv if argv is not None else sys.argv[1:])],
-        "dir": str(folder), "filesystem": filesystem(folder)}
+        "command": run.command, "dir": str(folder), "filesystem": filesystem(folder)})
     total = len(args.places) * args.repeats * len(MODES)
     done = [0]
 
@@ -293,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     try:
-        with scheduler_env_aside():
+        with scheduler_env_aside(log):
             for places in args.places:
                 log.info("%s in %d arrays on %d places, %d repeat(s), in %s", mib(args.size),
                          args.arrays, places, args.repeats, folder)
@@ -304,9 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     report["rows"] = rows
     report["fastest_mode"] = {str(r["places"]): min(MODES, key=lambda m: r[m]["commit_s"]["median"])
                               for r in rows}
-    print("\ncommits to disk and resumes, beside dd\n" + render(rows), flush=True)
-    write_json(args.json, report, log)
+    show("\ncommits to disk and resumes, beside dd\n" + render(rows))
     return 0
+
+
+parse_args = main.parse
 
 
 def filesystem(folder: Path) -> dict[str, Any]:

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import fmt, machine_info, setup_logging, write_json
+from benchmarks._common import fmt
+from benchmarks._harness import Column, Run, Table, harness, show
 from benchmarks.micro import METRICS
 
 log = logging.getLogger("benchmarks.versus")
@@ -84,35 +85,41 @@ def compare(rev: str, rounds: int, repeats: int) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
-    header = f"{'metric':<40} {report['rev'][:12]:>14} {'this tree':>14} {'ratio':>7}"
-    lines = [header, "-" * len(header)]
-    for row in report["rows"]:
-        lines.append(f"{row['label']:<40} {fmt(row['before'], row['unit']):>14} "
-                     f"{fmt(row['after'], row['unit']):>14} {row['ratio']:>6.3f}x")
+    table = Table([Column("metric", 40, left=True), Column(report["rev"][:12], 14, gap=" "),
+                   Column("this tree", 14, gap=" "), Column("ratio", 7, ".3f", "x", gap=" ")], rule=True)
+    lines = [table.render([r["label"], fmt(r["before"], r["unit"]), fmt(r["after"], r["unit"]), r["ratio"]]
+                          for r in report["rows"])]
     lines += ["", f"medians over {report['rounds']} alternating run(s) of {report['repeats']} "
               "repeat(s) per tree; ratio > 1: this tree is better",
               f"failed measurement runs (retried): {report['failures']}"]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.versus",
-                                     description=(__doc__ or "").split("\n")[0])
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("rev", help="the commit to compare with (e.g. HEAD~3, a tag)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating runs per tree")
     parser.add_argument("--repeats", type=int, default=5, help="repeats within one run")
     parser.add_argument("--json", type=Path, default=Path("bench-results/versus.json"))
-    ns = parser.parse_args(argv)
-    if ns.rounds < 1 or ns.repeats < 1:
-        parser.error(f"--rounds and --repeats must be at least 1, got {ns.rounds}, {ns.repeats}")
-    setup_logging(log.name)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    if args.rounds < 1 or args.repeats < 1:
+        return f"--rounds and --repeats must be at least 1, got {args.rounds}, {args.repeats}"
+    return None
+
+
+@harness("benchmarks.versus", __doc__, Path("bench-results/versus.json"), options=options, check=check,
+         loggers=(log.name,))
+def main(run: Run) -> int:
+    args = run.args
     try:
-        report = compare(ns.rev, ns.rounds, ns.repeats)
+        report = compare(args.rev, args.rounds, args.repeats)
     except subprocess.CalledProcessError as e:
-        print(f"error: cannot check out {ns.rev!r}: {e.stderr.strip()}", file=sys.stderr)
+        print(f"error: cannot check out {args.rev!r}: {e.stderr.strip()}", file=sys.stderr)
+        run.path = None
         return 2
-    write_json(ns.json, {"machine": machine_info(), **report}, log)
-    print(render(report))
+    run.report.update(report)
+    show(render(report))
     return 0
 
 

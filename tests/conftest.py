@@ -43,6 +43,15 @@ def pytest_unconfigure(config):
     shutil.rmtree(getattr(config, "_apgas_runtime", ""), ignore_errors=True)
 
 
+def group_alive(pgid: int) -> bool:
+    """True while a process of the process group ``pgid`` runs."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie counts as gone)."""
     try:

@@ -4,30 +4,16 @@ promises and leaves no place behind (no timing is asserted)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import eventually, place_processes, wait_gone
+from _bench_helpers import run_harness
 
 from benchmarks import _steps_recovery, steps
 from benchmarks._steps_commit import commit_bytes
 from benchmarks._steps_common import ROW_BYTES, peak_estimate
 
 pytestmark = pytest.mark.timeout(180)
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class _Commit:
@@ -60,20 +46,7 @@ def test_options_override_the_modes_defaults():
 
 def test_quick_run_writes_the_promised_json_and_leaves_nothing(tmp_path):
     out = tmp_path / "steps.json"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN")}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.steps", "--quick", "--json", str(out)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=170)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 0, stderr[-3000:]
-    assert wait_gone(place_processes(proc.pid), 5.0) == []
-    eventually(lambda: not _group_alive(proc.pid), "the harness's process group to end", 5.0)
+    stdout = run_harness(["benchmarks.steps", "--quick", "--json", str(out)], 170)
 
     report = json.loads(out.read_text())
     assert {"machine", "mode", "params", "command", "skipped", "commits", "recovery",

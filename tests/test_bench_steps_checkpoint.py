@@ -4,28 +4,14 @@ writes the JSON it promises, leaves no place and no file behind (no timing is as
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import eventually, place_processes, wait_gone
+from _bench_helpers import run_harness
 
 from benchmarks import steps_checkpoint
 
 pytestmark = pytest.mark.timeout(120)
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_options_and_their_defaults():
@@ -41,22 +27,8 @@ def test_options_and_their_defaults():
 def test_a_tiny_run_writes_the_promised_json_and_leaves_nothing(tmp_path):
     out = tmp_path / "ckpt.json"
     target = tmp_path / "disk"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR", "APGAS_MALLEABLE_LISTEN")}
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.steps_checkpoint", "--size", "4",
-                             "--places", "2,3", "--repeats", "2", "--dir", str(target),
-                             "--json", str(out)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=110)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 0, stderr[-3000:]
-    assert wait_gone(place_processes(proc.pid), 5.0) == []
-    eventually(lambda: not _group_alive(proc.pid), "the harness's process group to end", 5.0)
+    stdout = run_harness(["benchmarks.steps_checkpoint", "--size", "4", "--places", "2,3", "--repeats", "2",
+                          "--dir", str(target), "--json", str(out)], 110)
     assert list(target.iterdir()) == []  # its folder, the commits and dd's file are gone
 
     report = json.loads(out.read_text())
