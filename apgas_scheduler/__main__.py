@@ -8,6 +8,7 @@ node-up, shutdown, dashboard-url, report, simulate, compare.
     python -m apgas_scheduler status --to 127.0.0.1:8081 [--json]
     python -m apgas_scheduler requeue --to 127.0.0.1:8081 ID     # back to the queue (requeue = N)
     python -m apgas_scheduler report events.jsonl [--gantt gantt.png] [--html report.html] [--json]
+    python -m apgas_scheduler slurm-controller --policy NAME [--partition P] [--interval S]
     python -m apgas_scheduler simulate --trace FILE.swf --nodes N --policy NAME [--malleable-share F] [--json OUT]
     python -m apgas_scheduler compare --generate kit --nodes 512 --policies easy,mebf [--plot cmp.png]
 """
@@ -159,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("id", type=int)
         elif name in ("add-nodes", "node-up"):
             p.add_argument("names", type=_nodes)
+    ctl = sub.add_parser("slurm-controller", help="run our policies on a Slurm: resize the "
+                         "malleable jobs that opted in (run as the Slurm operator)")
+    ctl.add_argument("--policy", choices=policy_names(), required=True)
+    ctl.add_argument("--partition", default=None, help="the partition to schedule (default: all)")
+    ctl.add_argument("--interval", type=float, default=5.0,
+                     help="seconds between passes (each reads squeue and sinfo once)")
+    ctl.add_argument("--resize-interval", type=float, default=10.0,
+                     help="minimum seconds between two resizes of one job")
+    ctl.add_argument("--order-timeout", type=float, default=120.0,
+                     help="seconds a job has to answer an order before it gets no other")
     url = sub.add_parser("dashboard-url", help="print the URL (with its token) of a "
                                                "scheduler's live page")
     url.add_argument("--dashboard", type=_dashboard_address, required=True, metavar="[HOST:]PORT",
@@ -200,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(ns)
         if ns.command == "dashboard-url":
             return _dashboard_url(ns)
+        if ns.command == "slurm-controller":
+            from .slurm.controller import run_controller
+
+            try:
+                return run_controller(ns.policy, ns.partition, ns.interval, ns.resize_interval,
+                                      ns.order_timeout)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
         if ns.command in ("simulate", "compare"):
             try:
                 return _simulate(ns)

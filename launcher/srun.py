@@ -47,11 +47,21 @@ class SrunLauncher(Launcher):
                           "and SLURM_JOB_ID is not set")
         checked_host(host)  # and it goes as an option's value (--nodelist=host), never alone
         srun = shlex.split(getattr(self.config, "srun", "") or "srun")
-        flags = ["--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
+        flags = [*_companion(host), "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
                  "--input=0", "--kill-on-bad-exit=1", "--quiet", "--mpi=none",
                  f"--job-name={_step_name(env) or 'apgas-' + Path(argv[0]).name}",
                  f"--chdir={cwd or os.getcwd()}"]
         return [*srun, *flags, *argv]  # srun carries the local environment along
+
+
+def _companion(host: str) -> list[str]:
+    """``--jobid=<it>`` when ``host`` is in a companion allocation of this job
+    (``APGAS_SLURM_COMPANIONS=node=jobid,...``, kept by the slurm communicator)."""
+    for pair in os.environ.get("APGAS_SLURM_COMPANIONS", "").split(","):
+        node, _, job = pair.partition("=")
+        if node == host and job.isdigit():
+            return [f"--jobid={job}"]
+    return []
 
 
 def _step_name(env: Mapping[str, str] | None) -> str:

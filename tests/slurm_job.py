@@ -9,6 +9,9 @@ files in ``SIGNALS`` (a directory) pace it against the test. It prints one
 - ``check``: ``check_status(1, 3)`` (expands onto idle nodes), then, once the test
   queued a job (``SIGNALS/queued``), ``check_status(1, 3)`` again (shrinks for it).
 - ``grow``: ``request_grow(N)``, and the request's outcome.
+- ``controlled``: a malleable GLB computation (GLB's own handler) of ``UNITS``
+  units (each also sleeps ``UNIT_SLEEP`` s) whose work is held until ``SIGNALS/go``, resized by ``apgas-scheduler slurm-controller``
+  through the job's Slurm fields; the count must be exact.
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ class PhasedBag:
     counts as busy), and ``chain`` units in a row that cannot be split, so that in
     the end one place works and the others idle."""
 
-    def __init__(self, units: list[int], chain: int, gate: str, spin: int = 2000) -> None:
+    def __init__(self, units: list[int], chain: int, gate: str, spin: int = 2000,
+                 pause: float = 0.0) -> None:
         self.units, self.chain, self.gate, self.spin = units, chain, gate, spin
+        self.pause = pause  # s a unit also sleeps: work that takes time, not CPU
         self.count = 0
 
     def process(self, n: int) -> int:
@@ -70,6 +75,8 @@ class PhasedBag:
                 self.chain -= 1
             for _ in range(self.spin):
                 seed = mix(seed)
+            if self.pause:
+                time.sleep(self.pause)
             self.count += 1
             done += 1
         return done
@@ -82,13 +89,13 @@ class PhasedBag:
 
     def split(self, take_all: bool) -> PhasedBag | None:
         if take_all:
-            loot = PhasedBag(self.units, self.chain, self.gate, self.spin)
+            loot = PhasedBag(self.units, self.chain, self.gate, self.spin, self.pause)
             self.units, self.chain = [], 0
             return loot
         if len(self.units) < 2:
             return None
         half = len(self.units) // 2
-        loot = PhasedBag(self.units[:half], 0, self.gate, self.spin)
+        loot = PhasedBag(self.units[:half], 0, self.gate, self.spin, self.pause)
         del self.units[:half]
         return loot
 
@@ -135,10 +142,25 @@ def grow() -> dict:
         return {"state": request.state, "reason": request.reason, "error": str(e), "end": nodes()}
 
 
+def controlled() -> dict:
+    from glb_bags import Count
+
+    from glb import GLB, GLBConfig
+
+    units = int(os.environ.get("UNITS", "400"))
+    glb = GLB(GLBConfig(n=5, malleable=True))
+    bag = PhasedBag(list(range(units)), 0, str(SIGNALS / "go"), spin=20000,
+                    pause=float(os.environ.get("UNIT_SLEEP", "0")))
+    total = glb.compute_dynamic(bag, Count()).value
+    return {"total": total, "expected": units, "end": nodes(),
+            "worked": sorted({s.place for s in glb.stats() if s.units})}
+
+
 def main() -> dict:
-    if os.environ["MODE"] != "glb":  # GLB registers its own
+    if os.environ["MODE"] not in ("glb", "controlled"):  # GLB registers its own
         apgas.define_malleable_handler(Handler())
-    result = {"glb": glb, "check": check, "grow": grow}[os.environ["MODE"]]()
+    result = {"glb": glb, "check": check, "grow": grow,
+              "controlled": controlled}[os.environ["MODE"]]()
     signal("done")
     return result
 

@@ -30,13 +30,18 @@ def test_outside_a_slurm_job_it_says_so(monkeypatch):
         slurm.SlurmCommunicator(Runtime(), config())
 
 
-def test_a_slurm_without_job_expansion_names_the_parameter(monkeypatch):
+def test_a_slurm_without_job_expansion_grows_by_companions_unless_expansion_is_asked_for(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setattr(slurmctl, "run", lambda *args, **kw:
                         "SchedulerParameters     = bf_continue\n" if "config" in args else
                         "JobId=7 JobState=RUNNING NodeList=node1 Partition=debug\n")
+    assert slurm.SlurmCommunicator(Runtime(), config()).grow_by == "companion"
+    from apgas._core.config import load_config
+
     with pytest.raises(ConfigError, match=r"SchedulerParameters=permit_job_expansion"):
-        slurm.SlurmCommunicator(Runtime(), config())
+        slurm.SlurmCommunicator(Runtime(), load_config(environ={"APGAS_SLURM_GROW": "expand"}))
+    with pytest.raises(ConfigError, match="APGAS_SLURM_GROW must be expand or companion, got 'x'"):
+        load_config(environ={"APGAS_SLURM_GROW": "x"})
 
 
 def test_without_slurm_commands_it_says_which(monkeypatch):

@@ -52,6 +52,8 @@ class Config:
     srun: str = "srun"  # the srun command, with options
     check_inhibit: float = 10.0  # s: check_status calls this soon after the last one are no-ops
     slurm_grow_timeout: float = 30.0  # s the slurm communicator waits for Slurm to give nodes
+    slurm_poll: float = 30.0  # s between reads of the job's orders besides the wake-up signal
+    slurm_grow: str = ""  # "expand" or "companion"; "": expand where Slurm permits it
     heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
     max_places: int = 256  # a grow order that would pass this many places is refused
@@ -153,7 +155,7 @@ def load_config(overrides: Mapping[str, Any] | None = None,
     found = pick("max_message_bytes")
     if found is not None:
         values["max_message_bytes"] = _parse_int(found[0], found[1], 4096)
-    for field in ("check_inhibit", "slurm_grow_timeout"):
+    for field in ("check_inhibit", "slurm_grow_timeout", "slurm_poll"):
         found = pick(field)
         if found is not None:
             values[field] = _parse_seconds(*found)
@@ -173,6 +175,11 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         hosts = len(set(values.get("hosts", ()))) or 1
         per_core = values.get("places", 1) / hosts / (os.cpu_count() or 1)
         values["heartbeat"] = default_heartbeat(per_core)
+    found = pick("slurm_grow")
+    if found is not None:
+        if found[1] not in ("expand", "companion"):
+            raise ConfigError(f"{found[0]} must be expand or companion, got {found[1]!r}")
+        values["slurm_grow"] = str(found[1])
     for field in ("interface", "python", "chaos", "communicator", "ssh", "srun", "timeline"):
         found = pick(field)
         if found is not None:
@@ -223,8 +230,11 @@ def _launch_values(pick: Callable[[str], tuple[str, Any] | None], env: Mapping[s
             values["hostfile"] = str(hostfile[1])
             values["hosts"] = read_hostfile(values["hostfile"])
         elif values["launcher"] == "srun" and env.get("SLURM_JOB_NODELIST"):
-            values["hosts"] = slurm_hosts(env["SLURM_JOB_NODELIST"],
-                                          env.get("SLURM_TASKS_PER_NODE", ""))
+            # the slurm communicator counts one place a node (it resizes by whole nodes)
+            communicator = pick("communicator")
+            per_node = "" if communicator and communicator[1] == "slurm" else env.get(
+                "SLURM_TASKS_PER_NODE", "")
+            values["hosts"] = slurm_hosts(env["SLURM_JOB_NODELIST"], per_node)
     except HostSpecError as e:
         raise ConfigError(str(e)) from None
     return values

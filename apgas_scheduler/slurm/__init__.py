@@ -16,18 +16,24 @@ as the DMR API's Slurm plug-in does (Iserte et al.):
   same code as the scheduler's ``dmr`` policy (:func:`apgas_scheduler.policies.dmr.dmr_answer`),
   from Slurm's view of the partition: its idle nodes, the pending jobs that
   could start and the running ones; then carried out as above.
+- Orders of ``apgas-scheduler slurm-controller`` (our policies beside
+  slurmctld): once the program defines its handler, the job says ``apgas
+  ready`` in its ``Comment`` and reads grow and shrink orders from its
+  ``AdminComment`` (:mod:`apgas_scheduler.slurm.inbox`), carried out as above,
+  and answered ``apgas done N`` or ``apgas failed N``.
 
 Sizes are counted in places, one per node (the job's first node keeps place 0
 and is never given back). After each resize the program's Slurm variables
 (``SLURM_JOB_NODELIST``, ``SLURM_NNODES``, ``SLURM_JOB_CPUS_PER_NODE`` ...)
-are what Slurm's own resize script sets, since ``srun`` trusts them. Grow and
-shrink orders from outside do not exist here: Slurm sends none. The timing
-lines go to the log (``apgas.malleability``).
+are what Slurm's own resize script sets, since ``srun`` trusts them. Slurm itself
+sends no orders; the controller's come through Slurm's job fields, and the
+job opens no port. The timing lines go to the log (``apgas.malleability``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import logging
 import math
 import os
@@ -43,6 +49,8 @@ from apgas.malleable import MalleableCommunicator, Orders
 from .._model import Grow, JobView, Shrink
 from ..policies.dmr import dmr_answer
 from . import commands as slurmctl
+from . import mailbox
+from .inbox import Inbox
 
 __all__ = ["SlurmCommunicator"]
 
@@ -71,17 +79,22 @@ class SlurmCommunicator(MalleableCommunicator):
         except slurmctl.SlurmError as e:
             raise ConfigError(f"APGAS_COMMUNICATOR=slurm: cannot ask Slurm about job "
                               f"{self.job_id}: {e}") from None
-        if not permitted:
-            raise ConfigError("APGAS_COMMUNICATOR=slurm: this Slurm does not let jobs grow; the "
+        self.grow_by = config.slurm_grow or ("expand" if permitted else "companion")
+        if self.grow_by == "expand" and not permitted:
+            raise ConfigError("APGAS_SLURM_GROW=expand: this Slurm does not let jobs grow; the "
                               "administrator must add permit_job_expansion to SchedulerParameters "
                               "in slurm.conf (SchedulerParameters=permit_job_expansion) and run "
-                              "scontrol reconfigure")
+                              "scontrol reconfigure, or use APGAS_SLURM_GROW=companion")
+        self.end = _end_time(job.fields.get("EndTime", ""))
+        self.companions: dict[str, str] = {}  # node -> the companion allocation it is in
         self.partition = job.partition
         self.nodes = job.nodes
         self.first = job.nodes[0] if job.nodes else ""
         self._resizing = threading.Lock()  # one change of the Slurm job at a time
         self._released: dict[str, float] = {}  # node -> when the job gave it back
-        self._work: queue.SimpleQueue[tuple[str, int, bool] | None] = queue.SimpleQueue()
+        # (verb, nodes, asked by the program, the controller's order number or 0)
+        self._work: queue.SimpleQueue[tuple[str, int, bool, int] | None] = queue.SimpleQueue()
+        self._inbox = Inbox(self.job_id, self._take_order, config.slurm_poll)
         self._worker = threading.Thread(target=self._run, name="apgas-slurm", daemon=True)
         # address: None, as the base class has it (Slurm sends no orders: nothing listens)
 
@@ -90,11 +103,20 @@ class SlurmCommunicator(MalleableCommunicator):
         log.info("resizing Slurm job %s (partition %s, nodes %s)", self.job_id, self.partition,
                  ",".join(self.nodes))
         self._worker.start()
+        self._inbox.open()
 
     def stop(self) -> None:
+        self._inbox.close()
         self._work.put(None)
         if self._worker.is_alive():
             self._worker.join(self.config.slurm_grow_timeout + 60)
+        for companion in sorted(set(self.companions.values())):  # their nodes go back now
+            slurmctl.cancel(companion)
+        self.companions.clear()
+        _publish(self.companions)
+
+    def _take_order(self, order: mailbox.Order) -> None:
+        self._work.put((order.verb, order.nodes, False, order.seq))
 
     @property
     def attached(self) -> bool:
@@ -113,7 +135,7 @@ class SlurmCommunicator(MalleableCommunicator):
         if parsed.kind == "request":
             n = int(parsed.fields[0])
             answer.set_result(f"ok {n}")
-            self._work.put(("grow", n, True))
+            self._work.put(("grow", n, True, 0))
         elif parsed.kind == "check":
             try:
                 answer.set_result(self._check(*protocol.parse_check(parsed)))
@@ -141,17 +163,17 @@ class SlurmCommunicator(MalleableCommunicator):
                  "%d pending job(s): %s", low, high, preferred, factor, places, view.idle,
                  len(waiting), decision or "no action")
         if isinstance(decision, Grow):
-            self._work.put(("grow", decision.nodes, False))
+            self._work.put(("grow", decision.nodes, False, 0))
             return f"expand {places + decision.nodes}"
         if isinstance(decision, Shrink):
-            self._work.put(("shrink", decision.nodes, False))
+            self._work.put(("shrink", decision.nodes, False, 0))
             return f"shrink {places - decision.nodes}"
         return "none"
 
     # -- carrying it out ------------------------------------------------------------------
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
-            verb, n, requested = item
+            verb, n, requested, seq = item
             try:
                 if verb == "grow":
                     self._grow(n)
@@ -164,10 +186,18 @@ class SlurmCommunicator(MalleableCommunicator):
                     self.orders.refused(n, reason)
                 else:
                     self.orders.order_failed(reason)
+                if seq:
+                    self._inbox.answer("failed", seq)
+            else:
+                if seq:
+                    self._inbox.answer("done", seq)
 
     def _grow(self, n: int) -> None:
         """``n`` more nodes from Slurm, then a place on each; the nodes go back if
         the places cannot start."""
+        if self.grow_by == "companion":
+            self._grow_companion(n)
+            return
         expansion = slurmctl.allocate_expansion(self.job_id, n, self.partition,
                                                 self.config.slurm_grow_timeout)
         with self._resizing:  # not while Slurm finds the nodes: a release may go meanwhile
@@ -196,10 +226,42 @@ class SlurmCommunicator(MalleableCommunicator):
             self._give_back()  # the places did not start: the nodes go back at once
             raise
 
+    def _grow_companion(self, n: int) -> None:
+        """``n`` nodes in a companion allocation (:func:`slurmctl.allocate_companion`),
+        then a place on each as a step of it."""
+        companion, new = slurmctl.allocate_companion(self.job_id, n, self.partition,
+                                                     self.config.slurm_grow_timeout, self.end)
+        with self._resizing:
+            self.companions.update((node, companion) for node in new)
+            _publish(self.companions)
+        log.info("Slurm job %s grew by %s (companion allocation %s)", self.job_id,
+                 ",".join(new), companion)
+        try:
+            self.orders.grow(len(new), new)
+        except Exception:
+            self._give_back()
+            raise
+
     def _give_back(self) -> None:
-        """Shrink the Slurm job to the nodes that still have a place (and the first)."""
+        """Shrink the Slurm job, and its companions, to the nodes that still have a
+        place (and the first)."""
         with self._resizing:
             hosts = {place.host for place in self.orders.status()[1]}
+            for companion in sorted(set(self.companions.values())):
+                mine = [node for node, c in self.companions.items() if c == companion]
+                keep = [node for node in mine if node in hosts]
+                if keep == mine:
+                    continue
+                if keep:
+                    slurmctl.shrink_job(companion, keep)
+                else:
+                    slurmctl.cancel(companion)
+                for node in mine:
+                    if node not in keep:
+                        del self.companions[node]
+                log.info("companion allocation %s of Slurm job %s gave back %s", companion,
+                         self.job_id, ",".join(n for n in mine if n not in keep))
+            _publish(self.companions)
             keep = [node for node in self.nodes if node in hosts or node == self.first]
             if keep == self.nodes:
                 return
@@ -224,6 +286,19 @@ class SlurmCommunicator(MalleableCommunicator):
                 os.environ[name] = listed
             for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
                 os.environ[name] = str(len(self.nodes))
+
+
+def _publish(companions: dict[str, str]) -> None:
+    """Tell the srun launcher which nodes are a companion allocation's
+    (``APGAS_SLURM_COMPANIONS``: its places there run as that job's steps)."""
+    os.environ["APGAS_SLURM_COMPANIONS"] = ",".join(f"{n}={c}" for n, c in sorted(companions.items()))
+
+
+def _end_time(text: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:  # Unknown: no time limit
+        return None
 
 
 def _number(job_id: str) -> int:

@@ -37,8 +37,8 @@ from pathlib import Path
 from apgas.errors import ApgasError
 from launcher import expand_hostlist
 
-__all__ = ["SlurmError", "JobInfo", "PartitionView", "show_job", "expansion_permitted",
-           "allocate_expansion", "update_job", "merge_expansion", "shrink_job", "partition_view", "cancel"]
+__all__ = ["SlurmError", "JobInfo", "PartitionView", "show_job", "job_text", "set_comment", "expansion_permitted",
+           "allocate_expansion", "allocate_companion", "COMPANION_NAME", "update_job", "merge_expansion", "shrink_job", "partition_view", "cancel"]
 
 log = logging.getLogger("apgas.slurm")
 
@@ -109,6 +109,19 @@ def show_job(job_id: str) -> JobInfo:
                    fields.get("Partition", ""), fields)
 
 
+def job_text(job_id: str, name: str) -> str:
+    """A text field of the job (``AdminComment``, ``Comment``) whole, spaces and all:
+    ``scontrol show job`` ends it where the next ``Key=`` begins."""
+    text = run("scontrol", "--oneliner", "show", "job", job_id)
+    found = re.search(rf"(?:^|\s){name}=(.*?)(?=\s+\w[\w:/]*=|\s*$)", text)
+    return "" if found is None or found.group(1) == "(null)" else found.group(1)
+
+
+def set_comment(job_id: str, text: str) -> None:
+    """Set the job's ``Comment`` (its user may): the job's answers to the controller."""
+    run("scontrol", "update", f"JobId={job_id}", f"Comment={text}", retry_for=RETRY_FOR)
+
+
 def expansion_permitted() -> bool:
     """Whether slurm.conf has ``SchedulerParameters=permit_job_expansion``."""
     for line in run("scontrol", "show", "config").splitlines():
@@ -140,6 +153,35 @@ def allocate_expansion(job_id: str, n: int, partition: str, timeout: float) -> s
         raise SlurmError(f"Slurm gave no {n} node(s) within {timeout:g} s: "
                          f"{said or f'salloc exit code {done.returncode}'}")
     return granted.group(1)
+
+
+COMPANION_NAME = "apgas-companion"
+
+
+def allocate_companion(job_id: str, n: int, partition: str, timeout: float,
+                       end: datetime.datetime | None) -> tuple[str, list[str]]:
+    """A companion allocation of ``n`` whole nodes for job ``job_id`` (where Slurm
+    cannot grow a job: no ``permit_job_expansion``): an ordinary job of the same
+    user, named ``apgas-companion-<job>``, whose nodes the job's places run on as
+    its steps (``srun --jobid=<it>``). It ends when the job would (``--deadline``
+    is not enough: its time limit is the job's time left), and SlurmError says why
+    Slurm gave none within ``timeout`` s. Its id and nodes."""
+    args = ["salloc", f"--nodes={n}", "--exclusive", "--no-shell",
+            f"--job-name={COMPANION_NAME}-{job_id}", f"--immediate={max(1, round(timeout))}"]
+    if end is not None:
+        left = max(1, int((end - datetime.datetime.now()).total_seconds() // 60))
+        args.append(f"--time={left}")
+    if partition:
+        args.append(f"--partition={partition}")
+    try:
+        done, said = _execute(args, timeout + 15)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"salloc gave no node within {timeout + 15:g} s") from None
+    granted = re.search(r"Granted job allocation (\d+)", said)
+    if done.returncode != 0 or granted is None:
+        raise SlurmError(f"Slurm gave no {n} node(s) within {timeout:g} s: "
+                         f"{said or f'salloc exit code {done.returncode}'}")
+    return granted.group(1), show_job(granted.group(1)).nodes
 
 
 _EXPORT = re.compile(r"""export (\w+)=(?:"([^"]*)"|'([^']*)'|(\S*))""")
@@ -234,7 +276,7 @@ def partition_view(partition: str, own: str) -> PartitionView:
         if len(fields) != 8:
             continue
         job_id, state, nodes, limit, submit, start, name, reason = fields
-        if job_id == own or name.startswith(EXPANSION_NAME) or state not in jobs:
+        if job_id == own or name.startswith((EXPANSION_NAME, COMPANION_NAME)) or state not in jobs:
             continue
         when = _epoch(submit if state == "PD" else start)
         jobs[state].append(SlurmJob(job_id, int(nodes), _seconds(limit), when, reason))
