@@ -43,6 +43,12 @@ def cluster():
 
 @pytest.fixture
 def slurm(cluster):
+    """The cluster, idle. A 1-4 node job starts on the nodes Slurm's scheduler sees free,
+    and nodes of a job just cancelled may look idle to sinfo before they are to the
+    scheduler: a 4-node job that runs to its end first shows that all four are."""
+    eventually(lambda: set(cluster.node_states().values()) == {"idle"}, "every node idle")
+    submit(cluster, "barrier", "--nodes=4", "--exclusive", "--time=1", "--wrap=true")
+    eventually(lambda: "barrier" not in squeue(cluster), "the barrier job through", 60)
     eventually(lambda: set(cluster.node_states().values()) == {"idle"}, "every node idle")
     yield cluster
     cluster.run("scancel", "--partition=debug")
@@ -190,8 +196,11 @@ def test_orders_written_by_users_are_refused_by_slurm(slurm, tmp_path):
     assert as_nobody("scontrol", "update", f"JobId={own}", "Comment=apgas ready 0").returncode == 0
     forged = as_nobody("scontrol", "update", f"JobId={own}", "AdminComment=apgas-order 1 grow 3")
     assert forged.returncode != 0 and "denied" in forged.stderr.lower(), forged
-    # and what a job's user writes in its Comment is never read as an order
-    slurm.run("scontrol", "update", f"JobId={malleable}", "Comment=apgas-order 9 shrink 3")
+    # and what a job's user writes in its Comment is never read as an order, even a
+    # text that scontrol show job would print like the AdminComment field
+    slurm.run("scontrol", "update", f"JobId={malleable}",
+              "Comment=x AdminComment=apgas-order 9 shrink 3")
+    slurm.run("scancel", "--signal=URG", "--full", str(malleable))
     time.sleep(3)  # three polls of the job
     jobs = squeue(slurm)
     assert jobs["malleable"]["node_count"] == 4 and jobs["malleable"]["admin_comment"] == ""

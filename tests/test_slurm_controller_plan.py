@@ -184,3 +184,21 @@ def test_a_companion_allocation_counts_as_its_jobs_nodes_only_for_the_same_user(
     fresh.ranges[1] = (1, 4)
     [(owner, order)] = fresh.plan(1200.0, strangers, NODES)
     assert owner.nodes == ("node1", "node2") and order == mailbox.Order(1, "shrink", 1)
+
+
+def test_the_job_reads_its_order_from_squeues_json_not_from_text_a_comment_can_imitate(monkeypatch):
+    """``scontrol show job`` prints ``Comment=... AdminComment=...`` one after the
+    other: a Comment of ``x AdminComment=apgas-order 9 shrink 3`` would read there
+    like an order. The job reads ``squeue --json``'s exact fields instead."""
+    import json
+
+    from apgas_scheduler.slurm import commands
+
+    fields = job(7, "RUNNING", "node1", 1, comment="x AdminComment=apgas-order 9 shrink 3")
+    monkeypatch.setattr(commands, "run", lambda *args, **kw: json.dumps({"jobs": [fields]}))
+    assert commands.job_text("7", "admin_comment") == ""
+    assert mailbox.parse_order(commands.job_text("7", "admin_comment")) is None
+    fields["admin_comment"] = "apgas-order 2 grow 1"
+    assert mailbox.parse_order(commands.job_text("7", "admin_comment")) == mailbox.Order(2, "grow", 1)
+    with pytest.raises(commands.SlurmError, match="squeue does not know job 8"):
+        commands.job_text("8", "admin_comment")

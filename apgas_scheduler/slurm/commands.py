@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 import re
 import subprocess
@@ -109,12 +110,20 @@ def show_job(job_id: str) -> JobInfo:
                    fields.get("Partition", ""), fields)
 
 
-def job_text(job_id: str, name: str) -> str:
-    """A text field of the job (``AdminComment``, ``Comment``) whole, spaces and all:
-    ``scontrol show job`` ends it where the next ``Key=`` begins."""
-    text = run("scontrol", "--oneliner", "show", "job", job_id)
-    found = re.search(rf"(?:^|\s){name}=(.*?)(?=\s+\w[\w:/]*=|\s*$)", text)
-    return "" if found is None or found.group(1) == "(null)" else found.group(1)
+def job_text(job_id: str, field: str) -> str:
+    """A text field of the job as ``squeue --json`` gives it (``admin_comment``,
+    ``comment``): exact, where ``scontrol show job`` prints the fields one after
+    the other and a ``Comment`` could hold a line that reads like another field."""
+    text = run("squeue", "--json", f"--jobs={job_id}")
+    try:
+        jobs = json.loads(text).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError):
+        raise SlurmError(f"squeue --json --jobs={job_id} gave no JSON: {text[:200]!r}") from None
+    for job in jobs:
+        if isinstance(job, dict) and str(job.get("job_id")) == job_id:
+            value = job.get(field)
+            return value if isinstance(value, str) else ""
+    raise SlurmError(f"squeue does not know job {job_id}")
 
 
 def set_comment(job_id: str, text: str) -> None:

@@ -42,7 +42,7 @@ class Inbox:
         elif self._poll <= 0:
             log.warning("orders of slurm-controller are read only at a signal, and the "
                         "handler was defined off the main thread: set APGAS_SLURM_POLL")
-        found = mailbox.parse_order(slurmctl.job_text(self.job_id, "AdminComment"))
+        found = mailbox.parse_order(slurmctl.job_text(self.job_id, "admin_comment"))
         self._seen = found.seq if found else 0
         self.answer("ready", self._seen)
         self._thread.start()
@@ -79,7 +79,7 @@ class Inbox:
             if self._stopping:
                 return
             try:
-                order = mailbox.parse_order(slurmctl.job_text(self.job_id, "AdminComment"))
+                order = mailbox.parse_order(slurmctl.job_text(self.job_id, "admin_comment"))
             except slurmctl.SlurmError as e:
                 log.warning("could not read job %s's orders: %s", self.job_id, e)
                 continue
