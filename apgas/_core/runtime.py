@@ -9,7 +9,8 @@ grow and shrink) works on the same place table and finish counts under one
 lock, and the order of those updates is what keeps a task from being lost
 while places come and go. Split over files, that ordering would be harder to
 read, not easier; the parts with a job of their own already live apart
-(``_finish``, ``_transport``, ``_pool``, ``_serialization``, ``_malleability``).
+(``finish``, ``transport``, ``pool``, ``serialization`` beside it in ``apgas._core``;
+malleability, which builds on the runtime, in ``apgas._malleability``).
 """
 
 from __future__ import annotations
