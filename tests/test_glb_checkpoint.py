@@ -55,8 +55,10 @@ def kill_during(proc: subprocess.Popen, directory: Path, rng: random.Random,
     """Kill the run at a random moment once ``after`` new snapshots were written; False if
     it ended first (then it ran to its end)."""
     seen = {p.name for p in snapshots(directory)}
+    new: set[str] = set()  # accumulated: only the two newest snapshots stay on disk
     deadline = time.monotonic() + timeout
-    while len({p.name for p in snapshots(directory)} - seen) < after:
+    while len(new) < after:
+        new |= {p.name for p in snapshots(directory)} - seen
         if proc.poll() is not None:
             return False
         assert time.monotonic() < deadline, "no snapshot was written"
