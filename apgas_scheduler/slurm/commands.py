@@ -147,21 +147,8 @@ def allocate_expansion(job_id: str, n: int, partition: str, timeout: float) -> s
     Slurm gives no nodes within ``timeout`` s, or refuses, it is cancelled and
     SlurmError says why, in Slurm's words."""
     name = f"{EXPANSION_NAME}-{job_id}"
-    args = ["salloc", f"--nodes={n}", "--exclusive", "--no-shell", f"--job-name={name}",
-            f"--dependency=expand:{job_id}", f"--immediate={max(1, round(timeout))}"]
-    if partition:
-        args.append(f"--partition={partition}")
-    try:
-        done, said = _execute(args, timeout + 15)
-    except subprocess.TimeoutExpired:
-        cancel_expansions(job_id)
-        raise SlurmError(f"salloc gave no node within {timeout + 15:g} s") from None
-    granted = re.search(r"Granted job allocation (\d+)", said)
-    if done.returncode != 0 or granted is None:
-        cancel_expansions(job_id)
-        raise SlurmError(f"Slurm gave no {n} node(s) within {timeout:g} s: "
-                         f"{said or f'salloc exit code {done.returncode}'}")
-    return granted.group(1)
+    return _allocate(["salloc", f"--nodes={n}", "--exclusive", "--no-shell", f"--job-name={name}",
+                      f"--dependency=expand:{job_id}"], n, partition, timeout, f"--name={name}")
 
 
 COMPANION_NAME = "apgas-companion"
@@ -174,23 +161,35 @@ def allocate_companion(job_id: str, n: int, partition: str, timeout: float,
     user, named ``apgas-companion-<job>``, whose nodes the job's places run on as
     its steps (``srun --jobid=<it>``). It ends when the job would (``--deadline``
     is not enough: its time limit is the job's time left), and SlurmError says why
-    Slurm gave none within ``timeout`` s. Its id and nodes."""
-    args = ["salloc", f"--nodes={n}", "--exclusive", "--no-shell",
-            f"--job-name={COMPANION_NAME}-{job_id}", f"--immediate={max(1, round(timeout))}"]
+    Slurm gave none within ``timeout`` s (a request left queued is cancelled; the
+    job's granted companions stay). Its id and nodes."""
+    name = f"{COMPANION_NAME}-{job_id}"
+    args = ["salloc", f"--nodes={n}", "--exclusive", "--no-shell", f"--job-name={name}"]
     if end is not None:
         left = max(1, int((end - datetime.datetime.now()).total_seconds() // 60))
         args.append(f"--time={left}")
+    companion = _allocate(args, n, partition, timeout, f"--name={name}", "--state=PENDING")
+    return companion, show_job(companion).nodes
+
+
+def _allocate(args: list[str], n: int, partition: str, timeout: float, *leftovers: str) -> str:
+    """Run ``salloc`` (``args``) for ``n`` nodes within ``timeout`` s; the allocation's id.
+    When Slurm gives none in time, or refuses, ``scancel leftovers`` cancels what the
+    request may have left queued, and SlurmError says why, in Slurm's words."""
+    args = [*args, f"--immediate={max(1, round(timeout))}"]
     if partition:
         args.append(f"--partition={partition}")
     try:
         done, said = _execute(args, timeout + 15)
     except subprocess.TimeoutExpired:
+        _cancel_named(*leftovers)
         raise SlurmError(f"salloc gave no node within {timeout + 15:g} s") from None
     granted = re.search(r"Granted job allocation (\d+)", said)
     if done.returncode != 0 or granted is None:
+        _cancel_named(*leftovers)
         raise SlurmError(f"Slurm gave no {n} node(s) within {timeout:g} s: "
                          f"{said or f'salloc exit code {done.returncode}'}")
-    return granted.group(1), show_job(granted.group(1)).nodes
+    return granted.group(1)
 
 
 _EXPORT = re.compile(r"""export (\w+)=(?:"([^"]*)"|'([^']*)'|(\S*))""")
@@ -240,10 +239,10 @@ def cancel(job_id: str) -> None:
         log.warning("%s", e)
 
 
-def cancel_expansions(job_id: str) -> None:
-    """Cancel whatever expansion of ``job_id`` is left (a salloc that timed out)."""
+def _cancel_named(*selection: str) -> None:
+    """``scancel`` the jobs ``selection`` names (a request a salloc left queued)."""
     try:
-        run("scancel", f"--name={EXPANSION_NAME}-{job_id}")
+        run("scancel", *selection)
     except SlurmError as e:
         log.warning("%s", e)
 
