@@ -205,9 +205,9 @@ class Planner:
         self._sent = {k: v for k, v in self._sent.items() if k in live}
         engine: Engine[str] = Engine(nodes, self.policy, log)
         by_id: dict[int, SlurmJob] = {}
+        pool = set(nodes)
         for job in jobs:
-            tracked = self._track(job, now, set(nodes), engine)
-            if tracked is not None:
+            if self._track(job, now, pool, engine) is not None:
                 by_id[job.id] = job
         orders = []
         for decision in engine.decide(now):
