@@ -10,6 +10,7 @@ import time
 import pytest
 from conftest import eventually
 
+from apgas._core import pool as pool_module
 from apgas._core.pool import WorkerPool, blocking
 
 pytestmark = pytest.mark.timeout(30)
@@ -90,14 +91,16 @@ class _Wire:
         return True
 
 
-def test_the_thread_that_receives_a_call_runs_it_and_another_receives():
+def test_the_thread_that_receives_a_call_runs_it_and_another_receives_once_it_waits():
     pool = WorkerPool(2, "test-lf")
     ran: dict[int, int] = {}
     done = threading.Semaphore(0)
 
     def job(n: int) -> None:
         ran[n] = threading.get_ident()
-        time.sleep(0.005 * (n % 2))  # long enough for an idle worker to take the receiving
+        if n % 2:
+            with blocking():  # a wait, declared: the receiving moves to an idle worker
+                time.sleep(0.005)
         done.release()
 
     wire = _Wire(pool, lambda n: pool.submit_received(lambda: job(n)))
@@ -112,8 +115,48 @@ def test_the_thread_that_receives_a_call_runs_it_and_another_receives():
         by = dict(wire.delivered)
         # a worker was idle every time: each job ran on the thread that read its message
         assert all(ran[n] == by[n] for n in range(20))
-        assert len(set(by.values())) >= 2, "the receiving never moved to another thread"
+        moved = {n for n in range(1, 20) if by[n] != by[n - 1]}
+        # the receiving moved after each wait, and never after a call that did not wait
+        assert moved == set(range(2, 20, 2)), sorted(moved)
     finally:
+        wire.inbox.put(None)
+        pool.shutdown()
+    assert wire.stopped.wait(5)
+
+
+def test_a_call_that_runs_long_without_saying_it_waits_hands_the_receiving_on():
+    pool = WorkerPool(2, "test-lf-standby")
+    release, started = threading.Event(), threading.Event()
+    delivered: list[int] = []
+
+    def poll_until_released() -> None:  # waits for a later message, undeclared
+        started.set()
+        while not release.is_set():
+            time.sleep(0.001)
+
+    def handler(n: int) -> None:
+        delivered.append(n)
+        if n == 0:
+            pool.submit_received(poll_until_released)
+        elif n == 1:
+            release.set()
+
+    wire = _Wire(pool, handler)
+    pool.lead(wire.receive, wire.waiting)
+    try:
+        eventually(lambda: len(pool._getting) == 2, "two idle workers", timeout=5)
+        wire.inbox.put(0)
+        assert started.wait(5)
+        wire.inbox.put(1)
+        since = time.monotonic()
+        assert release.wait(5), "message 1 was never read: the receiving stayed with the call"
+        # read once the standby saw the call at two looks in a row
+        assert time.monotonic() - since < 3 * pool_module.STANDBY_S + 1.0
+        assert pool.wait_idle(5)
+        assert delivered == [0, 1]
+        assert wire.delivered[0][1] != wire.delivered[1][1]
+    finally:
+        release.set()
         wire.inbox.put(None)
         pool.shutdown()
     assert wire.stopped.wait(5)

@@ -13,18 +13,24 @@ is parked for a while rather than ended: a worker that makes many short
 Leader/followers (:meth:`WorkerPool.lead`): one thread of the pool, the
 leader, receives messages; the others wait for jobs. When a message brings
 a call, a worker waits for jobs and nothing else is queued or waits to be
-read, the leader offers the receiving to the workers (through the job
-queue) and runs the call itself (:meth:`WorkerPool.submit_received`): no
-hand-off between the receipt and the run. A worker that takes the offer
-receives from then on; if none took it by the end of the call, the leader
-takes it back and receives on (a short call then costs no thread switch at
-all). Only the leader delivers messages, one at a time, so what the runtime
-does on delivery keeps the order of the wire. When no worker waits, the job
-is queued as any other and the leader goes on receiving. While a call runs
-on the leader, an offer not yet taken sits in the queue: a call that blocks
-gets a spare thread for it (:func:`blocking`), one that computes delays the
-receiving by as long, which happens only when a job was queued between the
-check and the offer.
+read, the leader runs the call itself (:meth:`WorkerPool.submit_received`):
+no hand-off between the receipt and the run, and no thread woken for it. The
+receiving stays with the leader while the call runs and moves only when it
+must: when the call waits (:func:`blocking`), or when the call is still
+running at the standby's next look (every :data:`STANDBY_S`: a call that
+computes long, or waits without saying so), the receiving is offered to the
+workers through the job queue. A worker that takes the offer receives from
+then on; if none took it by the end of the call, the leader takes it back
+and receives on. Only the leader delivers messages, one at a time, so what
+the runtime does on delivery keeps the order of the wire. When no worker
+waits, the job is queued as any other and the leader goes on receiving.
+
+Why not offer at once, as before: on 2 cores the woken worker competed with
+the call for the GIL, and a short call (a GLB steal, an ``at`` round trip)
+paid for a thread it never needed. A message that arrives while a call
+runs inline waits for the call's end, its first wait, or the standby's
+look; a call that computes for longer than that is better sent with
+``async_at`` anyway.
 """
 
 from __future__ import annotations
@@ -41,19 +47,31 @@ __all__ = ["WorkerPool", "blocking", "on_pool_thread"]
 log = logging.getLogger(__name__)
 _local = threading.local()
 SPARE_PARKED_S = 10.0  # s a retired spare waits to be needed again before it ends
+STANDBY_S = 0.1  # s between two looks of the standby at a call run by the leader
 
 Job = Callable[[], None]
 
 
 class _Lead:
-    """The receiving, offered to an idle worker through the job queue; the leader that
-    offered it takes it back if nobody took it by the end of the job it runs."""
+    """The receiving, offered to an idle worker through the job queue; the leader whose
+    call it was offered for takes it back if nobody took it by the end of that call."""
 
     __slots__ = ("state",)
     OFFERED, TAKEN, REVOKED = range(3)
 
     def __init__(self, state: int) -> None:
         self.state = state  # under the pool's lock
+
+
+class _Inline:
+    """A call the leader runs while it holds the receiving; ``offer`` once the receiving
+    was offered for it (by the call's first wait or by the standby)."""
+
+    __slots__ = ("looked", "offer")
+
+    def __init__(self) -> None:
+        self.looked = False  # under the pool's lock: the standby saw it running
+        self.offer: _Lead | None = None  # under the pool's lock
 
 
 class WorkerPool:
@@ -71,10 +89,12 @@ class WorkerPool:
         self._claims = 0  # parked spares called back, not yet awake
         self._closing = False
         self._wake = threading.Condition(self._lock)
+        self._standby_wake = threading.Condition(self._lock)
         self._getting: list[None] = []  # one entry per worker waiting for a job (atomic list ops)
         self._revoked = 0  # offers of the receiving taken back and still queued
         self._receive: Callable[[], bool] | None = None  # the leader's, once lead() was called
         self._waiting: Callable[[], bool] = bool
+        self._inline: _Inline | None = None  # under _lock: the call the leader runs, if any
         with self._lock:
             for _ in range(size):
                 self._spawn()
@@ -99,19 +119,19 @@ class WorkerPool:
         self._serial += 1
         threading.Thread(target=self._work, args=(_Lead(_Lead.TAKEN),),
                          name=f"{self._name}-{self._serial}", daemon=True).start()
+        threading.Thread(target=self._standby, name=f"{self._name}-standby", daemon=True).start()
 
     def submit_received(self, job: Job) -> None:
         """Submit a job of the message being delivered. On the leader, with a worker
-        waiting for jobs and no other message waiting, the receiving is offered to the
-        workers and the job runs here once delivered (no hand-off before it runs)."""
+        waiting for jobs and nothing else queued or waiting to be read, the job runs
+        here once delivered (no hand-off before it runs) and the receiving stays here
+        until the job waits or outlives a look of the standby."""
         if getattr(_local, "leading", False) and self._getting and _local.inline is None \
                 and self._queue.qsize() <= self._revoked and not self._waiting():
-            # the offer queues behind no job (a revoked offer ahead is skipped)
+            # an offer made later queues behind no job (a revoked offer ahead is skipped)
             with self._lock:
                 self._unfinished += 1
             _local.inline = job
-            _local.offer = offer = _Lead(_Lead.OFFERED)
-            self._queue.put(offer)
         else:
             self.submit(job)
 
@@ -127,12 +147,16 @@ class WorkerPool:
             count = self._threads
             self._closing = True
             self._wake.notify_all()
+            self._standby_wake.notify_all()
         for _ in range(count):
             self._queue.put(None)
 
     @contextlib.contextmanager
     def _blocking(self) -> Iterator[None]:
         with self._lock:
+            call = getattr(_local, "call", None)
+            if call is not None and call.offer is None:
+                self._offer(call)  # the leader's call waits: another thread receives
             self._blocked += 1
             # a spare only for jobs that wait: a short wait (a steal's at()) costs no thread
             # wake-up, and a job queued later gets its spare from submit()
@@ -169,9 +193,29 @@ class WorkerPool:
         finally:
             self._parked -= 1
 
+    def _offer(self, call: _Inline) -> None:  # holds self._lock
+        """Offer the receiving, held by the leader that runs ``call``, to the workers."""
+        call.offer = _Lead(_Lead.OFFERED)
+        self._queue.put(call.offer)
+
+    def _standby(self) -> None:
+        """Every STANDBY_S: offer the receiving if the leader's call ran at the last look
+        too (it computes long, or waits without :func:`blocking`)."""
+        while True:
+            with self._lock:
+                if self._closing:
+                    return
+                call = self._inline
+                if call is not None and call.offer is None:
+                    if call.looked:
+                        self._offer(call)
+                    call.looked = True
+                self._standby_wake.wait(STANDBY_S)  # shutdown() notifies
+
     def _lead(self) -> bool:
-        """Receive until a message gives this thread a job and a worker takes over; True
-        once the job ran (this thread then works on), False once receiving stopped."""
+        """Receive until a message gives this thread a job and the receiving moves on while
+        it runs; True once the job ran (this thread then works on), False once receiving
+        stopped."""
         receive = self._receive
         assert receive is not None, "the receiving is only offered once lead() was called"
         _local.leading = True
@@ -183,14 +227,24 @@ class WorkerPool:
                         break
                 else:
                     return False
-                offer, _local.inline, _local.offer = _local.offer, None, None
+                _local.inline = None
                 _local.leading = False
-                self._run(job)
+                call = _local.call = _Inline()
                 with self._lock:
-                    if offer.state == _Lead.TAKEN:
+                    self._inline = call
+                try:
+                    self._run(job)
+                finally:
+                    _local.call = None
+                with self._lock:
+                    if self._inline is call:
+                        self._inline = None
+                    offer = call.offer
+                    if offer is not None and offer.state == _Lead.TAKEN:
                         return True  # a worker receives now (the swap keeps _threads)
-                    offer.state = _Lead.REVOKED  # nobody took it: this thread receives on
-                    self._revoked += 1  # until a worker takes it out of the queue
+                    if offer is not None:
+                        offer.state = _Lead.REVOKED  # nobody took it: this thread receives on
+                        self._revoked += 1  # until a worker takes it out of the queue
                     self._job_ended()
                 _local.leading = True
         finally:
@@ -211,6 +265,7 @@ class WorkerPool:
     def _work(self, first: _Lead | None = None) -> None:
         _local.pool = self
         _local.inline = None
+        _local.call = None
         get, getting = self._queue.get, self._getting
         while True:
             if first is None:
