@@ -95,6 +95,9 @@ class WorkerPool:
         self._receive: Callable[[], bool] | None = None  # the leader's, once lead() was called
         self._waiting: Callable[[], bool] = bool
         self._inline: _Inline | None = None  # under _lock: the call the leader runs, if any
+        #: called by a thread of the pool about to wait (for a job, or in blocking()):
+        #: the runtime sends the messages that wait to leave in batches
+        self.before_wait: Callable[[], object] = _nothing
         with self._lock:
             for _ in range(size):
                 self._spawn()
@@ -153,6 +156,7 @@ class WorkerPool:
 
     @contextlib.contextmanager
     def _blocking(self) -> Iterator[None]:
+        self.before_wait()
         with self._lock:
             call = getattr(_local, "call", None)
             if call is not None and call.offer is None:
@@ -269,6 +273,8 @@ class WorkerPool:
         get, getting = self._queue.get, self._getting
         while True:
             if first is None:
+                if self._queue.empty():
+                    self.before_wait()
                 getting.append(None)
                 job = get()
                 getting.pop()
@@ -294,6 +300,10 @@ class WorkerPool:
                         return
         with self._lock:
             self._threads -= 1
+
+
+def _nothing() -> None:
+    pass
 
 
 def on_pool_thread() -> bool:

@@ -134,6 +134,8 @@ class Runtime:
         self.transport = Transport(place_id, secret, config.interface, self._on_message, chaos,
                                    config.max_message_bytes, self.heartbeat, self._link_lost,
                                    lambda other: place_id == 0 or other == 0)
+        # a pool thread about to wait sends what its tasks left in batches (apgas._core.batch)
+        self.pool.before_wait = self.immediate.before_wait = self.transport.flush
         # place 0 only
         self._children: dict[int, PlaceProcess] = {}
         self._joined: dict[int, tuple[str, int, str]] = {}
@@ -232,7 +234,8 @@ class Runtime:
             # that a shrink sends: no task reaches a place after its fence.
             try:
                 sent = self.transport.send(dst, kind, *(fref or (0, 0)), payload,
-                                           guard=lambda: dst in self.places)
+                                           guard=lambda: dst in self.places,
+                                           batch=kind != IMMEDIATE)
             except BaseException:  # MessageTooLarge: nothing sent, take the count back
                 if fref is not None:
                     self._count_spawn(fref, dst, -1)
@@ -324,7 +327,7 @@ class Runtime:
                 # sent under the lock: reports of this place leave in order
                 payload = ser.dumps((state.spawned, state.completed, state.exceptions))
                 try:
-                    self.transport.send(home, REPORT, home, fid, payload)
+                    self.transport.send(home, REPORT, home, fid, payload, batch=True)
                 except MessageTooLarge as e:  # the counts must arrive, or the finish hangs
                     err = ApgasError(f"{len(state.exceptions)} task exception(s) too large to report: {e}")
                     payload = ser.dumps((state.spawned, state.completed, [self.capture(err, True)]))
@@ -367,6 +370,7 @@ class Runtime:
             f.body_done = True
             f.check()
         if not f.done.is_set():
+            self.transport.flush()  # tasks that wait to leave in a batch leave now
             with blocking():
                 f.done.wait()
         with self._lock:
@@ -411,6 +415,7 @@ class Runtime:
         if not sent:
             raise DeadPlaceError(dst, "it died or left before at() could be sent")
         try:
+            self.transport.flush()
             with blocking():
                 pending.wait()
         finally:

@@ -109,6 +109,7 @@ import zmq
 from blake3 import blake3
 
 from ..errors import ApgasError
+from . import batch as batching
 from .config import is_wildcard
 from .heartbeat import LinkWatcher
 from .heartbeat import configure as configure_heartbeat
@@ -131,6 +132,10 @@ _DIRECT_MAX = 4096  # a body this short is MACed itself: one hash instead of two
 _DIRECT, _DIGESTED = b"\x01", b"\x02"
 _LOG_FIRST = 5  # dropped messages logged one by one; later ones are summarized
 _LOG_INTERVAL = 10.0  # s between two summary lines
+BATCH_S = 0.001  # s: a message this soon after the last one to its place waits for more
+_BATCH_ENTRY_MAX = 2048  # bytes: a larger message is sent as itself
+_BATCH_MAX = 256  # entries, or 256 KiB: a full batch is sent at once
+_BATCH_BYTES_MAX = 256 * 1024
 
 #: a frame of a message's payload (:func:`apgas._core.serialization.dumps`)
 Frame = bytes | memoryview
@@ -186,15 +191,20 @@ class _Link:
     otherwise open 63 connections it may never use.
     """
 
-    __slots__ = ("sock", "lock", "endpoint", "seq", "monitor", "closed")
+    __slots__ = ("place", "sock", "lock", "endpoint", "seq", "monitor", "closed", "batch",
+                 "batch_bytes", "sent_at")
 
-    def __init__(self, endpoint: str, generation: int) -> None:
+    def __init__(self, place: int, endpoint: str, generation: int) -> None:
+        self.place = place
         self.sock: zmq.Socket[bytes] | None = None  # under ``lock``
         self.lock = threading.Lock()
         self.endpoint = endpoint
         self.seq = generation << GENERATION_SHIFT  # of the last message sent; under ``lock``
         self.monitor: zmq.Socket[bytes] | None = None  # the heartbeat watcher's, if this link is watched
         self.closed = False  # under ``lock``: never opened again
+        self.batch: list[bytes] = []  # under ``lock``: entries waiting to leave as one message
+        self.batch_bytes = 0  # under ``lock``
+        self.sent_at = 0.0  # under ``lock``: when the last message left (time.monotonic)
 
 
 class Transport:
@@ -237,12 +247,16 @@ class Transport:
         self._links: dict[int, _Link] = {}
         self._generations: dict[int, int] = {}  # place -> links made to it so far
         self._links_lock = threading.Lock()
+        self._batching: set[int] = set()  # places whose link has a batch waiting
+        self._flush_cond = threading.Condition()
+        self._flush_armed = False  # under _flush_cond: the flusher will look within BATCH_S
         self._running = True
         self._chaos = random.Random(chaos[0] * 1000 + place_id) if chaos else None
         self._chaos_delay = chaos[1] if chaos else 0.0
         self._chaos_cond = threading.Condition()
-        # chaos: heap of (due, n, dst, kind, a, b, payload, digest)
-        self._held: list[tuple[float, int, int, int, int, int, Sequence[Frame], bytes | None]] = []
+        # chaos: heap of (due, n, dst, kind, a, b, payload, digest, batch)
+        self._held: list[tuple[float, int, int, int, int, int, Sequence[Frame], bytes | None,
+                               bool]] = []
         self._held_last: dict[int, float] = {}
         self._held_seq = 0
         self._thread = threading.Thread(target=self._loop, name=f"apgas-net-{place_id}", daemon=True)
@@ -256,6 +270,8 @@ class Transport:
         ``lead(receive, waiting)``, by threads that take turns at calling
         :meth:`receive` (:meth:`waiting` is for them too)."""
         self._receiving = True
+        threading.Thread(target=self._flush_loop, name=f"apgas-batch-{self.place_id}",
+                         daemon=True).start()
         if lead is None:
             self._thread.start()
         else:
@@ -274,7 +290,7 @@ class Transport:
                 return  # a new socket would drop what is queued on the old one
             generation = self._generations.get(place_id, -1) + 1
             self._generations[place_id] = generation  # numbers above every earlier link's
-            new = self._links[place_id] = _Link(endpoint, generation)
+            new = self._links[place_id] = _Link(place_id, endpoint, generation)
             if self._watcher is not None and self._watched(place_id):
                 with new.lock:
                     self._open(new, place_id)  # heartbeats watch it from now on
@@ -302,13 +318,19 @@ class Transport:
             self._close_link(link, linger_ms)
 
     def send(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame] = (b"",),
-             guard: Callable[[], bool] | None = None) -> bool:
+             guard: Callable[[], bool] | None = None, batch: bool = False) -> bool:
         """Send one message; ``payload`` is ``[body, *buffers]``. Thread-safe.
 
         ``guard`` is checked under the lock that orders the messages to ``dst``:
         if it is false, nothing is sent and False is returned. A message sent
         after ``guard`` turned false (and after the message that made it so)
         can therefore never overtake that message.
+
+        ``batch``: the message may wait to leave with others to ``dst`` as one
+        (:mod:`apgas._core.batch`): it does when it is small and comes within
+        :data:`BATCH_S` of the last message to ``dst``, until :meth:`flush`, a
+        full batch, the next message to ``dst`` that may not wait, or at most
+        about :data:`BATCH_S` more. The order of the pair is kept either way.
 
         Raises :class:`MessageTooLarge` (nothing is sent) if the payload is
         larger than ``max_message_bytes``: the receiver would drop it and cut
@@ -322,9 +344,30 @@ class Transport:
                 f"than the limit of {self.max_message_bytes:,} bytes; raise the option "
                 "max_message_bytes (APGAS_MAX_MESSAGE_BYTES) or send the data in smaller pieces")
         digest = _digest(payload, sizes)  # outside the link's lock: large payloads hash in parallel
+        batch = batch and digest is None and sizes[0] <= _BATCH_ENTRY_MAX
         if self._chaos is None:
-            return self._send_now(dst, kind, a, b, payload, digest, guard)
-        return self._hold(dst, kind, a, b, payload, digest, guard)
+            return self._send_now(dst, kind, a, b, payload, digest, guard, batch)
+        return self._hold(dst, kind, a, b, payload, digest, guard, batch)
+
+    def flush(self) -> bool:
+        """Send every batch that waits (for a thread about to wait); True if one left."""
+        if not self._batching:
+            return False
+        sent = False
+        for dst in list(self._batching):
+            link = self._links.get(dst)
+            if link is None:
+                self._batching.discard(dst)
+                continue
+            try:
+                with link.lock:
+                    if link.batch and link.sock is not None and not link.sock.closed:
+                        self._put_batch(link, link.sock, dst)
+                        sent = True
+            except zmq.ZMQError as err:
+                if self._running:
+                    log.error("sending to place %d failed: %s", dst, err)
+        return sent
 
     def close(self, linger_ms: int = 0) -> None:
         """Stop; with ``linger_ms`` > 0, wait that long for queued messages to leave."""
@@ -332,9 +375,12 @@ class Transport:
             return
         if linger_ms > 0:
             self._flush_held()
+        self.flush()
         self._running = False
         with self._chaos_cond:
             self._chaos_cond.notify_all()
+        with self._flush_cond:
+            self._flush_cond.notify_all()
         if self._receiving and threading.get_ident() != self._receiver:
             self._stop.connect(self._stop_endpoint)  # wakes the blocking receive
             self._stop.send(b"stop")
@@ -354,12 +400,12 @@ class Transport:
 
     # -- sending ----------------------------------------------------------------
     def _send_now(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame],
-                  digest: bytes | None, guard: Callable[[], bool] | None = None) -> bool:
+                  digest: bytes | None, guard: Callable[[], bool] | None = None,
+                  batch: bool = False) -> bool:
         link = self._links.get(dst)
         if link is None:
             log.debug("message to place %d dropped: no link (place gone)", dst)
             return guard is None
-        header = HEADER.pack(kind, self.place_id, a, b)
         try:
             with link.lock:
                 if guard is not None and not guard():
@@ -371,22 +417,75 @@ class Transport:
                     sock = self._open(link, dst)
                 elif sock.closed:
                     return True
-                # numbered here, under the lock: in the order the messages go on the wire
-                link.seq += 1
-                signed = header + ROUTE.pack(dst, link.seq)
-                if digest is None:  # one frame: envelope and body
-                    body = payload[0]
-                    sock.send(b"".join((self._mac(signed, body, None), signed, body)))
+                now = time.monotonic()
+                if batch and (link.batch or now - link.sent_at < BATCH_S):
+                    entry = batching.encode_entry(kind, a, b, payload[0])
+                    link.batch.append(entry)
+                    link.batch_bytes += len(entry)
+                    if len(link.batch) >= _BATCH_MAX or link.batch_bytes >= _BATCH_BYTES_MAX:
+                        self._put_batch(link, sock, dst)
+                    elif len(link.batch) == 1:
+                        self._batching.add(dst)
+                        self._arm_flusher()
                     return True
-                sock.send(self._mac(signed, payload[0], digest) + signed, zmq.SNDMORE)
-                last = len(payload) - 1
-                for i, frame in enumerate(payload):
-                    big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
-                    sock.send(frame, zmq.SNDMORE if i < last else 0, copy=not big)
+                if link.batch:  # what waits leaves first: the order of the pair
+                    self._put_batch(link, sock, dst)
+                self._put(link, sock, dst, kind, a, b, payload, digest)
+                link.sent_at = now
         except zmq.ZMQError as err:
             if self._running:
                 log.error("sending to place %d failed: %s", dst, err)
         return True
+
+    def _put(self, link: _Link, sock: zmq.Socket[bytes], dst: int, kind: int, a: int, b: int,
+             payload: Sequence[Frame], digest: bytes | None) -> None:
+        """Number, sign and send one message (the caller holds ``link.lock``)."""
+        # numbered here, under the lock: in the order the messages go on the wire
+        link.seq += 1
+        signed = HEADER.pack(kind, self.place_id, a, b) + ROUTE.pack(dst, link.seq)
+        if digest is None:  # one frame: envelope and body
+            body = payload[0]
+            sock.send(b"".join((self._mac(signed, body, None), signed, body)))
+            return
+        sock.send(self._mac(signed, payload[0], digest) + signed, zmq.SNDMORE)
+        last = len(payload) - 1
+        for i, frame in enumerate(payload):
+            big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
+            sock.send(frame, zmq.SNDMORE if i < last else 0, copy=not big)
+
+    def _put_batch(self, link: _Link, sock: zmq.Socket[bytes], dst: int) -> None:
+        """Send the link's waiting entries as one message (the caller holds ``link.lock``)."""
+        body = b"".join(link.batch)
+        count = len(link.batch)
+        link.batch.clear()
+        link.batch_bytes = 0
+        self._batching.discard(dst)
+        link.sent_at = time.monotonic()
+        self._put(link, sock, dst, batching.BATCH, count, 0, (body,), _digest((body,), (len(body),)))
+
+    def _arm_flusher(self) -> None:
+        """Make sure a batch that waits leaves within about BATCH_S (the flusher thread)."""
+        if self._flush_armed:
+            return
+        with self._flush_cond:
+            if not self._flush_armed:
+                self._flush_armed = True
+                self._flush_cond.notify()
+
+    def _flush_loop(self) -> None:
+        """Send waiting batches every BATCH_S while there are any; sleep otherwise."""
+        while True:
+            with self._flush_cond:
+                while self._running and not self._flush_armed:
+                    self._flush_cond.wait()
+                if not self._running:
+                    return
+            time.sleep(BATCH_S)
+            with self._flush_cond:
+                self._flush_armed = False
+            if self.flush():  # a stream goes on: look again without being woken
+                with self._flush_cond:
+                    self._flush_armed = True
 
     def _close_link(self, link: _Link, linger_ms: int = 0) -> None:
         if link.monitor is not None and self._watcher is not None:
@@ -394,10 +493,15 @@ class Transport:
         with link.lock:
             link.closed = True
             if link.sock is not None:
+                if link.batch and not link.sock.closed:
+                    try:
+                        self._put_batch(link, link.sock, link.place)
+                    except zmq.ZMQError:
+                        pass
                 link.sock.close(linger=linger_ms)
 
     def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame], digest: bytes | None,
-              guard: Callable[[], bool] | None = None) -> bool:
+              guard: Callable[[], bool] | None = None, batch: bool = False) -> bool:
         """Chaos hook: delay at random, keeping the order within each pair.
 
         The sequence number is given when the message is released (by
@@ -412,7 +516,7 @@ class Transport:
                       self._held_last.get(dst, 0.0))
             self._held_last[dst] = due
             self._held_seq += 1
-            heapq.heappush(self._held, (due, self._held_seq, dst, kind, a, b, payload, digest))
+            heapq.heappush(self._held, (due, self._held_seq, dst, kind, a, b, payload, digest, batch))
             self._chaos_cond.notify()
         return True
 
@@ -428,13 +532,14 @@ class Transport:
                 if not self._running:
                     return
                 # sent under the lock: a flush at close must not overtake it
-                self._send_now(*heapq.heappop(self._held)[2:])
+                dst, kind, a, b, payload, digest, batch = heapq.heappop(self._held)[2:]
+                self._send_now(dst, kind, a, b, payload, digest, None, batch)
 
     def _flush_held(self) -> None:
         """Chaos hook: send everything still held, in order, before an orderly close."""
         with self._chaos_cond:
             while self._held:
-                self._send_now(*heapq.heappop(self._held)[2:])
+                self._send_now(*heapq.heappop(self._held)[2:8])
 
     # -- receiving (one thread at a time: the own network thread, or a pool's leader) ----
     def _loop(self) -> None:
@@ -505,11 +610,23 @@ class Transport:
                                    first[:MAC_BYTES]):
             self._reject(frames, "bad MAC")
             return
+        if kind == batching.BATCH:
+            try:
+                if len(parts) != 1:
+                    raise batching.MalformedBatch("a batch of more than one frame")
+                items = batching.entries(parts[0], a)
+            except batching.MalformedBatch as e:
+                self._reject(frames, f"malformed batch: {e}")
+                return
+        else:
+            items = [(kind, a, b, parts[0])]
         self._last_seq[src] = seq
-        try:
-            self._handler(kind, src, a, b, parts[0], parts[1:])
-        except Exception:
-            log.exception("handling message kind %d from place %d failed", kind, src)
+        buffers = parts[1:]
+        for kind, a, b, body in items:
+            try:
+                self._handler(kind, src, a, b, body, buffers)
+            except Exception:
+                log.exception("handling message kind %d from place %d failed", kind, src)
 
     def _reject(self, frames: list[zmq.Frame], why: str) -> None:
         """Count a dropped message; log the first few, then a summary every interval."""
