@@ -41,6 +41,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 __all__ = ["WorkerPool", "blocking", "on_pool_thread"]
 
@@ -50,6 +51,7 @@ SPARE_PARKED_S = 10.0  # s a retired spare waits to be needed again before it en
 STANDBY_S = 0.1  # s between two looks of the standby at a call run by the leader
 
 Job = Callable[[], None]
+T = TypeVar("T")
 
 
 class _Lead:
@@ -137,6 +139,18 @@ class WorkerPool:
             _local.inline = job
         else:
             self.submit(job)
+
+    def while_receiving(self, fn: Callable[[], T]) -> T | None:
+        """``fn()`` if this thread receives for the place now (the leader, in a call it
+        runs and has not offered the receiving for), else None; the receiving cannot
+        move while ``fn`` runs. For a reply sent through the place's own ROUTER."""
+        call = getattr(_local, "call", None)
+        if call is None:
+            return None
+        with self._lock:
+            if call.offer is not None or self._inline is not call:
+                return None
+            return fn()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until every submitted job has ended; False on timeout."""

@@ -38,6 +38,7 @@ from .heartbeat import parse_heartbeat
 from .limits import check_start
 from .place import Place
 from .pool import WorkerPool, blocking, on_pool_thread
+from .replies import Channel, ReplyChannels, routing_id
 from .transport import MessageTooLarge, Transport
 
 if TYPE_CHECKING:
@@ -78,12 +79,14 @@ def current_finish() -> tuple[int, int] | None:
 
 
 class _Pending:
-    """A waiting ``at()`` call; a held lock is the cheapest one-shot wake-up."""
+    """A waiting ``at()`` call; a held lock is the cheapest one-shot wake-up. With a
+    reply channel (``token``), the caller waits on its channel instead."""
 
-    __slots__ = ("dst", "_latch", "reply", "error")
+    __slots__ = ("dst", "token", "_latch", "reply", "error")
 
-    def __init__(self, dst: int) -> None:
+    def __init__(self, dst: int, token: int = 0) -> None:
         self.dst = dst
+        self.token = token
         self._latch = threading.Lock()
         self._latch.acquire()
         self.reply: tuple[memoryview, list[memoryview]] | None = None  # (body, buffers)
@@ -136,6 +139,8 @@ class Runtime:
                                    lambda other: place_id == 0 or other == 0)
         # a pool thread about to wait sends what its tasks left in batches (apgas._core.batch)
         self.pool.before_wait = self.immediate.before_wait = self.transport.flush
+        self.replies = ReplyChannels(self.transport)  # apgas._core.replies
+        self.transport.on_close.append(self.replies.close)
         # place 0 only
         self._children: dict[int, PlaceProcess] = {}
         self._joined: dict[int, tuple[str, int, str]] = {}
@@ -401,23 +406,33 @@ class Runtime:
         call = "apgas.lowlevel.immediate_at" if immediate else "apgas.at"
         payload = ser.dumps_call(call, dst, fn, args, kwargs)
         req = self.next_id()
-        pending = _Pending(dst)
+        channel = self.replies.mine()
+        endpoint = self.transport.endpoint_of(dst)
+        if channel is not None:
+            channel.lock.acquire()  # this thread's own; released once the reply is in
+            if channel.closed or endpoint is None:
+                channel.lock.release()
+                channel = None
+            else:
+                channel.reach(endpoint)  # connected before the call leaves: the reply comes here
+        pending = _Pending(dst, channel.token if channel is not None else 0)
         with self._lock:
             self._pending[req] = pending
         sent = False
         try:
-            sent = self.transport.send(dst, AT, int(immediate), req, payload,
+            sent = self.transport.send(dst, AT, pending.token << 1 | int(immediate), req, payload,
                                        guard=lambda: dst in self.places)  # see spawn()
         finally:
             if not sent:  # not sent, or MessageTooLarge
                 with self._lock:
                     self._pending.pop(req, None)
+                if channel is not None:
+                    channel.lock.release()
         if not sent:
             raise DeadPlaceError(dst, "it died or left before at() could be sent")
         try:
             self.transport.flush()
-            with blocking():
-                pending.wait()
+            self._await_reply(pending, req, channel)
         finally:
             with self._lock:
                 self._pending.pop(req, None)
@@ -429,7 +444,25 @@ class Runtime:
             raise value
         return cast(T, value)  # what fn returned at dst, unpickled
 
-    def _serve_at(self, src: int, req: int, body: memoryview, buffers: list[memoryview]) -> None:
+    def _await_reply(self, pending: _Pending, req: int, channel: Channel | None) -> None:
+        """Wait for the reply on this thread's channel, or for the receiving thread to settle
+        ``pending``; either way ``pending`` holds the reply or an error after."""
+        if channel is None:
+            with blocking():
+                pending.wait()
+            return
+        try:
+            with blocking():
+                pending.reply = channel.wait(pending.dst, AT_REPLY, req,
+                                             lambda: pending.error is not None)
+        finally:
+            channel.lock.release()
+        if pending.reply is None and pending.error is None:
+            pending.error = ApgasError(f"the runtime of place {self.id} closed while at() "
+                                       f"waited for place {pending.dst}")
+
+    def _serve_at(self, src: int, token: int, req: int, body: memoryview,
+                  buffers: list[memoryview]) -> None:
         fn: Any = None
         try:
             fn, args, kwargs = ser.loads(body, buffers)
@@ -440,14 +473,22 @@ class Runtime:
             reply = (False, self.capture(e, portable=True))
         err: Exception
         try:
-            self.transport.send(src, AT_REPLY, 0, req, ser.dumps(reply))
+            self._reply(src, token, req, ser.dumps(reply))
             return
         except MessageTooLarge as e:
             err = ApgasError(f"the value returned by at() is too large to send back: {e}")
         except Exception as e:  # the same words as for an argument (ser.dumps_call)
             err = ser.unpicklable(e, f"apgas.at(place {self.id}, {ser.function_name(fn)})",
                                   "its return value" if reply[0] else "its exception", reply[1])
-        self.transport.send(src, AT_REPLY, 0, req, ser.dumps((False, self.capture(err, portable=True))))
+        self._reply(src, token, req, ser.dumps((False, self.capture(err, portable=True))))
+
+    def _reply(self, src: int, token: int, req: int, payload: Sequence[Any]) -> None:
+        """Straight to the caller's reply channel if this thread still receives for the
+        place and the channel is connected; else by the link (apgas._core.replies)."""
+        if token and self.pool.while_receiving(
+                lambda: self.transport.route(src, routing_id(token), AT_REPLY, token, req, payload)):
+            return
+        self.transport.send(src, AT_REPLY, token, req, payload)
 
     # -- messages (the receiving thread, one at a time) ------------------------------
     def _on_message(self, kind: int, src: int, a: int, b: int, body: memoryview,
@@ -475,8 +516,8 @@ class Runtime:
                 f.apply_report(src, spawned, completed, exceptions)
                 f.check()
         elif kind == AT:
-            job = functools.partial(self._serve_at, src, b, body, buffers)
-            if a:
+            job = functools.partial(self._serve_at, src, a >> 1, b, body, buffers)
+            if a & 1:
                 self.immediate.submit(job)
             else:
                 # run by this thread if a worker takes over receiving: the reply is awaited.
@@ -485,9 +526,14 @@ class Runtime:
         elif kind == AT_REPLY:
             with self._lock:
                 pending = self._pending.get(b)
-            if pending is not None:
+            if pending is None:
+                return
+            if not pending.token:
                 pending.reply = (body, buffers)
                 pending.settle()
+            elif pending.token == a and not self.transport.route(
+                    self.id, routing_id(a), AT_REPLY, a, b, [body, *buffers], src=src):
+                log.error("a reply from place %d could not be handed to its caller's channel", src)
         elif kind == TABLE:
             epoch, table = ser.loads(body, buffers)
             self._install_table(table)

@@ -237,6 +237,8 @@ class Transport:
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # per frame
+        # a reply routed to a reply channel that is not connected (yet) fails, not vanishes
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         wildcard = is_wildcard(interface)
         port = self._router.bind_to_random_port("tcp://*" if wildcard else f"tcp://{interface}")
         # bound to every interface: others reach this place by its host name
@@ -247,6 +249,8 @@ class Transport:
         self._links: dict[int, _Link] = {}
         self._generations: dict[int, int] = {}  # place -> links made to it so far
         self._links_lock = threading.Lock()
+        #: called by close() before the context ends (reply channels close their sockets)
+        self.on_close: list[Callable[[], None]] = []
         self._batching: set[int] = set()  # places whose link has a batch waiting
         self._flush_cond = threading.Condition()
         self._flush_armed = False  # under _flush_cond: the flusher will look within BATCH_S
@@ -349,6 +353,48 @@ class Transport:
             return self._send_now(dst, kind, a, b, payload, digest, guard, batch)
         return self._hold(dst, kind, a, b, payload, digest, guard, batch)
 
+    def endpoint_of(self, place_id: int) -> str | None:
+        """The endpoint of the link to a place, if there is one."""
+        link = self._links.get(place_id)
+        return None if link is None else link.endpoint
+
+    @property
+    def context(self) -> zmq.Context[zmq.Socket[bytes]]:
+        """The place's ZeroMQ context (reply channels make their sockets in it)."""
+        return self._ctx
+
+    @property
+    def local_endpoint(self) -> str:
+        """This place's ROUTER, in-process."""
+        return self._stop_endpoint
+
+    def reject_channel_message(self, frames: Sequence[zmq.Frame], why: str) -> None:
+        """Count and log a message a reply channel refused, as the ROUTER's own."""
+        self._reject([None, *frames], why)
+
+    def route(self, dst: int, channel: bytes, kind: int, a: int, b: int,
+              payload: Sequence[Frame], src: int | None = None) -> bool:
+        """Send a message through this place's ROUTER to a reply channel
+        (:mod:`apgas._core.replies`) of place ``dst`` that is connected to it; only
+        for the thread that receives now. Unnumbered (the channel takes one message,
+        the awaited one); False if the channel is not connected or cannot take it."""
+        sizes = [_nbytes(f) for f in payload]
+        if sum(sizes) > self.max_message_bytes:
+            return False
+        digest = _digest(payload, sizes)
+        signed = HEADER.pack(kind, self.place_id if src is None else src, a, b) + ROUTE.pack(dst, 0)
+        try:
+            if digest is None:
+                body = payload[0]
+                self._router.send_multipart(
+                    (channel, b"".join((self._mac(signed, body, None), signed, body))), zmq.NOBLOCK)
+            else:
+                self._router.send_multipart(
+                    (channel, self._mac(signed, payload[0], digest) + signed, *payload), zmq.NOBLOCK)
+        except zmq.ZMQError:  # EHOSTUNREACH: not connected (yet); EAGAIN: full
+            return False
+        return True
+
     def flush(self) -> bool:
         """Send every batch that waits (for a thread about to wait); True if one left."""
         if not self._batching:
@@ -393,6 +439,8 @@ class Transport:
             self._close_link(link, linger_ms)
         if self._watcher is not None:
             self._watcher.stop()
+        for hook in self.on_close:
+            hook()
         self._router.close(linger=0)
         self._ctx.term()
         if self._unlogged:
@@ -578,38 +626,44 @@ class Transport:
         self._stopped.set()
         return False
 
-    def _deliver(self, frames: list[zmq.Frame]) -> None:
-        # frames: [routing id, mac + header + route (+ body), *payload frames]
-        if len(frames) < 2 or len(frames[1]) < ENVELOPE_BYTES or \
-                (len(frames) > 2 and len(frames[1]) != ENVELOPE_BYTES):
-            self._reject(frames, "malformed frames")
-            return
-        first = frames[1].buffer
-        if len(frames) == 2:  # one frame: envelope and a short body
+    def open_message(self, frames: Sequence[zmq.Frame], numbered: bool = True
+                     ) -> tuple[int, int, int, int, int, list[memoryview]] | str:
+        """Check a message's frames ``[mac + header + route (+ body), *payload]``: shape,
+        size, destination, sequence number (if ``numbered``) and MAC. Returns (kind,
+        source, a, b, sequence number, [body, *buffers]), or why it is refused."""
+        if not frames or len(frames[0]) < ENVELOPE_BYTES or \
+                (len(frames) > 1 and len(frames[0]) != ENVELOPE_BYTES):
+            return "malformed frames"
+        first = frames[0].buffer
+        if len(frames) == 1:  # one frame: envelope and a short body
             parts = [first[ENVELOPE_BYTES:]]
             sizes = [parts[0].nbytes]
             if sizes[0] >= _DIRECT_MAX:
-                self._reject(frames, "malformed frames")
-                return
+                return "malformed frames"
         else:
-            parts = [f.buffer for f in frames[2:]]
+            parts = [f.buffer for f in frames[1:]]
             sizes = [parts[0].nbytes] if len(parts) == 1 else [p.nbytes for p in parts]
             if sum(sizes) > self.max_message_bytes:
-                self._reject(frames, "too large")
-                return
+                return "too large"
         signed = first[MAC_BYTES:ENVELOPE_BYTES]
         dst, seq = ROUTE.unpack_from(signed, HEADER.size)
         if dst != self.place_id:
-            self._reject(frames, "wrong destination")
-            return
+            return "wrong destination"
         kind, src, a, b = HEADER.unpack_from(signed)
-        if seq <= self._last_seq.get(src, 0):
-            self._reject(frames, "replayed or stale: old sequence number")
-            return
+        if numbered and seq <= self._last_seq.get(src, 0):
+            return "replayed or stale: old sequence number"
         if not hmac.compare_digest(self._mac(signed, parts[0], _digest(parts, sizes)),
                                    first[:MAC_BYTES]):
-            self._reject(frames, "bad MAC")
+            return "bad MAC"
+        return kind, src, a, b, seq, parts
+
+    def _deliver(self, frames: list[zmq.Frame]) -> None:
+        # frames: [routing id, mac + header + route (+ body), *payload frames]
+        opened = self.open_message(frames[1:])
+        if isinstance(opened, str):
+            self._reject(frames, opened)
             return
+        kind, src, a, b, seq, parts = opened
         if kind == batching.BATCH:
             try:
                 if len(parts) != 1:
@@ -628,7 +682,7 @@ class Transport:
             except Exception:
                 log.exception("handling message kind %d from place %d failed", kind, src)
 
-    def _reject(self, frames: list[zmq.Frame], why: str) -> None:
+    def _reject(self, frames: Sequence[zmq.Frame | None], why: str) -> None:
         """Count a dropped message; log the first few, then a summary every interval."""
         self.rejected += 1
         self.rejected_by[why] += 1

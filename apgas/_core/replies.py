@@ -1,0 +1,177 @@
+"""Reply channels: the thread that calls ``at`` receives its own reply.
+
+Before, a reply reached the caller in two steps: the thread that receives for
+the place read it, then woke the caller. Now a calling thread has a *reply
+channel*: a DEALER socket of its own with a routing id of its own (``R`` and 8
+random bytes, the *token*), connected to the ROUTER of each place it calls
+(and, in-process, to its own place's ROUTER). The ``at`` request travels on
+the ordinary link, numbered and in the order of the pair, and carries the
+token; the target routes the reply through its ROUTER straight to the
+channel, and the caller, blocked on its channel, wakes once with the reply
+in hand. Nobody else at the calling place wakes.
+
+The target can do so when the thread that runs the call still receives for
+its place (the ROUTER is its socket; :meth:`WorkerPool.while_receiving
+<apgas._core.pool.WorkerPool.while_receiving>`), and when the channel's
+connection is up (a first call to a place may beat it). Otherwise the reply
+takes the link as before, and the thread that delivers it at the calling
+place routes it on into the channel through its own ROUTER: one path for the
+caller either way.
+
+What a channel accepts: a message that passes the transport's checks
+(:meth:`Transport.open_message <apgas._core.transport.Transport.open_message>`:
+shape, size, destination, MAC under the run's secret) and is the reply it
+waits for: ``AT_REPLY`` from the called place, its token and its request id.
+Request ids are unique within a run at a place and a run has its own secret,
+so a reply sent again (or late) never matches a later wait, and is dropped
+before anything is unpickled; that is why channel messages need no sequence
+number (they carry 0, which the ordinary path always refuses).
+
+Bounds: at most :data:`MAX_CHANNELS` channels a place (beyond, a call takes
+the link both ways), each connected to at most :data:`MAX_PEERS` places (the
+least recently called is disconnected); the channels of threads that ended
+are closed when a channel is made, and all of them when the transport closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+
+import zmq
+
+from .transport import Transport
+
+__all__ = ["ReplyChannels", "Channel", "MAX_CHANNELS", "MAX_PEERS"]
+
+log = logging.getLogger(__name__)
+
+MAX_CHANNELS = 64
+MAX_PEERS = 64
+LOOK_MS = 100  # a waiting caller looks whether its call was given up (a death) this often
+
+
+class Channel:
+    """One thread's reply socket; used by that thread only, under ``lock``."""
+
+    def __init__(self, transport: Transport, thread: threading.Thread) -> None:
+        self.token = int.from_bytes(os.urandom(8), "big") >> 2  # > 0 once shifted into a header
+        self.token = self.token or 1
+        self.routing_id = routing_id(self.token)
+        self.thread = weakref.ref(thread)
+        self.lock = threading.Lock()
+        self.closed = False
+        self.used = time.monotonic()
+        self._transport = transport
+        self._peers: OrderedDict[str, None] = OrderedDict()  # endpoints, least recently called first
+        sock = transport.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
+        sock.setsockopt(zmq.RCVTIMEO, LOOK_MS)
+        sock.setsockopt(zmq.MAXMSGSIZE, transport.max_message_bytes)
+        sock.connect(transport.local_endpoint)  # replies that came by the link are routed on
+        self._sock = sock
+
+    def reach(self, endpoint: str) -> None:
+        """Be connected to the ROUTER at ``endpoint`` (before the request leaves)."""
+        if endpoint in self._peers:
+            self._peers.move_to_end(endpoint)
+            return
+        if len(self._peers) >= MAX_PEERS:
+            oldest, _ = self._peers.popitem(last=False)
+            try:
+                self._sock.disconnect(oldest)
+            except zmq.ZMQError:
+                pass
+        self._sock.connect(endpoint)
+        self._peers[endpoint] = None
+
+    def wait(self, src: int, kind: int, req: int, given_up: Callable[[], bool]
+             ) -> tuple[memoryview, list[memoryview]] | None:
+        """The reply ``kind`` to request ``req`` from place ``src``: (body, buffers), or
+        None once ``given_up()`` (its place died) or the transport closed."""
+        recv = self._sock.recv_multipart
+        while True:
+            try:
+                frames = recv(copy=False)
+            except zmq.Again:
+                if given_up():
+                    return None
+                continue
+            except zmq.ContextTerminated:
+                self.close()
+                return None
+            opened = self._transport.open_message(frames, numbered=False)
+            if isinstance(opened, str):
+                self._transport.reject_channel_message(frames, opened)
+                continue
+            got_kind, got_src, a, b, _, parts = opened
+            if (got_kind, got_src, a, b) == (kind, src, self.token, req):
+                return parts[0], parts[1:]
+            # a reply to an earlier wait, sent again or late: never unpickled
+            self._transport.reject_channel_message(frames, "not the awaited reply")
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._sock.close(linger=0)
+
+
+def routing_id(token: int) -> bytes:
+    """The routing id of the channel with ``token`` (ZeroMQ's own ids begin with 0)."""
+    return b"R" + token.to_bytes(8, "big")
+
+
+class ReplyChannels:
+    """The reply channels of one place's threads, made at their first ``at``."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._by_thread: dict[int, Channel] = {}
+        self._closed = False
+
+    def mine(self) -> Channel | None:
+        """This thread's channel (made now if need be), or None: too many, or closing."""
+        ident = threading.get_ident()
+        channel = self._by_thread.get(ident)
+        if channel is not None and not channel.closed and channel.thread() is threading.current_thread():
+            return channel  # (an ident is reused by a later thread: that one gets its own)
+        with self._lock:
+            if self._closed:
+                return None
+            self._sweep()
+            if len(self._by_thread) >= MAX_CHANNELS and ident not in self._by_thread:
+                return None
+            try:
+                channel = Channel(self._transport, threading.current_thread())
+            except zmq.ZMQError as e:  # out of sockets: the link will do
+                log.debug("no reply channel: %s", e)
+                return None
+            self._by_thread[ident] = channel
+            return channel
+
+    def _sweep(self) -> None:  # holds self._lock
+        """Close the channels of threads that ended (their idents may be reused)."""
+        for ident, channel in list(self._by_thread.items()):
+            thread = channel.thread()
+            if channel.closed or thread is None or not thread.is_alive():
+                if channel.lock.acquire(blocking=False):
+                    channel.close()
+                    channel.lock.release()
+                    del self._by_thread[ident]
+
+    def close(self) -> None:
+        """Close every channel not in use; one in use closes itself when the context ends."""
+        with self._lock:
+            self._closed = True
+            for channel in self._by_thread.values():
+                if channel.lock.acquire(blocking=False):
+                    channel.close()
+                    channel.lock.release()
+            self._by_thread.clear()
