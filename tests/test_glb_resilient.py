@@ -72,15 +72,19 @@ CASES = {
 }
 
 
-def killing(seed: int, kills: int, gate: Path, together: bool = False) -> threading.Thread:
+def killing(seed: int, kills: int, gate: Path, together: bool = False,
+            started: Callable[[], bool] = lambda: True) -> threading.Thread:
     """A thread at place 0 that SIGKILLs ``kills`` random places other than 0 at random
-    moments (all at once with ``together``), then opens ``gate``."""
+    moments once ``started()`` (all at once with ``together``), then opens ``gate``."""
     rng = random.Random(seed)
     pids = {p.id: apgas.at(p, os.getpid) for p in apgas.places()[1:]}
     victims = rng.sample(sorted(pids), kills)
 
     def run() -> None:
         try:
+            deadline = time.monotonic() + 30
+            while not started() and time.monotonic() < deadline:
+                time.sleep(0.005)
             for k, victim in enumerate(victims):
                 if not (together and k):
                     time.sleep(rng.uniform(0.05, 0.6))
@@ -102,7 +106,10 @@ def resilient_run(case: Case, seed: int, kills: int, tmp_path: Path, places: int
         config = GLBConfig(resilient=True, workers=workers, seed=seed, n=64,
                            backup_interval=0.05)
         glb = GLB(config)
-        killer = killing(seed, kills, gate, together)
+        # kills while GLB watches for deaths: one before its computation started (while its
+        # kernels compile, say) would be a place lost before, not during, the computation
+        killer = killing(seed, kills, gate, together,
+                         lambda: glb._recovery is not None and glb._recovery._stop is not None)
         if static:
             def make(i: int, count: int) -> Any:
                 inner = X10IntervalBag([(INTERVAL[1] * i // count, INTERVAL[1] * (i + 1) // count)],

@@ -65,6 +65,25 @@ def test_replies_that_take_the_link_reach_the_waiting_caller_too():
     assert by_link >= 40  # both kinds of reply were routed on at this place
 
 
+def test_the_first_reply_to_a_new_channel_is_not_lost():
+    """Each new thread's first call is an immediate_at, whose reply always takes the link
+    and is handed on to a channel made a moment before (a ROUTER would not know it yet)."""
+    def main() -> list[int]:
+        got: list[int] = []
+
+        def first_call(i: int) -> None:
+            got.append(apgas.lowlevel.immediate_at(1, twice, i))
+
+        for i in range(40):
+            th = threading.Thread(target=first_call, args=(i,))
+            th.start()
+            th.join(10)
+            assert not th.is_alive(), f"the first call of thread {i} never got its reply"
+        return got
+
+    assert apgas.run(main, places=2) == [2 * i for i in range(40)]
+
+
 def test_many_threads_calling_many_places_get_their_own_replies():
     def main() -> list[tuple[int, int]]:
         rng = random.Random(5)

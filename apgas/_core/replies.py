@@ -4,7 +4,7 @@ Before, a reply reached the caller in two steps: the thread that receives for
 the place read it, then woke the caller. Now a calling thread has a *reply
 channel*: a DEALER socket of its own with a routing id of its own (``R`` and 8
 random bytes, the *token*), connected to the ROUTER of each place it calls
-(and, in-process, to its own place's ROUTER). The ``at`` request travels on
+and bound in-process. The ``at`` request travels on
 the ordinary link, numbered and in the order of the pair, and carries the
 token; the target routes the reply through its ROUTER straight to the
 channel, and the caller, blocked on its channel, wakes once with the reply
@@ -16,7 +16,9 @@ its place (the ROUTER is its socket; :meth:`WorkerPool.while_receiving
 connection is up (a first call to a place may beat it). Otherwise the reply
 takes the link as before, and the thread that delivers it at the calling
 place routes it on into the channel through its own ROUTER: one path for the
-caller either way.
+caller either way. It routes it through an in-process socket connected to
+the channel's own endpoint, not through its ROUTER: a ROUTER learns an
+in-process peer's routing id only later, and would refuse the reply.
 
 What a channel accepts: a message that passes the transport's checks
 (:meth:`Transport.open_message <apgas._core.transport.Transport.open_message>`:
@@ -41,11 +43,11 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import zmq
 
-from .transport import Transport
+from .transport import Frame, Transport
 
 __all__ = ["ReplyChannels", "Channel", "MAX_CHANNELS", "MAX_PEERS"]
 
@@ -74,7 +76,8 @@ class Channel:
         sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
         sock.setsockopt(zmq.RCVTIMEO, LOOK_MS)
         sock.setsockopt(zmq.MAXMSGSIZE, transport.max_message_bytes)
-        sock.connect(transport.local_endpoint)  # replies that came by the link are routed on
+        self.endpoint = f"inproc://apgas-reply-{id(transport)}-{self.token}"
+        sock.bind(self.endpoint)  # replies that came by the link are routed on to here
         self._sock = sock
 
     def reach(self, endpoint: str) -> None:
@@ -91,16 +94,17 @@ class Channel:
         self._sock.connect(endpoint)
         self._peers[endpoint] = None
 
-    def wait(self, src: int, kind: int, req: int, given_up: Callable[[], bool]
+    def wait(self, src: int, kind: int, req: int, settled: Callable[[], bool]
              ) -> tuple[memoryview, list[memoryview]] | None:
         """The reply ``kind`` to request ``req`` from place ``src``: (body, buffers), or
-        None once ``given_up()`` (its place died) or the transport closed."""
+        None once ``settled()`` (an error, or a reply the channel could not take) or
+        the transport closed."""
         recv = self._sock.recv_multipart
         while True:
             try:
                 frames = recv(copy=False)
             except zmq.Again:
-                if given_up():
+                if settled():
                     return None
                 continue
             except zmq.ContextTerminated:
@@ -134,7 +138,29 @@ class ReplyChannels:
         self._transport = transport
         self._lock = threading.Lock()
         self._by_thread: dict[int, Channel] = {}
+        self._by_token: dict[int, Channel] = {}
+        self._forwarders: dict[int, zmq.Socket[bytes]] = {}  # token -> socket connected to it
         self._closed = False
+
+    def forward(self, token: int, src: int, kind: int, req: int, payload: Sequence[Frame]) -> bool:
+        """Hand a reply that came by the link to the channel with ``token`` (signed as
+        from ``src``); False if there is no such channel or it cannot take it."""
+        frames = self._transport.unnumbered(self._transport.place_id, kind, src, token, req,
+                                            payload)
+        with self._lock:
+            channel = self._by_token.get(token)
+            if frames is None or channel is None or channel.closed:
+                return False
+            sock = self._forwarders.get(token)
+            if sock is None:
+                sock = self._forwarders[token] = self._transport.context.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(channel.endpoint)  # in-process: usable at once
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                return False
+            return True
 
     def mine(self) -> Channel | None:
         """This thread's channel (made now if need be), or None: too many, or closing."""
@@ -154,6 +180,7 @@ class ReplyChannels:
                 log.debug("no reply channel: %s", e)
                 return None
             self._by_thread[ident] = channel
+            self._by_token[channel.token] = channel
             return channel
 
     def _sweep(self) -> None:  # holds self._lock
@@ -162,7 +189,7 @@ class ReplyChannels:
             thread = channel.thread()
             if channel.closed or thread is None or not thread.is_alive():
                 if channel.lock.acquire(blocking=False):
-                    channel.close()
+                    self._close(channel)
                     channel.lock.release()
                     del self._by_thread[ident]
 
@@ -172,6 +199,16 @@ class ReplyChannels:
             self._closed = True
             for channel in self._by_thread.values():
                 if channel.lock.acquire(blocking=False):
-                    channel.close()
+                    self._close(channel)
                     channel.lock.release()
+            for sock in self._forwarders.values():
+                sock.close(linger=0)
+            self._forwarders.clear()
             self._by_thread.clear()
+
+    def _close(self, channel: Channel) -> None:  # holds self._lock and channel.lock
+        channel.close()
+        self._by_token.pop(channel.token, None)
+        sock = self._forwarders.pop(channel.token, None)
+        if sock is not None:
+            sock.close(linger=0)

@@ -453,11 +453,13 @@ class Runtime:
             return
         try:
             with blocking():
-                pending.reply = channel.wait(pending.dst, AT_REPLY, req,
-                                             lambda: pending.error is not None)
+                reply = channel.wait(pending.dst, AT_REPLY, req,
+                                     lambda: pending.error is not None or pending.reply is not None)
         finally:
             channel.lock.release()
-        if pending.reply is None and pending.error is None:
+        if reply is not None:
+            pending.reply = reply
+        elif pending.reply is None and pending.error is None:
             pending.error = ApgasError(f"the runtime of place {self.id} closed while at() "
                                        f"waited for place {pending.dst}")
 
@@ -531,9 +533,8 @@ class Runtime:
             if not pending.token:
                 pending.reply = (body, buffers)
                 pending.settle()
-            elif pending.token == a and not self.transport.route(
-                    self.id, routing_id(a), AT_REPLY, a, b, [body, *buffers], src=src):
-                log.error("a reply from place %d could not be handed to its caller's channel", src)
+            elif not self.replies.forward(pending.token, src, AT_REPLY, b, [body, *buffers]):
+                pending.reply = (body, buffers)  # the caller finds it at its next look
         elif kind == TABLE:
             epoch, table = ser.loads(body, buffers)
             self._install_table(table)

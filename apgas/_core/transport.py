@@ -363,37 +363,39 @@ class Transport:
         """The place's ZeroMQ context (reply channels make their sockets in it)."""
         return self._ctx
 
-    @property
-    def local_endpoint(self) -> str:
-        """This place's ROUTER, in-process."""
-        return self._stop_endpoint
-
     def reject_channel_message(self, frames: Sequence[zmq.Frame], why: str) -> None:
         """Count and log a message a reply channel refused, as the ROUTER's own."""
         self._reject([None, *frames], why)
 
     def route(self, dst: int, channel: bytes, kind: int, a: int, b: int,
-              payload: Sequence[Frame], src: int | None = None) -> bool:
+              payload: Sequence[Frame]) -> bool:
         """Send a message through this place's ROUTER to a reply channel
         (:mod:`apgas._core.replies`) of place ``dst`` that is connected to it; only
-        for the thread that receives now. Unnumbered (the channel takes one message,
-        the awaited one); False if the channel is not connected or cannot take it."""
-        sizes = [_nbytes(f) for f in payload]
-        if sum(sizes) > self.max_message_bytes:
+        for the thread that receives now. False if the channel is not connected (yet)
+        or cannot take it."""
+        frames = self.unnumbered(dst, kind, self.place_id, a, b, payload)
+        if frames is None:
             return False
-        digest = _digest(payload, sizes)
-        signed = HEADER.pack(kind, self.place_id if src is None else src, a, b) + ROUTE.pack(dst, 0)
         try:
-            if digest is None:
-                body = payload[0]
-                self._router.send_multipart(
-                    (channel, b"".join((self._mac(signed, body, None), signed, body))), zmq.NOBLOCK)
-            else:
-                self._router.send_multipart(
-                    (channel, self._mac(signed, payload[0], digest) + signed, *payload), zmq.NOBLOCK)
+            self._router.send_multipart((channel, *frames), zmq.NOBLOCK)
         except zmq.ZMQError:  # EHOSTUNREACH: not connected (yet); EAGAIN: full
             return False
         return True
+
+    def unnumbered(self, dst: int, kind: int, src: int, a: int, b: int,
+                   payload: Sequence[Frame]) -> list[Frame] | None:
+        """The signed frames of a message to a reply channel at place ``dst``, or None
+        if it is too large. Unnumbered: a channel takes one message, the awaited one,
+        and the ordinary path refuses number 0."""
+        sizes = [_nbytes(f) for f in payload]
+        if sum(sizes) > self.max_message_bytes:
+            return None
+        digest = _digest(payload, sizes)
+        signed = HEADER.pack(kind, src, a, b) + ROUTE.pack(dst, 0)
+        if digest is None:
+            body = payload[0]
+            return [b"".join((self._mac(signed, body, None), signed, body))]
+        return [self._mac(signed, payload[0], digest) + signed, *payload]
 
     def flush(self) -> bool:
         """Send every batch that waits (for a thread about to wait); True if one left."""
