@@ -58,21 +58,22 @@ def test_replies_that_take_the_link_reach_the_waiting_caller_too():
         before = apgas.at(1, link_messages_to, 0)
         got = [apgas.at(1, via, 2, i) for i in range(20)]
         got += [apgas.lowlevel.immediate_at(1, twice, i) for i in range(20)]
+        got += [apgas.at(p, twice, i) for p in (2, 3) for i in range(10)]
         return got, apgas.at(1, link_messages_to, 0) - before
 
-    got, by_link = apgas.run(main, places=3)
-    assert got == [2 * i for i in range(20)] * 2
-    assert by_link >= 40  # both kinds of reply were routed on at this place
+    got, by_link = apgas.run(main, places=4)
+    assert got == [2 * i for i in range(20)] * 2 + [2 * i for i in range(10)] * 2
+    assert by_link >= 40  # the replies of calls that wait and of immediate calls
 
 
 def test_the_first_reply_to_a_new_channel_is_not_lost():
-    """Each new thread's first call is an immediate_at, whose reply always takes the link
-    and is handed on to a channel made a moment before (a ROUTER would not know it yet)."""
+    """Each new thread's first calls reply by the link, handed on to a channel made a
+    moment before (a ROUTER would not know it yet); the second connects the channel."""
     def main() -> list[int]:
         got: list[int] = []
 
         def first_call(i: int) -> None:
-            got.append(apgas.lowlevel.immediate_at(1, twice, i))
+            got.append(apgas.at(1, twice, i) + apgas.at(1, twice, i) - apgas.at(1, twice, i))
 
         for i in range(40):
             th = threading.Thread(target=first_call, args=(i,))
@@ -168,6 +169,7 @@ def test_a_channel_takes_only_the_reply_it_waits_for():
     channel = Channel(caller, threading.current_thread())
     try:
         channel.reach(target.endpoint)
+        channel.reach(target.endpoint)  # connects at the second call
         rid = routing_id(channel.token)
         deadline = time.monotonic() + 5
         while not target.route(0, rid, AT_REPLY, channel.token, 7, [b"early"]):
@@ -183,6 +185,7 @@ def test_a_channel_takes_only_the_reply_it_waits_for():
         body, buffers = channel.wait(1, AT_REPLY, 8, lambda: False)
         assert bytes(body) == b"yes" and buffers == []
         assert dict(caller.rejected_by) == {"not the awaited reply": 2, "wrong destination": 1}
+        channel.reach(stranger.endpoint)
         channel.reach(stranger.endpoint)
         while not stranger.route(0, rid, AT_REPLY, channel.token, 9, [b"forged"]):
             time.sleep(0.01)

@@ -6,8 +6,9 @@ mailboxes), the connection that place made to place 0's ROUTER, and, for a
 place of this machine, its stdin and stderr pipes and its pidfd: about
 :data:`FDS_PER_PLACE` descriptors and :data:`SOCKETS_PER_PLACE` ZeroMQ
 sockets. A place of this machine also runs threads (its workers, its
-immediate pool, the network, heartbeat and parent threads, ZeroMQ's I/O and
-reaper threads) and takes memory.
+immediate pool, the network, heartbeat and parent threads, the pool's
+standby and the batch flusher, ZeroMQ's I/O and reaper threads) and takes
+memory.
 
 :func:`check_start` compares what ``n`` more places need with the limits
 (``RLIMIT_NOFILE``, the ZeroMQ context's ``MAX_SOCKETS``, ``RLIMIT_NPROC``,
@@ -37,7 +38,8 @@ log = logging.getLogger("apgas.limits")
 
 FDS_PER_PLACE = 8           # place 0's descriptors per place (measured: 7.1 with fork, local)
 SOCKETS_PER_PLACE = 3       # place 0's ZeroMQ sockets per place: the link and its monitor pair
-THREADS_BESIDE_WORKERS = 7  # main, network, heartbeat, parent, ZeroMQ I/O and reaper, a spare
+THREADS_BESIDE_WORKERS = 9  # main, network, heartbeat, parent, ZeroMQ I/O and reaper,
+# the pool's standby, the batch flusher, a spare
 PLACE_MEMORY = 12 << 20     # bytes a forked place takes of its own (PSS, measured 13-15 MiB)
 RESERVE_FDS = 64            # for place 0's own files, sockets of its program, the scheduler's
 ZMQ_DEFAULT_SOCKETS = 1023  # libzmq's ZMQ_MAX_SOCKETS

@@ -29,9 +29,13 @@ so a reply sent again (or late) never matches a later wait, and is dropped
 before anything is unpickled; that is why channel messages need no sequence
 number (they carry 0, which the ordinary path always refuses).
 
-Bounds: at most :data:`MAX_CHANNELS` channels a place (beyond, a call takes
-the link both ways), each connected to at most :data:`MAX_PEERS` places (the
-least recently called is disconnected); the channels of threads that ended
+A channel connects to a place at the second call there (a call to every
+place once connects nowhere), and only ``at`` uses one: the reply to
+``immediate_at`` is never sent by the thread that receives, so it takes the
+link and wakes its caller as before. Bounds: at most :data:`MAX_CHANNELS`
+channels a place (beyond, a call takes the link both ways), each connected
+to at most :data:`MAX_PEERS` places (the least recently called is
+disconnected); the channels of threads that ended
 are closed when a channel is made, and all of them when the transport closes.
 """
 
@@ -55,6 +59,7 @@ log = logging.getLogger(__name__)
 
 MAX_CHANNELS = 64
 MAX_PEERS = 64
+MAX_CALLED = 4096  # places called once that a channel remembers
 LOOK_MS = 100  # a waiting caller looks whether its call was given up (a death) this often
 
 
@@ -71,6 +76,7 @@ class Channel:
         self.used = time.monotonic()
         self._transport = transport
         self._peers: OrderedDict[str, None] = OrderedDict()  # endpoints, least recently called first
+        self._called: OrderedDict[str, None] = OrderedDict()  # called once, not connected
         sock = transport.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
@@ -81,9 +87,16 @@ class Channel:
         self._sock = sock
 
     def reach(self, endpoint: str) -> None:
-        """Be connected to the ROUTER at ``endpoint`` (before the request leaves)."""
+        """Be connected to the ROUTER at ``endpoint`` (before the request leaves) from the
+        second call there on: a call to every place once (a broadcast, a collection)
+        makes no connections, and its replies come by the link."""
         if endpoint in self._peers:
             self._peers.move_to_end(endpoint)
+            return
+        if endpoint not in self._called:
+            self._called[endpoint] = None
+            if len(self._called) > MAX_CALLED:
+                self._called.popitem(last=False)
             return
         if len(self._peers) >= MAX_PEERS:
             oldest, _ = self._peers.popitem(last=False)

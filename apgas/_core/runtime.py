@@ -406,7 +406,8 @@ class Runtime:
         call = "apgas.lowlevel.immediate_at" if immediate else "apgas.at"
         payload = ser.dumps_call(call, dst, fn, args, kwargs)
         req = self.next_id()
-        channel = self.replies.mine()
+        # an immediate call runs on a thread that does not receive: its reply takes the link
+        channel = None if immediate else self.replies.mine()
         endpoint = self.transport.endpoint_of(dst)
         if channel is not None:
             channel.lock.acquire()  # this thread's own; released once the reply is in

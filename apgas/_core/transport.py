@@ -22,6 +22,18 @@ frame under 4 KiB (most messages: one frame, one send), else
   outside the link's lock so that large payloads hash in parallel. The MAC
   is taken under the lock, where the sequence number is assigned.
 
+Two kinds of message have rules of their own:
+
+* a *batch* (kind 0, :mod:`apgas._core.batch`): many small messages to one
+  place in one, numbered, signed and checked once; the receiver hands its
+  entries on in order. :meth:`Transport.send` with ``batch=True`` lets a
+  message wait for one (tasks and finish reports do); anything else to the
+  same place sends what waits first, so the order of the pair holds.
+* a message to a *reply channel* (:mod:`apgas._core.replies`): sent through
+  the ROUTER to a caller's own socket, with sequence number 0 (which the
+  numbered path always refuses); the channel takes only the reply it waits
+  for.
+
 Sequence numbers count per link (one DEALER towards one place): a link's
 first message has number ``(generation << 40) + 1`` and each next one is one
 more, assigned under the link's lock in the order the messages go on the
