@@ -223,3 +223,21 @@ def test_random_delays_lose_no_job_and_keep_the_pool_size():
         wire.inbox.put(None)
         pool.shutdown()
     assert wire.stopped.wait(5)
+
+
+def test_the_standby_of_an_idle_pool_sleeps_until_the_next_call():
+    pool = WorkerPool(1, "test-lf-asleep")
+    done = threading.Event()
+    wire = _Wire(pool, lambda n: pool.submit_received(done.set))
+    pool.lead(wire.receive, wire.waiting)
+    try:
+        wait = pool_module.STANDBY_S * (pool_module.STANDBY_IDLE + 5)
+        eventually(lambda: pool._standby_asleep, "the standby to fall asleep", timeout=wait + 5)
+        eventually(lambda: len(pool._getting) == 1, "an idle worker", timeout=5)
+        wire.inbox.put(0)  # a call run by the leader wakes it
+        assert done.wait(5)
+        assert not pool._standby_asleep  # woken as the call began (it falls asleep 1 s later)
+    finally:
+        wire.inbox.put(None)
+        pool.shutdown()
+    assert wire.stopped.wait(5)

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 _local = threading.local()
 SPARE_PARKED_S = 10.0  # s a retired spare waits to be needed again before it ends
 STANDBY_S = 0.1  # s between two looks of the standby at a call run by the leader
+STANDBY_IDLE = 10  # looks without a call before the standby sleeps until the next one
 
 Job = Callable[[], None]
 T = TypeVar("T")
@@ -92,6 +93,7 @@ class WorkerPool:
         self._closing = False
         self._wake = threading.Condition(self._lock)
         self._standby_wake = threading.Condition(self._lock)
+        self._standby_asleep = False  # under _lock: the standby waits for the next call
         self._getting: list[None] = []  # one entry per worker waiting for a job (atomic list ops)
         self._revoked = 0  # offers of the receiving taken back and still queued
         self._receive: Callable[[], bool] | None = None  # the leader's, once lead() was called
@@ -218,17 +220,26 @@ class WorkerPool:
 
     def _standby(self) -> None:
         """Every STANDBY_S: offer the receiving if the leader's call ran at the last look
-        too (it computes long, or waits without :func:`blocking`)."""
-        while True:
-            with self._lock:
-                if self._closing:
-                    return
+        too (it computes long, or waits without :func:`blocking`). After STANDBY_IDLE
+        looks without a call it sleeps until the next call: an idle place costs nothing."""
+        quiet = 0
+        with self._lock:
+            while not self._closing:
                 call = self._inline
-                if call is not None and call.offer is None:
-                    if call.looked:
-                        self._offer(call)
-                    call.looked = True
-                self._standby_wake.wait(STANDBY_S)  # shutdown() notifies
+                if call is None:
+                    quiet += 1
+                else:
+                    quiet = 0
+                    if call.offer is None:
+                        if call.looked:
+                            self._offer(call)
+                        call.looked = True
+                if quiet >= STANDBY_IDLE:
+                    self._standby_asleep = True
+                    self._standby_wake.wait()  # the next call or shutdown() wakes it
+                    quiet = 0
+                else:
+                    self._standby_wake.wait(STANDBY_S)
 
     def _lead(self) -> bool:
         """Receive until a message gives this thread a job and the receiving moves on while
@@ -250,6 +261,9 @@ class WorkerPool:
                 call = _local.call = _Inline()
                 with self._lock:
                     self._inline = call
+                    if self._standby_asleep:
+                        self._standby_asleep = False
+                        self._standby_wake.notify()
                 try:
                     self._run(job)
                 finally:
