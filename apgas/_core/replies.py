@@ -112,10 +112,14 @@ class Channel:
         """The reply ``kind`` to request ``req`` from place ``src``: (body, buffers), or
         None once ``settled()`` (an error, or a reply the channel could not take) or
         the transport closed."""
-        recv = self._sock.recv_multipart
+        recv = self._sock.recv
         while True:
             try:
-                frames = recv(copy=False)
+                frame = recv(copy=False)
+                frames = [frame]
+                while frame.more:
+                    frame = recv(copy=False)
+                    frames.append(frame)
             except zmq.Again:
                 if settled():
                     return None

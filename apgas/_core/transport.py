@@ -142,6 +142,9 @@ GENERATION_SHIFT = 40  # a link's sequence numbers: (generation << 40) + 1, + 2,
 _ZERO_COPY_MIN = 64 * 1024
 _DIRECT_MAX = 4096  # a body this short is MACed itself: one hash instead of two
 _DIRECT, _DIGESTED = b"\x01", b"\x02"
+# socket options and flags as plain ints: pyzmq's enums cost microseconds a message
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_NOW, _MORE_NOW = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
 _LOG_FIRST = 5  # dropped messages logged one by one; later ones are summarized
 _LOG_INTERVAL = 10.0  # s between two summary lines
 BATCH_S = 0.001  # s: a message this soon after the last one to its place waits for more
@@ -388,8 +391,11 @@ class Transport:
         frames = self.unnumbered(dst, kind, self.place_id, a, b, payload)
         if frames is None:
             return False
+        send, last = self._router.send, len(frames) - 1
         try:
-            self._router.send_multipart((channel, *frames), zmq.NOBLOCK)
+            send(channel, _MORE_NOW)  # refused here if the channel is unknown or full
+            for i, frame in enumerate(frames):
+                send(frame, _MORE_NOW if i < last else _NOW)
         except zmq.ZMQError:  # EHOSTUNREACH: not connected (yet); EAGAIN: full
             return False
         return True
@@ -632,8 +638,8 @@ class Transport:
 
     def waiting(self) -> bool:
         """Whether a message waits to be read; only for the thread that receives."""
-        events = self._router.getsockopt(zmq.EVENTS)
-        return isinstance(events, int) and bool(events & zmq.POLLIN)
+        events = self._router.getsockopt(_EVENTS)  # plain ints: no enum on this path
+        return isinstance(events, int) and bool(events & _POLLIN)
 
     def _stop_receiving(self) -> bool:
         self._receiving = False
