@@ -196,3 +196,21 @@ def test_a_channel_takes_only_the_reply_it_waits_for():
         channel.close()
         for t in (caller, target, stranger):
             t.close()
+
+
+def main_channel_peers() -> int:
+    return len(current().replies._by_thread[threading.get_ident()]._peers)
+
+
+def test_calls_to_every_place_in_turn_connect_nowhere():
+    def main() -> tuple[int, int]:
+        for _ in range(2):  # a broadcast, then a collection a while later
+            for p in apgas.places()[1:]:
+                apgas.at(p, twice, 1)
+            time.sleep(0.1)
+        broadcast = main_channel_peers()
+        for _ in range(3):  # a conversation with one place
+            apgas.at(1, twice, 1)
+        return broadcast, main_channel_peers()
+
+    assert apgas.run(main, places=5) == (0, 1)

@@ -29,8 +29,9 @@ so a reply sent again (or late) never matches a later wait, and is dropped
 before anything is unpickled; that is why channel messages need no sequence
 number (they carry 0, which the ordinary path always refuses).
 
-A channel connects to a place at the second call there (a call to every
-place once connects nowhere), and only ``at`` uses one: the reply to
+A channel connects to a place when a call comes within
+:data:`CONVERSATION_S` of the last one there (calls to every place in turn
+connect nowhere), and only ``at`` uses one: the reply to
 ``immediate_at`` is never sent by the thread that receives, so it takes the
 link and wakes its caller as before. Bounds: at most :data:`MAX_CHANNELS`
 channels a place (beyond, a call takes the link both ways), each connected
@@ -59,7 +60,8 @@ log = logging.getLogger(__name__)
 
 MAX_CHANNELS = 64
 MAX_PEERS = 64
-MAX_CALLED = 4096  # places called once that a channel remembers
+MAX_CALLED = 4096  # places called, not connected, that a channel remembers
+CONVERSATION_S = 0.05  # a call this soon after the last one to its place connects the channel
 LOOK_MS = 100  # a waiting caller looks whether its call was given up (a death) this often
 
 
@@ -76,7 +78,7 @@ class Channel:
         self.used = time.monotonic()
         self._transport = transport
         self._peers: OrderedDict[str, None] = OrderedDict()  # endpoints, least recently called first
-        self._called: OrderedDict[str, None] = OrderedDict()  # called once, not connected
+        self._called: OrderedDict[str, float] = OrderedDict()  # not connected: last call
         sock = transport.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
@@ -87,14 +89,17 @@ class Channel:
         self._sock = sock
 
     def reach(self, endpoint: str) -> None:
-        """Be connected to the ROUTER at ``endpoint`` (before the request leaves) from the
-        second call there on: a call to every place once (a broadcast, a collection)
-        makes no connections, and its replies come by the link."""
+        """Be connected to the ROUTER at ``endpoint`` (before the request leaves) once
+        calls there come within CONVERSATION_S of each other: calls to every place in
+        turn (a broadcast, a collection) make no connections, their replies come by
+        the link."""
         if endpoint in self._peers:
             self._peers.move_to_end(endpoint)
             return
-        if endpoint not in self._called:
-            self._called[endpoint] = None
+        now = time.monotonic()
+        last = self._called.pop(endpoint, None)
+        if last is None or now - last > CONVERSATION_S:
+            self._called[endpoint] = now
             if len(self._called) > MAX_CALLED:
                 self._called.popitem(last=False)
             return
