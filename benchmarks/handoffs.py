@@ -46,15 +46,12 @@ DEFAULT_REVS = ("83dba40", "eba9091", "32df8c4", "2664aef")
 
 # Runs in the measured tree's own Python path; needs only apgas.run, at and async_at.
 PROBE = """
-import json, resource, sys, time
+import json, os, resource, sys, time
 import apgas
 
 def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime, r.ru_nvcsw, r.ru_nivcsw
-
-def noop(*args):
-    return None
 
 def measure(kind, n):
     ps = apgas.places()
@@ -62,11 +59,11 @@ def measure(kind, n):
     start = time.perf_counter()
     if kind == "at":
         for _ in range(n):
-            apgas.at(ps[1], noop)
+            apgas.at(ps[1], os.getpid)  # functions pickled by name, as a program's own are
     else:
         with apgas.finish():
             for i in range(n):
-                apgas.async_at(ps[i % 2], noop, i)
+                apgas.async_at(ps[i % 2], abs, i)
     wall = time.perf_counter() - start
     after = [usage(), apgas.at(ps[1], usage)]
     total = [sum(a[k] - b[k] for a, b in zip(after, before, strict=True)) for k in range(3)]
