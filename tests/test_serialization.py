@@ -23,10 +23,12 @@ PLAIN = [
     (True, None),
     (False, "text"),
     ({1: 2, 3: 4}, {}, []),  # a finish report: per-place counts
+    (os.getpid, (), {}),  # a module's builtin: by name
+    (abs, (-1,), {}),
 ]
 GENERAL = [
     (lambda: 1, (), {}),  # by value
-    (os.getpid, (), {}),  # a builtin: left to cloudpickle
+    ([].append, (1,), {}),  # a builtin bound to an object: the object goes too
     (module_function, ((1, (2, 3)),), {}),  # deeper than the fast path looks
     (module_function, (np.arange(3),), {}),
     ({1: [2]}, {}, [ValueError("x")]),  # a report with an exception

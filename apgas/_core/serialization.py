@@ -60,6 +60,8 @@ def _plain(obj: Any, depth: int = _NESTING) -> bool:
         return True
     if kind is types.FunctionType:
         return _saved_by_reference(obj)
+    if kind is types.BuiltinFunctionType:  # os.getpid, abs: by name, unless bound to an object
+        return obj.__self__ is None or type(obj.__self__) is types.ModuleType
     if not depth:
         return False
     if kind is tuple or kind is list:
