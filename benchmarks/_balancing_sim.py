@@ -10,6 +10,13 @@ busy place gives every waiting lifeline thief a piece at the end of each
 chunk of ``n`` units. Each message takes ``latency`` seconds one way and
 costs no CPU; a unit takes ``unit`` seconds.
 
+``eager`` (GLB's protocol since issue 44): a registration that reaches a place
+whose bag can split is answered with a piece at once (with ``at_once``), and a
+place that gets loot first gives every waiting lifeline thief a piece; without
+it, lifeline thieves are served at chunk ends only, so work crossed the graph
+one chunk per hop (the model at 64 places, ``w`` 1, binary lifelines, instant
+steals, means of 6 seeds: 0.87 without, 0.88 with at ``n`` 8; 0.66 and 0.84 at ``n`` 32).
+
 ``at_once``: a random steal is answered when it arrives, by a split of the
 victim's bag (GLB with a ``concurrent_split`` bag); otherwise at the end of the
 victim's chunk (the victim answers between two ``process`` calls). With
@@ -46,7 +53,7 @@ class _Place:
 
 def simulate(params: dict, places: int, *, n: int = 8, w: int = 1, lifeline: str = "binary",
              latency: float = 0.0, at_once: bool = True, static: bool = False,
-             seed: int = 0) -> dict[str, Any]:
+             seed: int = 0, eager: bool = True) -> dict[str, Any]:
     """GLB's run on ``params``'s tree over ``places`` places; efficiency, end time, steals."""
     from glb.apps import synthetic
     unit = synthetic.unit_seconds(params)
@@ -96,7 +103,14 @@ def simulate(params: dict, places: int, *, n: int = 8, w: int = 1, lifeline: str
             loot.merge(more)
         p.pending.clear()
         p.bag = loot
+        if eager:
+            feed(t, i)
         work(t, i)
+
+    def feed(t: float, i: int) -> None:   # every waiting lifeline thief gets a piece
+        p = ps[i]
+        while p.thieves and (loot := piece(i)) is not None:
+            at(t + latency, _LOOT, p.thieves.pop(0), (i, loot))
 
     def piece(i: int) -> Any:
         bag = ps[i].bag
@@ -118,8 +132,7 @@ def simulate(params: dict, places: int, *, n: int = 8, w: int = 1, lifeline: str
             for thief in p.requests:    # random thieves waiting for this chunk to end
                 at(t + latency, _REPLY, thief, piece(i))
             p.requests.clear()
-            while p.thieves and (loot := piece(i)) is not None:
-                at(t + latency, _LOOT, p.thieves.pop(0), (i, loot))
+            feed(t, i)
             if p.bag.is_empty():
                 dry(t, i)
             else:
@@ -139,7 +152,10 @@ def simulate(params: dict, places: int, *, n: int = 8, w: int = 1, lifeline: str
             else:
                 ask(t, i)
         elif kind == _REGISTER:
-            if data not in p.thieves:
+            loot = piece(i) if at_once and eager else None
+            if loot is not None:     # an open bag answers the registration with a piece at once
+                at(t + latency, _LOOT, data, (i, loot))
+            elif data not in p.thieves:
                 p.thieves.append(data)
         else:  # _LOOT from a lifeline
             giver, loot = data

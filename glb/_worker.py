@@ -4,7 +4,10 @@ functions other places call (steal, lifeline, deliver, leave).
 Work only ever moves inside counted tasks (a worker's ``async_at`` of loot,
 or ``_deliver`` itself), so the computation's ``finish`` cannot end while a
 bag is on its way. Steal requests and lifeline registrations are short
-calls on the victim's immediate pool: they never wait behind busy workers.
+calls on the victim's immediate pool: they never wait behind busy workers;
+but where bags split at once, a worker that runs dry registers with a short
+counted task (``_lifeline_call``), which may send loot itself, so a buddy
+with an open bag answers at once rather than at the end of its chunk.
 A bag that opts in (``concurrent_split``, see ``glb.Bag``) is *open* while its
 worker is inside ``process``: a steal request splits it at once, under the
 place's lock, instead of waiting for the chunk to end.
@@ -120,17 +123,26 @@ class PlaceState:
         if idle:
             self.set_lifelines()
 
-    def set_lifelines(self) -> None:
+    def set_lifelines(self, in_task: bool = False) -> None:
         """Register on each lifeline that does not hold our registration yet, one way:
         a buddy keeps it until it sends us loot (X10's ``lifelinesActivated``), so an
-        idle spell costs no round trips (64 places on 2 cores feel each one)."""
+        idle spell costs no round trips (64 places on 2 cores feel each one).
+
+        ``in_task``: called by a worker task that ran dry. Then (bags split at once
+        only) the registration is a counted task, so a buddy whose bag is open answers
+        it with a piece at once, where an uncounted call could only note the thief
+        for the end of the chunk: one chunk (``n`` units) less per hop of the graph."""
         with self.lock:
             new = [b for b in lifelines(self.config.lifeline, self.members, self.me) if b not in self.asked]
             self.asked.update(new)
             self.stats.lifeline_asked += len(new)
+        counted = in_task and self.concurrent
         for buddy in new:
             try:
-                apgas.immediate_async_at(buddy, _register_thief, self.gid, self.me)
+                if counted:
+                    apgas.async_at(buddy, _lifeline_call, self.gid, self.me)
+                else:
+                    apgas.immediate_async_at(buddy, _register_thief, self.gid, self.me)
             except apgas.DeadPlaceError:
                 pass  # gone meanwhile; the next membership change rewires
 
@@ -401,7 +413,7 @@ def _work(st: PlaceState, gid: int, bag: Any, took: int | None, key: Any, slot: 
                     leaving = st.leaving
             if loot is None:
                 if not leaving:
-                    st.set_lifelines()
+                    st.set_lifelines(in_task=True)
                 break
             if coming(loot):  # place 0 sends it in a task that starts a worker
                 break
@@ -418,6 +430,8 @@ def _work(st: PlaceState, gid: int, bag: Any, took: int | None, key: Any, slot: 
                 slot.bag = bag
         else:
             bag.merge(loot)
+        if ledger is None and st.thieves and not st.leaving:
+            st.share(bag)  # lifeline thieves waiting on a dry place: feed them first
     if ledger is not None:
         try:
             ledger.end(sealed)
@@ -484,6 +498,26 @@ def _register_thief(gid: int, thief: int) -> None:
     with st.lock:
         if not st.leaving and thief not in st.thieves and thief != st.me:
             st.thieves.append(thief)
+
+
+def _lifeline_call(gid: int, thief: int) -> None:
+    """Counted: ``thief`` sets its lifeline on us; an open bag gives it a piece at
+    once (sent from this counted task), else it waits like any registered thief."""
+    st = _states.get(gid)
+    if st is None:
+        return
+    with st.lock:
+        if st.leaving or thief == st.me or thief in st.thieves:
+            return
+        loot = st.split_open() if st.concurrent and thief in st.members else None
+        if loot is None:
+            st.thieves.append(thief)
+            return
+        st.stats.loot_given += 1
+    try:
+        apgas.async_at(thief, _deliver, gid, loot, st.me)
+    except apgas.DeadPlaceError:
+        st._keep(loot)  # the thief is gone: the work stays here
 
 
 def _deliver(gid: int, loot: Any, buddy: int | None = None) -> None:

@@ -185,6 +185,18 @@ def test_the_simulation_counts_the_tree_and_stays_below_one():
     assert ideal["efficiency"] >= simulate(params, 8, latency=0.02)["efficiency"]
 
 
+def test_the_model_serves_lifeline_thieves_eagerly_or_at_chunk_ends():
+    """Both protocols do all the work; eager serving (the default, as GLB now does) gives
+    pieces at registrations and on arriving loot, so lifelines answer more often."""
+    from benchmarks._balancing_sim import simulate
+    params = {"type": "bin", "b0": 200.0, "q": 0.245, "m": 4, "seed": 11, "unit_ms": 1.0}
+    nodes = synthetic.node_count(params)
+    runs = {eager: simulate(params, 16, n=32, w=1, lifeline="binary", eager=eager)
+            for eager in (True, False)}
+    assert all(r["units"] == nodes for r in runs.values())
+    assert all(0 < r["efficiency"] <= 1 for r in runs.values())
+
+
 def test_the_warm_up_leaves_no_deadline_behind():
     """A stale deadline would let the next worker on this thread skip its first sleeps."""
     synthetic.warm_up()
