@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 
 import zmq
 
-from .transport import Frame, Transport
+from .transport import Frame, Transport, recv_frames
 
 __all__ = ["ReplyChannels", "Channel", "MAX_CHANNELS", "MAX_PEERS"]
 
@@ -69,19 +69,16 @@ class Channel:
     """One thread's reply socket; used by that thread only, under ``lock``."""
 
     def __init__(self, transport: Transport, thread: threading.Thread) -> None:
-        self.token = int.from_bytes(os.urandom(8), "big") >> 2  # > 0 once shifted into a header
-        self.token = self.token or 1
-        self.routing_id = routing_id(self.token)
+        self.token = int.from_bytes(os.urandom(8), "big") >> 2 or 1  # 62 bits, shifted into `a`
         self.thread = weakref.ref(thread)
         self.lock = threading.Lock()
         self.closed = False
-        self.used = time.monotonic()
         self._transport = transport
         self._peers: OrderedDict[str, None] = OrderedDict()  # endpoints, least recently called first
         self._called: OrderedDict[str, float] = OrderedDict()  # not connected: last call
         sock = transport.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
+        sock.setsockopt(zmq.ROUTING_ID, routing_id(self.token))
         sock.setsockopt(zmq.RCVTIMEO, LOOK_MS)
         sock.setsockopt(zmq.MAXMSGSIZE, transport.max_message_bytes)
         self.endpoint = f"inproc://apgas-reply-{id(transport)}-{self.token}"
@@ -117,14 +114,9 @@ class Channel:
         """The reply ``kind`` to request ``req`` from place ``src``: (body, buffers), or
         None once ``settled()`` (an error, or a reply the channel could not take) or
         the transport closed."""
-        recv = self._sock.recv
         while True:
             try:
-                frame = recv(copy=False)
-                frames = [frame]
-                while frame.more:
-                    frame = recv(copy=False)
-                    frames.append(frame)
+                frames = recv_frames(self._sock)
             except zmq.Again:
                 if settled():
                     return None

@@ -158,6 +158,18 @@ Frame = bytes | memoryview
 Handler = Callable[[int, int, int, int, memoryview, list[memoryview]], None]
 
 
+def recv_frames(sock: zmq.Socket[bytes]) -> list[zmq.Frame]:
+    """The frames of the next message, without copies. Frame by frame: ``Frame.more`` is
+    cheaper than ``recv_multipart``'s RCVMORE lookups."""
+    recv = sock.recv
+    frame = recv(copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = recv(copy=False)
+        frames.append(frame)
+    return frames
+
+
 class MessageTooLarge(ApgasError):
     """A message is larger than ``max_message_bytes``; it was not sent."""
 
@@ -409,11 +421,16 @@ class Transport:
         if sum(sizes) > self.max_message_bytes:
             return None
         digest = _digest(payload, sizes)
-        signed = HEADER.pack(kind, src, a, b) + ROUTE.pack(dst, 0)
+        envelope = self._envelope(HEADER.pack(kind, src, a, b) + ROUTE.pack(dst, 0), payload, digest)
+        return [envelope] if digest is None else [envelope, *payload]
+
+    def _envelope(self, signed: bytes, payload: Sequence[Frame], digest: bytes | None) -> bytes:
+        """A message's first frame: its MAC and ``signed`` (header and route), and the
+        body itself when it is short enough to be MACed directly (``digest`` None)."""
         if digest is None:
             body = payload[0]
-            return [b"".join((self._mac(signed, body, None), signed, body))]
-        return [self._mac(signed, payload[0], digest) + signed, *payload]
+            return b"".join((self._mac(signed, body, None), signed, body))
+        return self._mac(signed, payload[0], digest) + signed
 
     def flush(self) -> bool:
         """Send every batch that waits (for a thread about to wait); True if one left."""
@@ -510,12 +527,12 @@ class Transport:
         """Number, sign and send one message (the caller holds ``link.lock``)."""
         # numbered here, under the lock: in the order the messages go on the wire
         link.seq += 1
-        signed = HEADER.pack(kind, self.place_id, a, b) + ROUTE.pack(dst, link.seq)
+        envelope = self._envelope(HEADER.pack(kind, self.place_id, a, b) + ROUTE.pack(dst, link.seq),
+                                  payload, digest)
         if digest is None:  # one frame: envelope and body
-            body = payload[0]
-            sock.send(b"".join((self._mac(signed, body, None), signed, body)))
+            sock.send(envelope)
             return
-        sock.send(self._mac(signed, payload[0], digest) + signed, zmq.SNDMORE)
+        sock.send(envelope, zmq.SNDMORE)
         last = len(payload) - 1
         for i, frame in enumerate(payload):
             big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
@@ -618,14 +635,8 @@ class Transport:
         """Read one message and hand it to the handler if it passes the checks; False
         once the transport is closing. Called by one thread at a time."""
         self._receiver = threading.get_ident()
-        recv = self._router.recv
         try:
-            # frame by frame: Frame.more is cheaper than recv_multipart's RCVMORE lookups
-            frame = recv(copy=False)
-            frames = [frame]
-            while frame.more:
-                frame = recv(copy=False)
-                frames.append(frame)
+            frames = recv_frames(self._router)
         except zmq.ContextTerminated:
             return self._stop_receiving()
         except Exception:  # a bug here would hang every finish: make it loud
