@@ -300,3 +300,42 @@ def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path |
     if check is not None and (wrong := check(args)):
         parser.error(wrong)
     return args
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def checked_out(revs: list[str], prefix: str) -> Iterator[dict[str, Path]]:
+    """Each commit of ``revs`` checked out into a temporary git worktree (detached),
+    then this tree as ``"this tree"``; the worktrees are removed at the end.
+    Raises ``subprocess.CalledProcessError`` if a commit cannot be checked out."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        trees: dict[str, Path] = {}
+        try:
+            for rev in revs:
+                tree = Path(tmp) / rev.replace("/", "_")
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                               check=True, capture_output=True, text=True)
+                trees[rev] = tree
+            yield {**trees, "this tree": ROOT}
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                               capture_output=True, text=True)
+
+
+def run_in_tree(tree: Path, code: str, args: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``python -c code *args`` with ``tree``'s code first on the path; the JSON object
+    its last line prints, once it is checked that it imported ``tree``'s own apgas (the
+    object's ``apgas`` key, which is taken out)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=tree, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"the measurement in {tree} failed: {out.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    imported = result.pop("apgas")
+    if not Path(imported).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"the run in {tree} imported apgas from {imported}")
+    return result

@@ -21,25 +21,22 @@ medians over the rounds. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
-import os
 import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import zmq
 
+from benchmarks._common import checked_out, run_in_tree
 from benchmarks._harness import Column, Run, Table, harness, show
 
 log = logging.getLogger("benchmarks.handoffs")
-ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 900
 # before issue 44; the call run where it is read; + batches; + reply channels
 DEFAULT_REVS = ("83dba40", "eba9091", "32df8c4", "2664aef")
@@ -141,47 +138,17 @@ def bare(calls: int) -> dict[str, float]:
         ctx.term()
 
 
-def probe(tree: Path, calls: int, tasks: int) -> dict[str, Any]:
-    """One probe run with ``tree``'s code (its directory first on the path)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(PROBE)
-    try:
-        out = subprocess.run([sys.executable, f.name, str(calls), str(tasks)], cwd=tree, env=env,
-                             capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    finally:
-        os.unlink(f.name)
-    if out.returncode != 0:
-        raise RuntimeError(f"the probe in {tree} failed: {out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if not Path(result.pop("apgas")).resolve().is_relative_to(tree.resolve()):
-        raise RuntimeError(f"the probe in {tree} did not import its own apgas")
-    return result
-
-
 def compare(revs: list[str], rounds: int, calls: int, tasks: int) -> dict[str, Any]:
     samples: dict[str, list[dict[str, Any]]] = {"bare": []}
-    with tempfile.TemporaryDirectory(prefix="apgas-handoffs-") as tmp:
-        trees: dict[str, Path] = {}
-        try:
-            for rev in revs:
-                tree = Path(tmp) / rev.replace("/", "_")
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
-                               check=True, capture_output=True, text=True)
-                trees[rev] = tree
-            trees["this tree"] = ROOT
-            for name in trees:
-                samples[name] = []
-            for r in range(rounds):
-                samples["bare"].append({"at": bare(calls)})
-                for name, tree in trees.items():
-                    log.info("round %d/%d: %s", r + 1, rounds, name)
-                    samples[name].append(probe(tree, calls, tasks))
-        finally:
-            for rev, tree in trees.items():
-                if rev != "this tree":
-                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                    str(tree)], capture_output=True, text=True)
+    with checked_out(revs, "apgas-handoffs-") as trees:
+        for name in trees:
+            samples[name] = []
+        for r in range(rounds):
+            samples["bare"].append({"at": bare(calls)})
+            for name, tree in trees.items():
+                log.info("round %d/%d: %s", r + 1, rounds, name)
+                samples[name].append(run_in_tree(tree, PROBE, [str(calls), str(tasks)],
+                                                 RUN_TIMEOUT_S))
     medians = {name: {op: {key: statistics.median(run[op][key] for run in runs)
                            for key, _, _ in METRICS}
                       for op in runs[0]}

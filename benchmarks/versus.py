@@ -14,22 +14,18 @@ since the first release). Prints before, after and the ratio per metric
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import fmt
+from benchmarks._common import checked_out, fmt, run_in_tree
 from benchmarks._harness import Column, Run, Table, harness, show
 from benchmarks.micro import METRICS
 
 log = logging.getLogger("benchmarks.versus")
-ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 1800
 
 # Runs in the measured tree's own Python path: its apgas, its benchmarks.micro.
@@ -41,35 +37,14 @@ print(json.dumps({"apgas": apgas.__file__, "samples": samples, "failures": failu
 """
 
 
-def measure(tree: Path, repeats: int) -> dict[str, Any]:
-    """One measurement run with ``tree``'s code (its directory first on the path)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", DRIVER, str(repeats)], cwd=tree, env=env,
-                         capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    if out.returncode != 0:
-        raise RuntimeError(f"the measurement in {tree} failed: {out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    if not Path(result["apgas"]).resolve().is_relative_to(tree.resolve()):
-        raise RuntimeError(f"the run in {tree} imported apgas from {result['apgas']}")
-    return result
-
-
 def compare(rev: str, rounds: int, repeats: int) -> dict[str, Any]:
     """Alternate the two trees ``rounds`` times; medians over every sample of each."""
-    with tempfile.TemporaryDirectory(prefix="apgas-versus-") as tmp:
-        old = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), rev],
-                       check=True, capture_output=True, text=True)
-        try:
-            runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-            for r in range(rounds):
-                for side, tree in (("before", old), ("after", ROOT)):
-                    log.info("round %d/%d: %s (%s)", r + 1, rounds, side,
-                             rev if side == "before" else "this tree")
-                    runs[side].append(measure(tree, repeats))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                           capture_output=True, text=True)
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    with checked_out([rev], "apgas-versus-") as trees:
+        for r in range(rounds):
+            for side, name in (("before", rev), ("after", "this tree")):
+                log.info("round %d/%d: %s (%s)", r + 1, rounds, side, name)
+                runs[side].append(run_in_tree(trees[name], DRIVER, [str(repeats)], RUN_TIMEOUT_S))
     rows = []
     for m in METRICS:
         pooled = {side: [v for run in runs[side] for v in run["samples"].get(m.key, [])]
