@@ -305,18 +305,25 @@ def parse_args(argv: list[str] | None, prog: str, doc: str, default_json: Path |
 ROOT = Path(__file__).resolve().parent.parent
 
 
+class CheckoutError(Exception):
+    """A commit could not be checked out; the message names it and says git's words."""
+
+
 @contextlib.contextmanager
 def checked_out(revs: list[str], prefix: str) -> Iterator[dict[str, Path]]:
     """Each commit of ``revs`` checked out into a temporary git worktree (detached),
     then this tree as ``"this tree"``; the worktrees are removed at the end.
-    Raises ``subprocess.CalledProcessError`` if a commit cannot be checked out."""
+    Raises :class:`CheckoutError` if a commit cannot be checked out."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         trees: dict[str, Path] = {}
         try:
             for rev in revs:
                 tree = Path(tmp) / rev.replace("/", "_")
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
-                               check=True, capture_output=True, text=True)
+                try:
+                    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree),
+                                    rev], check=True, capture_output=True, text=True)
+                except subprocess.CalledProcessError as e:
+                    raise CheckoutError(f"cannot check out {rev!r}: {e.stderr.strip()}") from e
                 trees[rev] = tree
             yield {**trees, "this tree": ROOT}
         finally:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (
+    CheckoutError,
     available_bytes,
     machine_info,
     parse_args,
@@ -183,6 +184,21 @@ class Harness:
         if run.path is not None:
             write_json(run.path, run.report, self.log)
         return code
+
+
+def compared(run: Run, compare: Callable[[], dict[str, Any]],
+             render: Callable[[dict[str, Any]], str]) -> int:
+    """The body of a harness that measures commits side by side (versus, handoffs): the
+    report and its table, or exit code 2 and no JSON if a commit cannot be checked out."""
+    try:
+        report = compare()
+    except CheckoutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        run.path = None
+        return 2
+    run.report.update(report)
+    show(render(report))
+    return 0
 
 
 def in_parts(run: Run, parts: Iterable[str]) -> int:

@@ -25,7 +25,6 @@ import logging
 import multiprocessing
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import zmq
 
 from benchmarks._common import checked_out, run_in_tree
-from benchmarks._harness import Column, Run, Table, harness, show
+from benchmarks._harness import Column, Run, Table, compared, harness
 
 log = logging.getLogger("benchmarks.handoffs")
 RUN_TIMEOUT_S = 900
@@ -189,15 +188,7 @@ def check(args: argparse.Namespace) -> str | None:
          repeats=False, options=options, check=check, loggers=(log.name,))
 def main(run: Run) -> int:
     args = run.args
-    try:
-        report = compare(list(args.revs), args.rounds, args.calls, args.tasks)
-    except subprocess.CalledProcessError as e:
-        print(f"error: cannot check out a commit: {e.stderr.strip()}", file=sys.stderr)
-        run.path = None
-        return 2
-    run.report.update(report)
-    show(render(report))
-    return 0
+    return compared(run, lambda: compare(list(args.revs), args.rounds, args.calls, args.tasks), render)
 
 
 if __name__ == "__main__":

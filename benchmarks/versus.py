@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import checked_out, fmt, run_in_tree
-from benchmarks._harness import Column, Run, Table, harness, show
+from benchmarks._harness import Column, Run, Table, compared, harness
 from benchmarks.micro import METRICS
 
 log = logging.getLogger("benchmarks.versus")
@@ -87,15 +86,7 @@ def check(args: argparse.Namespace) -> str | None:
          loggers=(log.name,))
 def main(run: Run) -> int:
     args = run.args
-    try:
-        report = compare(args.rev, args.rounds, args.repeats)
-    except subprocess.CalledProcessError as e:
-        print(f"error: cannot check out {args.rev!r}: {e.stderr.strip()}", file=sys.stderr)
-        run.path = None
-        return 2
-    run.report.update(report)
-    show(render(report))
-    return 0
+    return compared(run, lambda: compare(args.rev, args.rounds, args.repeats), render)
 
 
 if __name__ == "__main__":
