@@ -25,7 +25,9 @@ DATA = Path(__file__).resolve().parent / "data"
 # (compare.py sends "evolving" to the list scheduler, but the live evolving EASY runs
 # here too: with jobs that never ask it is EASY, and must keep the same invariants).
 SIM_POLICIES = ("fcfs", "backfill", "easy", "malleable", "evolving", "mebf", "mebf-shrink+",
-                "mebf-expand+", "dmr", "thrifty")
+                "mebf-expand+", "dmr", "thrifty", "min-agreement", "avg-agreement", "pref-agreement",
+                "min-common-pool", "avg-common-pool", "pref-common-pool", "min-steal-agreement",
+                "avg-steal-agreement", "pref-steal-agreement")
 
 
 def test_every_simulator_policy_is_covered():

@@ -71,7 +71,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .._model import Decision, Grow, JobView, Shrink, Start
-from .planning import Policy, by_minimum, easy, in_transit
+from .planning import Policy, easy, in_transit, preferred_size
 
 __all__ = ["MEBF", "MEBF_POLICIES", "mebf_size", "model_easy", "ReconfigCost"]
 
@@ -83,17 +83,9 @@ VARIANTS: tuple[str, ...] = ("basic", "shrink+", "expand+")
 EXPAND_POLICIES: tuple[str, ...] = ("handoff", "spare", "intensive")
 
 
-@by_minimum
-def mebf_size(job: JobView, avail: int) -> int | None:
-    """MEBF's start size: the preferred size if ``avail`` allows, else what
-    is free down to the minimum (a rigid job: exactly its size); None if the
-    job cannot start on ``avail`` nodes."""
-    if avail < job.min_nodes:
-        return None
-    if job.cls == "rigid":
-        return job.min_nodes
-    pref = max(job.min_nodes, min(job.pref, job.max_nodes))
-    return min(pref, avail)
+mebf_size = preferred_size
+"""MEBF's start size: the preferred size if ``avail`` allows, else what is free
+down to the minimum (:func:`~.planning.preferred_size`)."""
 
 
 def model_easy(now: float, queue: Sequence[JobView], running: Sequence[JobView],

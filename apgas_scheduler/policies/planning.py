@@ -1,8 +1,9 @@
 """What the scheduling policies share: the ``Policy`` base class, EASY's
 reservation, the sizes of moldable jobs, and the grants of evolving requests.
 
-``apgas_scheduler.policies.classic`` (the live four and evolving EASY), ``apgas_scheduler.policies.mebf``
-and ``apgas_scheduler.policies.dmr`` build on this module and nothing else of each other, so
+``apgas_scheduler.policies.classic`` (the live four and evolving EASY), ``apgas_scheduler.policies.mebf``,
+``apgas_scheduler.policies.dmr``, ``apgas_scheduler.policies.agreements`` (the Kassel strategies) and
+``apgas_scheduler.policies.thrifty`` build on this module and nothing else of each other, so
 the registry in ``apgas_scheduler.policies.registry`` can import them all without a cycle.
 """
 
@@ -21,6 +22,7 @@ from .._model import Decision, Grow, JobView, Shrink, Start
 __all__ = [
     "Policy", "easy", "moldable_size", "min_agree_size", "grant_requests", "with_grants",
     "waiting", "in_transit", "reservation", "GATE", "Sizer", "JobQueue", "BY_MINIMUM",
+    "preferred_size",
     "by_minimum", "shrink_largest", "grow_smallest",
 ]
 
@@ -64,6 +66,19 @@ def min_agree_size(job: JobView, avail: int) -> int | None:
     if job.malleable:
         return job.min_nodes if avail >= job.min_nodes else None
     return moldable_size(job, avail)
+
+
+@by_minimum
+def preferred_size(job: JobView, avail: int) -> int | None:
+    """A flexible job's preferred size if ``avail`` allows, else what is free
+    down to its minimum (a rigid job: exactly its size); None if it cannot
+    start on ``avail`` nodes (MEBF's start size, and the Kassel ``pref`` one)."""
+    if avail < job.min_nodes:
+        return None
+    if job.cls == "rigid":
+        return job.min_nodes
+    pref = max(job.min_nodes, min(job.pref, job.max_nodes))
+    return min(pref, avail)
 
 
 _ORDER = operator.attrgetter("submit", "id")
@@ -166,6 +181,14 @@ class JobQueue(Sequence[JobView]):
     def __iter__(self) -> Iterator[JobView]:
         for job in self.jobs():
             yield job.cached or job.view()
+
+    def view_of(self, job_id: int) -> JobView | None:
+        """The view of the queued job ``job_id``, or None if it is not queued."""
+        pos = self._pos.get(job_id)
+        if pos is None:
+            return None
+        job = self._slots[pos]
+        return job.cached or job.view()
 
     def __getitem__(self, index: Any) -> Any:  # O(n): policies should iterate
         return [*self][index]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from .agreements import AGREEMENT_POLICIES
 from .classic import POLICIES
 from .dmr import DMR_POLICIES
 from .mebf import MEBF_POLICIES
@@ -22,8 +23,9 @@ __all__ = ["get_policy", "policy_names", "GROUP"]
 GROUP = "apgas_scheduler.policies"
 
 _BUILTIN: dict[str, Callable[..., Policy]] = {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES,
-                                              **THRIFTY_POLICIES}
-"""The live policies, then those from the later studies (MEBF, DMR), then our own."""
+                                              **AGREEMENT_POLICIES, **THRIFTY_POLICIES}
+"""The live policies, then those from the later studies (MEBF, DMR, the Kassel
+group's nine), then our own."""
 
 
 def policy_names() -> list[str]:
