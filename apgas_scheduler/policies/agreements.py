@@ -66,17 +66,30 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 from .._model import Decision, Grow, JobView, Shrink, Start
-from .planning import JobQueue, Policy, easy, in_transit, min_agree_size, preferred_size
+from .planning import JobQueue, Policy, Sizer, easy, in_transit, min_agree_size, preferred_size
 
-__all__ = ["AgreementStrategy", "AGREEMENT_POLICIES", "SIZINGS", "HANDOVERS"]
+__all__ = ["AgreementStrategy", "AGREEMENT_POLICIES", "SIZINGS", "HANDOVERS", "Idle"]
 
 Sizing = Literal["min", "avg", "pref"]
 Handover = Literal["agreement", "common-pool", "steal-agreement"]
 SIZINGS: tuple[str, ...] = ("min", "avg", "pref")
 HANDOVERS: tuple[str, ...] = ("agreement", "common-pool", "steal-agreement")
+
+
+class Idle(NamedTuple):
+    """What a grow rule knows of the idle nodes it is given: the time, the
+    cluster's size, the head EASY left waiting (None: none), the jobs that hold
+    nodes (the running ones, those just started, the promised nodes as one
+    job that never ends) and whether any job holds a promise."""
+
+    now: float
+    total: int
+    head: JobView | None
+    holders: list[JobView]
+    promises: bool
 
 
 def _preferred(job: JobView) -> int:
@@ -133,7 +146,9 @@ class AgreementStrategy(Policy):
             others.append(JobView(-1, "rigid", n, n, math.inf, now, nodes=n, start=now))
         pending = queue if not self._promised and not started else \
             [j for j in queue if j.id not in self._promised and j.id not in started]
-        starts, _, idle = easy(now, pending, others, left - back, total, self._size)
+        waiting_now = len(queue) - len(self._promised) - len(started)
+        starts, head, idle = easy(now, pending, others, left - back, total,
+                                  self._start_size(waiting_now), backfill_order=self.backfill_order)
         out += starts
         begun = {s.job for s in starts}
         donors = {j.id: j for j in running if self.may_resize(now, j)}
@@ -149,9 +164,17 @@ class AgreementStrategy(Policy):
         shrunk = {i for i, j in donors.items() if sizes[i] < j.nodes}
         out += [Shrink(i, donors[i].nodes - sizes[i]) for i in sorted(shrunk)]
         takers = {i: j for i, j in donors.items() if i not in shrunk}
-        grown = self._grow(takers, idle)
+        grown = self._grow(takers, idle, Idle(now, total, head, others, bool(self._promised)))
         out += [Grow(i, k) for i, k in sorted(grown.items()) if k > 0]
         return out
+
+    # -- hooks for a strategy built on this one (:mod:`.lending`) ----------------------------
+    backfill_order: Callable[[JobView], Any] | None = None
+    """The order in which EASY tries the jobs behind the head (None: queue order)."""
+
+    def _start_size(self, waiting: int) -> Sizer:
+        """How jobs start, when ``waiting`` jobs wait with no promise."""
+        return self._size
 
     # -- hand-over -----------------------------------------------------------------------
     def _hand_over(self, free: int, transit: int) -> dict[int, int]:
@@ -198,7 +221,8 @@ class AgreementStrategy(Policy):
         return job.min_nodes if ok else 0
 
     # -- grows ---------------------------------------------------------------------------
-    def _grow(self, takers: dict[int, JobView], idle: int) -> dict[int, int]:
+    def _grow(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
+        """Grows of ``takers`` (resizable, not shrunk in this pass) with ``idle`` nodes."""
         sizes = {i: j.nodes for i, j in takers.items()}
         if self.sizing == "avg":
             while idle > 0:

@@ -14,6 +14,7 @@ from typing import Any
 from .agreements import AGREEMENT_POLICIES
 from .classic import POLICIES
 from .dmr import DMR_POLICIES
+from .lending import LENDING_POLICIES
 from .mebf import MEBF_POLICIES
 from .planning import Policy
 from .thrifty import THRIFTY_POLICIES
@@ -23,7 +24,8 @@ __all__ = ["get_policy", "policy_names", "GROUP"]
 GROUP = "apgas_scheduler.policies"
 
 _BUILTIN: dict[str, Callable[..., Policy]] = {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES,
-                                              **AGREEMENT_POLICIES, **THRIFTY_POLICIES}
+                                              **AGREEMENT_POLICIES, **THRIFTY_POLICIES,
+                                              **LENDING_POLICIES}
 """The live policies, then those from the later studies (MEBF, DMR, the Kassel
 group's nine), then our own."""
 

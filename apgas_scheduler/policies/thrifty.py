@@ -48,13 +48,24 @@ from typing import Literal
 from .._model import Decision, Grow, JobView, Shrink
 from .planning import Policy, easy, grow_smallest, in_transit, min_agree_size, moldable_size, shrink_largest
 
-__all__ = ["Thrifty", "THRIFTY_POLICIES"]
+__all__ = ["Thrifty", "THRIFTY_POLICIES", "area_first", "pays", "ReconfigCost"]
 
 ReconfigCost = Callable[[JobView, int, int], float]
 
 
-def _area(job: JobView) -> tuple[float, float, int]:
+def area_first(job: JobView) -> tuple[float, float, int]:
+    """Smallest estimated area (walltime x minimum nodes) first: thrifty's backfill order."""
     return job.walltime * job.min_nodes, job.submit, job.id
+
+
+def pays(now: float, job: JobView, new: int, min_gain: float, gamma: float,
+         reconfig_cost: ReconfigCost | None) -> bool:
+    """Whether growing ``job`` to ``new`` nodes shortens its remaining time by at
+    least ``min_gain`` and by ``gamma`` times the resize's cost (thrifty's rule)."""
+    left = job.end_estimate(now) - now
+    gain = left * (1.0 - job.runtime_on(new) / job.runtime_on(job.nodes))
+    cost = reconfig_cost(job, job.nodes, new) if reconfig_cost else 0.0
+    return gain >= max(min_gain, gamma * cost)
 
 
 class Thrifty(Policy):
@@ -79,7 +90,7 @@ class Thrifty(Policy):
             raise ValueError(f"backfill must be 'area' or 'queue', got {backfill!r}")
         self.reconfig_cost = reconfig_cost
         self.gamma, self.min_gain = gamma, min_gain
-        self.order = _area if backfill == "area" else None
+        self.order = area_first if backfill == "area" else None
         self.start_wide = start_wide
 
     def decide(self, now: float, queue: Sequence[JobView], running: Sequence[JobView],
@@ -94,14 +105,8 @@ class Thrifty(Policy):
         takers = {j.id: j for j in running if self.may_resize(now, j)}
         given = grow_smallest(takers.values(), left)
         return out + [Grow(jid, k) for jid, k in sorted(given.items())
-                      if self._pays(now, takers[jid], takers[jid].nodes + k)]
-
-    def _pays(self, now: float, job: JobView, new: int) -> bool:
-        """Whether growing ``job`` to ``new`` nodes gains what the module docstring asks."""
-        left = job.end_estimate(now) - now
-        gain = left * (1.0 - job.runtime_on(new) / job.runtime_on(job.nodes))
-        cost = self.reconfig_cost(job, job.nodes, new) if self.reconfig_cost else 0.0
-        return gain >= max(self.min_gain, self.gamma * cost)
+                      if pays(now, takers[jid], takers[jid].nodes + k, self.min_gain, self.gamma,
+                              self.reconfig_cost)]
 
 
 THRIFTY_POLICIES: dict[str, type[Policy]] = {Thrifty.name: Thrifty}

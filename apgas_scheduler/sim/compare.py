@@ -22,11 +22,15 @@ from typing import Any
 
 from ..policies import get_policy, policy_names
 from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
+from ..policies.lending import LENDING_POLICIES
 from ..policies.thrifty import THRIFTY_POLICIES
 from . import swf
 from . import workload as wl
 from .incentive import run_with_incentive
 from .simulator import Reconfig, Simulator
+
+COSTED = {**THRIFTY_POLICIES, **LENDING_POLICIES}
+"""Our policies, which take the simulator's cost model for their grows."""
 
 DEFAULT_SERIAL_FRACTION = 0.05
 """Serial fraction of ``--model amdahl`` for jobs that bring none (all jobs of a trace)."""
@@ -223,12 +227,12 @@ def make_policy(policy: str, ns: argparse.Namespace) -> Any:
     """A live policy built with the command's options. The MEBF family gets
     its expand policy and, for its feasibility test, the reconfiguration
     cost model the simulator charges (alpha, beta, process cost); thrifty
-    gets that cost model for its grows."""
+    and lending get that cost model for their grows."""
     options: dict[str, Any] = {"resize_interval": ns.resize_interval}
-    if policy in MEBF_POLICIES or policy in THRIFTY_POLICIES:
+    if policy in MEBF_POLICIES or policy in COSTED:
         options["reconfig_cost"] = reconfig_of(ns)
-        if getattr(ns, "expand_policy", None):
-            options["expand"] = ns.expand_policy
+    if policy in MEBF_POLICIES and getattr(ns, "expand_policy", None):
+        options["expand"] = ns.expand_policy
     return get_policy(policy, **options)
 
 
