@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..policies import get_policy, policy_names
-from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
 from ..policies.lending import LENDING_POLICIES
+from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
 from ..policies.thrifty import THRIFTY_POLICIES
 from . import swf
 from . import workload as wl
