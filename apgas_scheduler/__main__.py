@@ -98,12 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
                        help="how job commands start on their first node (default: detected)")
     serve.add_argument("--output-dir", default=None,
-                       help="where job-N.out/.err go (default: /var/lib/apgas-scheduler/jobs for "
-                            "root, else $XDG_STATE_HOME/apgas-scheduler/jobs); made 0711, and "
-                            "refused if another user owns it or may write it")
+                       help="where job-N.out/.err go (default: STATE_DIR.jobs beside a given "
+                            "--state-dir, else /var/lib/apgas-scheduler/jobs for root, else "
+                            "$XDG_STATE_HOME/apgas-scheduler/jobs); made 0711, refused if another "
+                            "user owns it or may write it, and serves one state: refused if "
+                            "another state's scheduler used it")
     serve.add_argument("--state-dir", default=None, metavar="DIR",
                        help="the durable state (SQLite): jobs, pool, events; a scheduler started "
-                            "on an earlier one's state resumes it (default: OUTPUT_DIR.state, "
+                            "on an earlier one's state resumes it, on the --nodes given now "
+                            "(nodes no longer given leave the pool once their jobs end); a "
+                            "different state directory starts afresh (default: OUTPUT_DIR.state, "
                             "beside the output directory)")
     serve.add_argument("--node-address", action="append", type=_node_address, default=[],
                        metavar="NODES=ADDRESS",
@@ -371,10 +375,12 @@ def _status_table(status: dict[str, Any]) -> str:
         return loggable(str(value), limit)
 
     down = [text(n["name"]) for n in status["nodes"] if n.get("down")]
+    draining = [text(n["name"]) for n in status["nodes"] if n.get("draining")]
     idle = sum(n["job"] is None and not n.get("down") for n in status["nodes"])
     lines = [f"policy {text(status['policy'])}, t = {status['time']:.1f} s, "
              f"{idle}/{len(status['nodes'])} node(s) idle"
-             + (f", {len(down)} down: {','.join(down)}" if down else ""),
+             + (f", {len(down)} down: {','.join(down)}" if down else "")
+             + (f", {len(draining)} draining: {','.join(draining)}" if draining else ""),
              f"{'id':>4} {'name':<20} {'class':<10} {'state':<10} {'nodes':<24} "
              f"{'requeues':<8} reason"]
     for j in status["jobs"]:

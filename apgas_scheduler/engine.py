@@ -18,6 +18,12 @@ longer show them as the job's), ``finish_shrink`` frees those released.
 A node whose place a job lost without an order (``place_lost``) is *down*:
 it leaves the job and goes to nobody, since it may be broken, until
 ``node_up``; policies see a cluster without it.
+
+A node may be *drained* (``drain``: a restarted live scheduler was not given it
+again): free, it leaves the pool at once; held, it stays its job's while the job
+holds it but is no capacity for new work (not free, not usable, never a grow's),
+and leaves the pool (``left`` says so, for the driver to record) as soon as the
+job gives it back. ``add_nodes`` of a draining node keeps it.
 """
 
 from __future__ import annotations
@@ -25,19 +31,17 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
-from collections.abc import Hashable, Iterable
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 from apgas import protocol
 
 from ._model import Decision, Grow, JobView, Shrink, Start
+from ._nodes import Node, NodePool
 from .policies.planning import JobQueue, Policy
 
 __all__ = ["Engine", "Tracked", "Node"]
 
-Node = TypeVar("Node", bound=Hashable)
-"""A node's name: the daemon's host names (``Engine[str]``), the simulator's
-indices (``Engine[int]``)."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -115,7 +119,7 @@ class Tracked:
         self.cached = None
 
 
-class Engine(Generic[Node]):
+class Engine(NodePool[Node]):
     """The state of one cluster under one policy; see the module docstring.
 
     ``log`` receives the refused decisions (the driver's logger, so that each
@@ -125,57 +129,12 @@ class Engine(Generic[Node]):
                  log: logging.Logger | None = None) -> None:
         self.policy = policy
         self.log = log or logging.getLogger("apgas_scheduler.engine")
-        self.owner: dict[Node, int | None] = {}
-        self._pool: list[Node] = []
-        self._index: dict[Node, int] = {}
-        self._free: list[int] = []  # a heap of pool indices: nodes go out in pool order
         self.jobs: dict[int, Tracked] = {}
         self.queue: dict[int, Tracked] = {}  # in submission order
         self._order = JobQueue()  # the queue sorted, as policies see it (see decide)
         self.running: dict[int, Tracked] = {}
         self.priority: int | None = None
-        self.down: set[Node] = set()  # out of service: neither free nor anybody's
-        self.add_nodes(nodes)
-
-    # -- nodes -------------------------------------------------------------------------
-    @property
-    def total(self) -> int:
-        return len(self._pool)
-
-    @property
-    def free(self) -> int:
-        return len(self._free)
-
-    @property
-    def usable(self) -> int:
-        """The pool without the nodes that are down: the cluster policies plan for."""
-        return len(self._pool) - len(self.down)
-
-    def add_nodes(self, names: Iterable[Node]) -> None:
-        names = list(names)
-        if len(set(names)) != len(names) or any(n in self.owner for n in names):
-            raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
-        for n in names:
-            self._index[n] = len(self._pool)
-            self._pool.append(n)
-            self.owner[n] = None
-            heapq.heappush(self._free, self._index[n])
-
-    def free_nodes(self, count: int | None = None) -> list[Node]:
-        """The first ``count`` (all) free nodes, the ones a start would take."""
-        picks = sorted(self._free) if count is None else heapq.nsmallest(count, self._free)
-        return [self._pool[i] for i in picks]
-
-    def _take(self, job: Tracked, count: int) -> list[Node]:
-        taken = [self._pool[heapq.heappop(self._free)] for _ in range(count)]
-        for n in taken:
-            self.owner[n] = job.id
-        return taken
-
-    def _give(self, nodes: Iterable[Node]) -> None:
-        for n in nodes:
-            self.owner[n] = None
-            heapq.heappush(self._free, self._index[n])
+        super().__init__(nodes)
 
     # -- jobs --------------------------------------------------------------------------
     def submit(self, job: Tracked) -> None:
@@ -384,31 +343,21 @@ class Engine(Generic[Node]):
     def place_lost(self, job: Tracked, host: Node) -> bool:
         """The job lost its place on ``host`` without an order (it died or fell
         silent): the node leaves the job, held or reserved for a grow in flight, and
-        goes down, not back to the pool, since it may be broken. False, and nothing
+        goes down, not back to the pool, since it may be broken (a draining one
+        leaves the pool). False, and nothing
         changes, if the job does not hold it."""
         if self.owner.get(host) != job.id:
             return False
         job.nodes = [h for h in job.nodes if h != host]
         job.reserved = [h for h in job.reserved if h != host]
-        self.owner[host] = None
-        self.down.add(host)
+        if host in self.draining:  # it was leaving anyway: gone, not down
+            self._remove([host])
+        else:
+            self.owner[host] = None
+            self.down.add(host)
         job.lost += 1
         job.cached = None
         return True
-
-    def set_down(self, node: Node) -> None:
-        """Take a free node out of service (a restarted scheduler takes up its earlier
-        state so); ValueError if it is not free."""
-        if self.owner.get(node, -1) is not None or node in self.down:
-            raise ValueError(f"node {node} is not a free node of the pool")
-        self._free = [i for i in self._free if self._pool[i] != node]
-        heapq.heapify(self._free)
-        self.down.add(node)
-
-    def node_up(self, node: Node) -> None:
-        """A node that was down is back in service: free again."""
-        self.down.remove(node)
-        self._give([node])
 
     # -- evolving asks -----------------------------------------------------------------
     def ask_refusal(self, job: Tracked) -> str | None:

@@ -3,7 +3,8 @@ live runs and simulated runs are measured the same way.
 
 Events (``t`` in seconds; a change of nodes takes effect at ``t``):
 
-* ``{"event": "pool", "nodes": [...]}``: nodes added to the cluster
+* ``{"event": "pool", "nodes": [...]}``: the cluster's nodes from then on (nodes
+  added; in the live scheduler also drained nodes gone, named by ``"left"``)
 * ``{"event": "submit", "job": id, "name": str, "class": cls}``
 * ``{"event": "start", "job": id, "nodes": [...]}``
 * ``{"event": "grow"|"shrink", "job": id, "nodes": [...], "duration": s}``
@@ -113,12 +114,13 @@ def _overlaps(intervals: dict[str, list[Interval]]) -> int:
 
 
 def _capacity(events: Sequence[dict[str, Any]], lo: float, hi: float) -> float:
-    """Node-seconds of the pool within [lo, hi]; "pool" events only add nodes."""
+    """Node-seconds of the pool within [lo, hi]; each "pool" event gives the whole
+    pool (nodes added, or drained nodes gone)."""
     pool: set[str] = set()
     steps: list[tuple[float, int]] = []
     for e in events:
         if e.get("event") == "pool":
-            pool.update(e.get("nodes", ()))
+            pool = set(e.get("nodes", ()))
             steps.append((float(e["t"]), len(pool)))
     total = 0.0
     for i, (t, size) in enumerate(steps):

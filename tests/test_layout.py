@@ -152,7 +152,8 @@ def test_the_ready_line_is_written_only_in_the_protocol_module():
     assert found == [], "build and parse the protocol's lines with apgas.protocol"
 
 
-SCHEDULER_ROOT = {"__init__", "__main__", "_model", "engine", "stats", "metrics", "jobs", "client"}
+SCHEDULER_ROOT = {"__init__", "__main__", "_model", "engine", "_nodes", "stats", "metrics", "jobs",
+                  "client"}  # _nodes: the engine's node pool (its base class)
 """What every part of the scheduler shares; everything else lives in a part."""
 
 SCHEDULER_PARTS = {"policies": {"policies"}, "sim": {"policies", "sim"},

@@ -105,3 +105,58 @@ def test_ending_frees_everything_and_drops_requests():
     assert eng.end(job, "done", 3.0) == 1
     assert eng.free == 4 and job.state == "done" and not eng.running
     assert [j for j, _ in eng.overdue(100.0, 1.0)] == []
+
+
+def test_a_drained_free_node_leaves_at_once_and_a_held_one_when_given_back():
+    """A restarted live scheduler not given a node again drains it: free, it goes at
+    once; held, it stays its job's, is no capacity for new work (not free, not
+    usable, never a grow's) and goes when the job gives it back."""
+    eng = engine("malleable")
+    job = running(eng, Tracked(1, "malleable", 1, 4, 100.0, 0.0), 2)  # on n0, n1
+    assert eng.drain("n3") is True and "n3" not in eng.owner and eng.left == ["n3"]
+    assert eng.drain("n1") is False and eng.owner["n1"] == 1
+    assert (eng.total, eng.usable, eng.free, eng.free_nodes()) == (2, 2, 1, ["n2"])
+    assert eng.refusal(Grow(1, 2)) == "2 node(s) asked, 1 free"
+    eng.submit(Tracked(2, "rigid", 2, 2, 10.0, 0.0))
+    assert eng.refusal(Start(2, 2)) == "2 node(s) asked, 1 free"
+    hosts, _ = eng.begin_grow(job, 1, 1.0)
+    assert hosts == ["n2"]  # the only free one, never the draining n1
+    eng.finish_grow(job, hosts, True, 2.0)
+    eng.begin_shrink(job, 1, 3.0)
+    assert eng.finish_shrink(job, 1, ["n1"], 4.0) == ["n1"]
+    assert "n1" not in eng.owner and not eng.draining and eng.left == ["n3", "n1"]
+    assert eng.free_nodes() == [] and eng.total == eng.usable == 2
+    eng.end(job, "done", 5.0)
+    assert eng.free_nodes() == ["n0", "n2"]  # in pool order, indices rebuilt
+    with pytest.raises(ValueError, match="node n1 is not in the pool"):
+        eng.drain("n1")
+
+
+def test_a_drained_node_leaves_when_its_job_ends_releases_or_loses_it():
+    eng = engine("fcfs")
+    job = running(eng, Tracked(1, "rigid", 2, 2, 100.0, 0.0), 2)
+    eng.drain("n0")
+    eng.end(job, "done", 1.0)
+    assert list(eng.owner) == ["n1", "n2", "n3"] and eng.free == 3 and eng.left == ["n0"]
+    eng = engine("malleable")
+    job = running(eng, Tracked(1, "malleable", 1, 4, 100.0, 0.0), 3)
+    for node in ("n0", "n1"):
+        eng.drain(node)
+    assert eng.release(job, "n0") == "shrink" and "n0" not in eng.owner
+    assert eng.place_lost(job, "n1") and "n1" not in eng.owner and not eng.down  # gone, not down
+    assert eng.usable == 2 and eng.free == 1
+
+
+def test_a_drained_node_added_again_stops_draining_and_a_down_one_just_leaves():
+    eng = engine("fcfs")
+    job = running(eng, Tracked(1, "rigid", 1, 1, 100.0, 0.0), 1)
+    eng.drain("n0")
+    assert eng.total == 3
+    eng.add_nodes(["n0", "n9"])  # the operator gives it back (and a new one)
+    assert not eng.draining and eng.total == eng.usable == 5 and eng.owner["n0"] == 1
+    eng.end(job, "done", 1.0)
+    assert eng.owner["n0"] is None and "n0" in eng.free_nodes() and eng.left == []
+    with pytest.raises(ValueError, match="not in the pool"):
+        eng.add_nodes(["n1"])
+    eng.set_down("n2")
+    assert eng.drain("n2") is True and "n2" not in eng.down and eng.usable == 4

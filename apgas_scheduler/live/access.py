@@ -30,7 +30,8 @@ from apgas import auth
 from apgas.serving import make_trusted_dir, peer_uid, trusted_location
 
 __all__ = ["Client", "authorize", "default_key_file", "default_socket_path",
-           "socket_candidates", "socket_dir", "state_home", "default_output_dir", "listen_unix",
+           "socket_candidates", "socket_dir", "state_home", "default_output_dir",
+           "output_dir_beside", "listen_unix",
            "dashboard_token", "OPERATOR_ONLY"]
 
 OPERATOR_ONLY = ("add-nodes", "node-up", "shutdown")
@@ -116,7 +117,23 @@ def state_home() -> Path:
 
 
 def default_output_dir() -> Path:
+    """Where job output goes when neither an output nor a state directory is given
+    (the state then goes beside it, in ``jobs.state``)."""
     return state_home() / "jobs"
+
+
+def output_dir_beside(state_dir: str | os.PathLike[str]) -> Path:
+    """Where the job output of the state in ``state_dir`` goes when no output
+    directory is given: ``STATE_DIR.jobs``, its sibling, so that each state has
+    its own (two schedulers with their own states once both wrote
+    ``jobs/job-1.out``). Not inside it: the state directory is 0700 (it holds
+    the jobs' keys), and each user must be able to pass through every directory
+    above their ``job-N.out`` to open it by name; the sibling is made 0711."""
+    state = Path(os.path.abspath(state_dir))
+    if not state.name:
+        raise ValueError(f"the state directory {state_dir} has no name to put an output "
+                         "directory beside; give --output-dir")
+    return state.with_name(state.name + ".jobs")
 
 
 def socket_dir() -> Path:

@@ -55,11 +55,16 @@ class SchedulerCore:
                  state_dir: str | Path) -> None:
         self.policy = policy
         self.store = StateStore(state_dir)
-        known = self.store.nodes()  # after a restart: the pool as it was, then new names
-        pool = known + [n for n in nodes if n not in known]
-        self.engine: Engine[str] = Engine(pool, policy, log)
+        # after a restart: the pool is the nodes asked now, in the order of the earlier
+        # pool, then new names; besides, until the restart settles them (the daemon's
+        # _resume), the nodes not asked that the earlier run's running jobs held
+        known = self.store.nodes()
+        held = [n for s in self.store.jobs() if s.state == "running" for n in s.nodes]
+        asked = [n for n in known if n in nodes] + [n for n in nodes if n not in known]
+        self.engine: Engine[str] = Engine(
+            asked + [n for n in dict.fromkeys(held) if n not in nodes], policy, log)
         for node in down_nodes(self.store.events()):  # down stays down across a restart
-            if node in self.engine.owner:
+            if node in nodes:
                 self.engine.set_down(node)
         self.lock = threading.RLock()
         self.ready_cv = threading.Condition(self.lock)  # a job's ready message came
@@ -84,7 +89,9 @@ class SchedulerCore:
         return time.monotonic() - self._t0
 
     def event(self, kind: str, **fields: Any) -> None:
-        """Log an event; with it, durably, the job it names (or the pool)."""
+        """Log an event; with it, durably, the job it names (or the pool). Drained
+        nodes that left the pool with the change it records (``engine.left``) are
+        recorded right after, as a ``pool`` event (a restart then knows them gone)."""
         record = {"t": round(self.now(), 6), "event": kind, **fields}
         log.debug("event %s", record)
         self.store.record(record, job=self.engine.jobs.get(fields.get("job", -1)),
@@ -93,6 +100,10 @@ class SchedulerCore:
             self._events.write(json.dumps(record) + "\n")
         for watch in self.watchers:
             watch(record)
+        if self.engine.left and kind != "pool":  # drained nodes that left with this change
+            left, self.engine.left = self.engine.left, []
+            log.info("node(s) %s drained: out of the pool", ",".join(left))
+            self.event("pool", nodes=list(self.engine.owner), left=left)
 
     def spawn(self, target: Callable, name: str, *args: Any) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)

@@ -16,7 +16,6 @@ programs' asks are answered only under policies with ``grants_requests``
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import itertools
 import os
 import re
@@ -42,7 +41,9 @@ from .dashboard import Dashboard
 from .orders import ORDER_TIMEOUT, Orders
 from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, Processes, ending
 from .records import Job
+from .resume import end_all_left, resumed_line, settle_pool
 from .server import MAX_LINE, Requests, Server
+from .state import claim_output_dir
 
 __all__ = ["Scheduler", "Job", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "ORDER_TIMEOUT",
            "KILL_GRACE", "READY_WAIT", "MAX_LINE"]
@@ -66,8 +67,12 @@ class Scheduler:
         ``order_port_base``: see ``ORDER_PORT_BASE``; ``key_file``: the
         operator's key, which TCP requests must be signed with (made if missing;
         default ``access.default_key_file()``); ``output_dir``: where
-        ``job-N.out``/``.err`` go (default ``access.default_output_dir()``; made
-        0711: each user opens their own files by name); the key file and every
+        ``job-N.out``/``.err`` go (made 0711: each user opens their own files by
+        name; default: with a ``state_dir``, beside it
+        (:func:`.access.output_dir_beside`), else ``access.default_output_dir()``),
+        refused (:class:`.state.OutputDirInUse`) if it serves another state
+        (:func:`.state.claim_output_dir`), so that two states never share one
+        ``job-N.out``; the key file and every
         directory must be the scheduler's user's and nobody else's to write
         (:class:`apgas.serving.UntrustedPath` otherwise); ``socket_path``, ``socket_mode``:
         the Unix socket for clients on this machine (default
@@ -75,7 +80,8 @@ class Scheduler:
         accept jobs that speak the unsigned ElasticJobScheduler protocol;
         ``state_dir``: where the durable state lives (default: beside the output
         directory, named like it plus ``.state``); a scheduler started on the state of an
-        earlier one resumes it (see :meth:`_resume`); ``dashboard``: serve the
+        earlier one resumes it on the ``nodes`` given now (see :meth:`_resume`);
+        ``dashboard``: serve the
         live page (:mod:`.dashboard`) at this address (off by default)."""
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
@@ -93,8 +99,10 @@ class Scheduler:
         # the key, the output and the state only where nobody else can change them
         # (a planted key, a link to root's files, a queued job "of root's")
         self._key = auth.load_or_create_secret(key_file or access.default_key_file())
-        self.output_dir = make_trusted_dir(output_dir or access.default_output_dir(),
-                                           "the output directory", 0o711)
+        if output_dir is None:
+            output_dir = access.output_dir_beside(state_dir) if state_dir \
+                else access.default_output_dir()
+        self.output_dir = make_trusted_dir(output_dir, "the output directory", 0o711)
         self._output_fd = os.open(self.output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.allow_plain_jobs = allow_plain_jobs
         if allow_plain_jobs:
@@ -104,6 +112,13 @@ class Scheduler:
         out = self.output_dir
         state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
         self.core = core = SchedulerCore(nodes, policy, events, state_dir)
+        try:
+            claim_output_dir(self._output_fd, self.output_dir, core.store.directory)
+        except BaseException:
+            core.close()
+            tcp.close()
+            os.close(self._output_fd)
+            raise
         self.policy, self.engine = policy, core.engine
         self.now = core.now  # the scheduler's clock, from its first start
         # where each job's first process records how its program ended: root's alone, as
@@ -134,7 +149,6 @@ class Scheduler:
             self.dashboard = Dashboard(dashboard, access.dashboard_token(self._key), core.now,
                                        core.store.events(), f"apgas scheduler · {policy.name}")
             core.watchers.append(self.dashboard.add)
-        core.event("pool", nodes=list(core.owner))
         self.resumed: str | None = None  # what was taken up from an earlier run, for the operator
         self.unended: list[int] = []  # jobs of that run whose processes would not end at the start
         self._adopted = self._resume(earlier, nodes)
@@ -212,14 +226,16 @@ class Scheduler:
         signal), once whatever it left is killed. Any other is killed (whatever
         may be left of it) and recorded as failed, before its nodes are free. Ended
         jobs stay in the status. ``earlier`` is the pool the state held, ``asked``
-        the nodes given now; ``self.resumed`` says what was taken up (logged).
+        the nodes given now: the pool becomes ``asked``, the other nodes leave it
+        or, held by an adopted job, drain (:func:`.resume.settle_pool`), and the
+        pool is recorded. ``self.resumed`` says what was taken up (logged).
         Returns the adopted jobs, to watch."""
         adopted: list[Job] = []
         meanwhile = 0  # jobs whose end while we were down was recorded
         stored = self.core.store.jobs()
         taken = collections.Counter(s.state if s.state == "queued" else
                                     "running" if s.state == "running" else "ended" for s in stored)
-        left = _end_all_left([s for s in stored if s.state == "running" and s.identity
+        left = end_all_left([s for s in stored if s.state == "running" and s.identity
                               and not containment.leader_alive(s.identity)])
         with self.core.lock:
             for s in stored:
@@ -263,13 +279,21 @@ class Scheduler:
                     job.state, job.start, job.end, job.nodes = s.state, s.start, s.end, []
                     self.engine.jobs[job.id] = job
         self._drop_stale_outcomes(adopted)
+        with self.core.lock:
+            gone, draining = settle_pool(self.engine, asked)
+            self.core.event("pool", nodes=list(self.core.owner),
+                            **({"left": gone} if gone else {}),
+                            **({"draining": list(draining)} if draining else {}))
+        for node, job_id in draining.items():
+            log.info("node %s drains: job %d runs on it, and it was not asked now", node, job_id)
         if stored or earlier:
             running = taken.pop("running", 0)
             taken["adopted"], taken["ended meanwhile"] = len(adopted), meanwhile
             taken["failed at this start"] = running - len(adopted) - meanwhile
             taken["adopted"] -= len(self.unended)
             taken["still ending (see the errors above)"] = len(self.unended)
-            self.resumed = _resumed(self.core.store.directory, taken, earlier, asked)
+            self.resumed = resumed_line(self.core.store.directory, taken, earlier, asked, gone,
+                                        draining)
             log.info("%s", self.resumed)
         return adopted
 
@@ -369,8 +393,11 @@ class Scheduler:
         with self.core.lock:
             if not names:
                 raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
-            self.engine.add_nodes(names)
+            kept = [n for n in names if n in self.engine.draining]
+            self.engine.add_nodes(names)  # a draining node named stays, and drains no more
             self.core.event("pool", nodes=list(self.core.owner))
+            if kept:
+                log.info("node(s) %s added again: no longer draining", ",".join(kept))
         self.core.wake.set()
         return list(self.core.owner)
 
@@ -394,10 +421,12 @@ class Scheduler:
 
     def status(self) -> dict[str, Any]:
         with self.core.lock:
+            draining = self.engine.draining
             return {"time": self.now(), "policy": self.policy.name,
                     "address": f"{self.address[0]}:{self.address[1]}",
                     "jobs": [j.to_dict() for j in self.core.jobs.values()],
-                    "nodes": [{"name": n, "job": j} for n, j in self.core.owner.items()]}
+                    "nodes": [{"name": n, "job": j, **({"draining": True} if n in draining else {})}
+                              for n, j in self.core.owner.items()]}
 
     # -- scheduling -----------------------------------------------------------------
     def schedule(self) -> None:
@@ -421,40 +450,6 @@ class Scheduler:
                 else:
                     self.engine.begin_shrink(job, d.nodes, now)
                     self.orders.send_shrink(job, d.nodes)
-
-
-def _end_all_left(stored: list[Any]) -> dict[int, Exception]:
-    """End what is left of the earlier run's jobs in ``stored`` (their first processes
-    are gone), all at once, so that a start waits at most one kill bound however
-    many there are; what would not end, by job id."""
-    def end(s: Any) -> Exception | None:
-        try:
-            containment.kill(s.identity, KILL_GRACE)
-            return None
-        except (containment.StillRunning, OSError) as e:
-            return e
-
-    if not stored:
-        return {}
-    with concurrent.futures.ThreadPoolExecutor(min(len(stored), 32)) as pool:
-        failures = dict(zip((s.id for s in stored), pool.map(end, stored), strict=True))
-    return {i: e for i, e in failures.items() if e is not None}
-
-
-def _resumed(directory: Path, jobs: collections.Counter[str], earlier: list[str],
-             asked: list[str]) -> str:
-    """The line saying what a scheduler took up from an earlier run's state: its jobs,
-    and the pool (the earlier one's nodes, those of them not asked now, the new ones)."""
-    counts = ", ".join(f"{n} {what}" for what, n in sorted(jobs.items()) if n)
-    new = [n for n in asked if n not in earlier]
-    gone = [n for n in earlier if n not in asked]
-    short = launchers.compress_hostlist
-    pool = f"{short(earlier)} from that state" if earlier else "none from that state"
-    pool += f" ({short(gone)} not asked now)" if gone else ""
-    pool += f" and {short(new)} new" if new else " and none new"
-    return (f"resumed the state in {directory}: {sum(jobs.values())} job(s)"
-            f"{f' ({counts})' if counts else ''}; {len(earlier) + len(new)} node(s): {pool} "
-            "(another --output-dir starts afresh)")
 
 
 _REQUEST_KEY = re.compile(r"[A-Za-z0-9_-]{8,64}")

@@ -10,6 +10,8 @@ answered, whose client then sees no reply. A restarted scheduler reads it back
 
 The database holds the jobs' keys: it is made with mode 0600 in a directory of
 mode 0700, and a lock file keeps a second scheduler off the same directory.
+An output directory serves one state (:func:`claim_output_dir`), so that no
+scheduler's ``job-N.out`` overwrites another's of the same number.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import fcntl
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from apgas.serving import make_trusted_dir, trusted_file
+from apgas.serving import UntrustedPath, make_trusted_dir, open_new_file, trusted_file
 
 from ..jobs import JobSpec, parse_job
 
-__all__ = ["StateStore", "StoredJob", "StateError", "DB_NAME", "read_db_events"]
+__all__ = ["StateStore", "StoredJob", "StateError", "OutputDirInUse", "DB_NAME", "OUTPUT_MARKER",
+           "claim_output_dir", "read_db_events"]
 
 DB_NAME = "scheduler.db"
 SCHEMA = 3  # 2: jobs.request, the client's key that makes a repeated submit one job;
@@ -50,6 +54,10 @@ CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, record
 
 class StateError(RuntimeError):
     """The state directory cannot be used (in use by another scheduler, unreadable, newer)."""
+
+
+class OutputDirInUse(StateError):
+    """The output directory holds the job output of another state's scheduler."""
 
 
 @dataclasses.dataclass
@@ -215,6 +223,64 @@ def _stored(row: tuple) -> StoredJob:
         tuple(json.loads(listen)) if listen else None, reports, bool(ready),
         bool(disabled), grows, shrinks, json.loads(identity) if identity else None, request,
         requeues or 0, requeue_reason or "")
+
+
+OUTPUT_MARKER = ".apgas-state"
+"""The file in an output directory that names the state directory it serves."""
+
+
+def claim_output_dir(output_fd: int, output_dir: Path, state_dir: Path) -> None:
+    """Make sure the output directory (open as ``output_fd``) serves the state in
+    ``state_dir`` alone: its :data:`OUTPUT_MARKER` names that state's real path,
+    written at its first use (an output directory of an older scheduler, without
+    a marker, goes to the first state that uses it). :class:`OutputDirInUse` if it
+    names another state: job ids are the state's, so two states' schedulers in
+    one directory would overwrite each other's ``job-N.out``, whether they run
+    at once or one after the other. The marker is read and made never through a
+    link, and must be ours (or root's) and nobody else's to write."""
+    mine = os.path.realpath(state_dir)
+    marker = output_dir / OUTPUT_MARKER
+    for _ in range(3):
+        try:
+            fd = os.open(OUTPUT_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=output_fd)
+        except FileNotFoundError:
+            if _made_marker(output_fd, mine):
+                return
+            continue  # another scheduler made it meanwhile: read what it says
+        except OSError as e:  # ELOOP: a symbolic link
+            raise UntrustedPath(f"the output directory's marker {marker}: {e.strerror}") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0) \
+                    or st.st_mode & 0o022:
+                raise UntrustedPath(f"the output directory's marker {marker} is not a regular "
+                                    "file of ours that only we may write")
+            theirs = f.read(4096).decode(errors="backslashreplace").strip()
+        if theirs != mine:
+            raise OutputDirInUse(
+                f"the output directory {output_dir} holds the job output of the scheduler "
+                f"whose state is {theirs!r} ({marker} says so), not of this state {mine!r}: "
+                "give this scheduler an output directory of its own (--output-dir) or serve "
+                "it on that state (--state-dir)")
+        return
+    raise StateError(f"cannot claim the output directory {output_dir}: {marker} keeps changing")
+
+
+def _made_marker(output_fd: int, state: str) -> bool:
+    """Write the marker naming ``state`` whole, under a name of this process, then
+    link it into place; False if a marker came meanwhile (it stays as it is)."""
+    tmp = f"{OUTPUT_MARKER}.{os.getpid()}.tmp"
+    fd = open_new_file(output_fd, tmp, 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(state + "\n")
+        os.link(tmp, OUTPUT_MARKER, src_dir_fd=output_fd, dst_dir_fd=output_fd,
+                follow_symlinks=False)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp, dir_fd=output_fd)
 
 
 def read_db_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

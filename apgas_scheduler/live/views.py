@@ -105,9 +105,13 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def down_nodes(events: Iterable[dict[str, Any]]) -> list[str]:
     """The nodes the log leaves down: a job lost its place there (``node_down``), and
-    no ``node_up`` came since. The live scheduler takes them up again at a restart."""
+    no ``node_up`` came since, nor a ``pool`` without it (it left the pool: added
+    again later, it comes free). The live scheduler takes them up again at a restart."""
     down: dict[str, None] = {}
     for e in events:
+        if e.get("event") == "pool":
+            pool = {str(n) for n in e.get("nodes", ())}
+            down = {n: None for n in down if n in pool}
         for node in e.get("nodes", ()) if e.get("event") in ("node_down", "node_up") else ():
             if e["event"] == "node_down":
                 down[str(node)] = None
@@ -209,7 +213,7 @@ def _utilization(ordered: list[dict[str, Any]], intervals: dict[str, list[Interv
     for e in ordered:
         kind, t, job = e.get("event"), float(e["t"]), e.get("job")
         if kind == "pool":
-            pool.update(e.get("nodes", ()))
+            pool = set(e.get("nodes", ()))  # the whole pool (drained nodes leave it)
             pool_points.append([t, len(pool)])
         elif kind in ("submit", "requeue") or (kind in ("start", "adopt", "end") and job in waiting):
             (waiting.add if kind in ("submit", "requeue") else waiting.discard)(job)

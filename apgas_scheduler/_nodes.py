@@ -1,0 +1,126 @@
+"""The engine's nodes (:class:`NodePool`, the base of :class:`~.engine.Engine`): the
+pool in its order, each node's owner, the free ones (a heap, so that jobs get
+them in pool order), those down and those draining; see the engine's module
+docstring for what down and draining mean."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["NodePool", "Node"]
+
+Node = TypeVar("Node", bound=Hashable)
+"""A node's name: the daemon's host names (``Engine[str]``), the simulator's
+indices (``Engine[int]``)."""
+
+
+class NodePool(Generic[Node]):
+    """Who holds which node. The engine's transitions take and give nodes through
+    ``_take`` and ``_give``."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.owner: dict[Node, int | None] = {}
+        self._pool: list[Node] = []
+        self._index: dict[Node, int] = {}
+        self._free: list[int] = []  # a heap of pool indices: nodes go out in pool order
+        self.down: set[Node] = set()  # out of service: neither free nor anybody's
+        self.draining: set[Node] = set()  # held, and leaving the pool when given back
+        self.left: list[Node] = []  # drained nodes gone from the pool, for the driver to record
+        self.add_nodes(nodes)
+
+    # -- nodes -------------------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        """The pool's nodes without those draining (no capacity for new work)."""
+        return len(self._pool) - len(self.draining)
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    @property
+    def usable(self) -> int:
+        """The pool without the nodes that are down or draining: the cluster policies
+        plan for."""
+        return len(self._pool) - len(self.down) - len(self.draining)
+
+    def add_nodes(self, names: Iterable[Node]) -> None:
+        """New nodes join the pool, free; a draining one named stays (its drain ends)."""
+        names = list(names)
+        if len(set(names)) != len(names) or any(n in self.owner and n not in self.draining
+                                                for n in names):
+            raise ValueError(f"new node names must be distinct and not in the pool, got {names}")
+        for n in names:
+            if n in self.draining:
+                self.draining.discard(n)
+                continue
+            self._index[n] = len(self._pool)
+            self._pool.append(n)
+            self.owner[n] = None
+            heapq.heappush(self._free, self._index[n])
+
+    def free_nodes(self, count: int | None = None) -> list[Node]:
+        """The first ``count`` (all) free nodes, the ones a start would take."""
+        picks = sorted(self._free) if count is None else heapq.nsmallest(count, self._free)
+        return [self._pool[i] for i in picks]
+
+    def _take(self, job: Any, count: int) -> list[Node]:
+        taken = [self._pool[heapq.heappop(self._free)] for _ in range(count)]
+        for n in taken:
+            self.owner[n] = job.id
+        return taken
+
+    def _give(self, nodes: Iterable[Node]) -> None:
+        """The nodes are nobody's again: free, or out of the pool if draining."""
+        gone = []
+        for n in nodes:
+            if n in self.draining:
+                gone.append(n)
+                continue
+            self.owner[n] = None
+            heapq.heappush(self._free, self._index[n])
+        if gone:
+            self._remove(gone)
+
+    def drain(self, node: Node) -> bool:
+        """``node`` is to leave the pool: at once if nobody holds it (down or free;
+        True), else once its job gives it back (False; see the module docstring).
+        ValueError if it is not in the pool."""
+        if node not in self.owner:
+            raise ValueError(f"node {node} is not in the pool")
+        if self.owner[node] is None:
+            self.down.discard(node)
+            self._remove([node])
+            return True
+        self.draining.add(node)
+        return False
+
+    def _remove(self, nodes: list[Node]) -> None:
+        """Take ``nodes`` (nobody's, or draining) out of the pool; ``left`` records them.
+        Rare (a drain), so the indices are simply rebuilt."""
+        gone = set(nodes)
+        free = {self._pool[i] for i in self._free}
+        self._pool = [n for n in self._pool if n not in gone]
+        self._index = {n: i for i, n in enumerate(self._pool)}
+        self._free = [self._index[n] for n in free if n not in gone]
+        heapq.heapify(self._free)
+        for n in nodes:
+            del self.owner[n]
+            self.draining.discard(n)
+        self.left.extend(nodes)
+
+    def set_down(self, node: Node) -> None:
+        """Take a free node out of service (a restarted scheduler takes up its earlier
+        state so); ValueError if it is not free."""
+        if self.owner.get(node, -1) is not None or node in self.down:
+            raise ValueError(f"node {node} is not a free node of the pool")
+        self._free = [i for i in self._free if self._pool[i] != node]
+        heapq.heapify(self._free)
+        self.down.add(node)
+
+    def node_up(self, node: Node) -> None:
+        """A node that was down is back in service: free again."""
+        self.down.remove(node)
+        self._give([node])
