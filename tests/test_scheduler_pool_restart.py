@@ -5,7 +5,6 @@ output directory (issue 45). Real daemons, as in test_scheduler_restart."""
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -13,25 +12,24 @@ from pathlib import Path
 
 import pytest
 from conftest import alive, eventually
-from orders import free_port
+from test_scheduler_restart import Daemon as RestartDaemon
 
 from apgas.serving import UntrustedPath
-from apgas_scheduler.client import SchedulerError, request
+from apgas_scheduler.client import SchedulerError
 from apgas_scheduler.live.state import OUTPUT_MARKER, OutputDirInUse, claim_output_dir
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class Daemon:
+class Daemon(RestartDaemon):
     """``python -m apgas_scheduler serve`` in a process of its own; ``output``
     None: no ``--output-dir``. ``resumed``: the line it printed about the state
     it took up ("" if none)."""
 
     def __init__(self, tmp: Path, nodes: str, state: str = "state", output: str | None = "out",
                  name: str = "s") -> None:
-        self.tmp, self.nodes, self.state, self.output, self.name = tmp, nodes, state, output, name
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        super().__init__(tmp, nodes)
+        self.state, self.output, self.name = state, output, name
         self.resumed = ""
 
     def argv(self) -> list[str]:
@@ -49,23 +47,8 @@ class Daemon:
         self.resumed = self.proc.stdout.readline().strip() if earlier else ""
         return self
 
-    def request(self, op: str, **fields):
-        return request(("127.0.0.1", self.port), op, **fields)
-
-    def jobs(self) -> dict[int, dict]:
-        return {j["id"]: j for j in self.request("status")["jobs"]}
-
     def nodes_view(self) -> dict[str, dict]:
         return {n["name"]: n for n in self.request("status")["nodes"]}
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.request("shutdown")
-            self.proc.wait(30)
 
 
 def stored_pool(state: Path) -> list[str]:
