@@ -1,6 +1,7 @@
 """Our policies against every published one on the four archive traces (issue 45).
 
     python -m benchmarks.evaluation --published [--trace-jobs 10000] [--workers 2] [--out DIR]
+    python -m benchmarks.evaluation --frontier [--trace-jobs 10000] [--workers 2] [--out DIR]
 
 The published policies: EASY, MEBF (its three variants, handoff expand), minAgree,
 DMR and the Kassel group's nine strategies (``apgas_scheduler.policies.agreements``).
@@ -19,7 +20,11 @@ rigid under EASY (every job at its preferred size): the baseline of Zojer, Posne
 and Özden (arXiv 2602.17318), whose ranges the page sets beside ours.
 
 Writes ``evaluation_published.json``, ``.md`` and ``.png`` into ``--out``; prints a
-line per simulation as it ends. About 900 simulations: some 25 minutes on 2 cores.
+line per simulation as it ends. About 900 simulations: some 40 minutes on 2 cores.
+
+``--frontier`` runs lending alone at the loan thresholds of ``LENDS`` (and minAgree
+and min-common-pool beside it) on the grid's seed-1 cases: what each threshold
+buys in turnaround and costs in resizes (``evaluation_frontier.{json,md}``, 5 minutes).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from apgas_scheduler.sim.incentive import as_rigid
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
 from benchmarks._harness import Run, markdown_head
 
-__all__ = ["PUBLISHED", "OURS", "Case", "cases", "evaluate", "markdown", "main"]
+__all__ = ["PUBLISHED", "OURS", "LENDS", "Case", "cases", "evaluate", "markdown", "main",
+           "main_frontier"]
 
 PUBLISHED = ("easy", "mebf", "mebf-shrink+", "mebf-expand+", "malleable", "dmr",
              *AGREEMENT_POLICIES)
@@ -54,6 +60,8 @@ SHARES = (0.2, 0.5, 1.0)
 SEEDS = (1, 2)
 SERIAL = 0.05
 RESIZE_INTERVAL = 300.0
+LENDS = (0.0, 2.0, 5.0, 10.0, 20.0)
+"""Lending's loan thresholds that ``--frontier`` tries (10: the default)."""
 KEYS = ("jobs", "mean_turnaround", "mean_wait", "mean_bounded_slowdown", "utilization",
         "makespan", "reconfigurations")
 
@@ -121,10 +129,12 @@ def _simulate(task: tuple[Path, int | None, Case, str]) -> tuple[Case, str, dict
     directory, max_jobs, case, policy = task
     jobs, nodes = _workload(directory, max_jobs, case)
     cost = COSTS[case.cost]
-    name = "easy" if policy == "rigid-easy" else policy
+    name, _, lend = policy.partition("@")  # "lending@5": lending with lend = 5
     if policy == "rigid-easy":
-        jobs = as_rigid(jobs)
+        name, jobs = "easy", as_rigid(jobs)
     options: dict[str, Any] = {"reconfig_cost": cost} if name in COSTED else {}
+    if lend:
+        options["lend"] = float(lend)
     started = time.perf_counter()
     m = Simulator(nodes, get_policy(name, resize_interval=RESIZE_INTERVAL, **options),
                   reconfig=cost, model="amdahl").run(jobs).metrics
@@ -135,11 +145,12 @@ def _simulate(task: tuple[Path, int | None, Case, str]) -> tuple[Case, str, dict
     return case, policy, figures, time.perf_counter() - started
 
 
-def evaluate(directory: Path, max_jobs: int | None, traces: list[str],
-             workers: int) -> dict[Case, dict[str, Any]]:
-    """{case: {policy: figures}} for every case and policy, and "rigid-easy"."""
-    tasks = [(directory, max_jobs, c, p) for c in cases(traces)
-             for p in ("rigid-easy", *PUBLISHED, *OURS)]
+def evaluate(directory: Path, max_jobs: int | None, chosen: list[Case], workers: int,
+             policies: tuple[str, ...] = ("rigid-easy", *PUBLISHED, *OURS)
+             ) -> dict[Case, dict[str, Any]]:
+    """{case: {policy: figures}} for every case and policy ("rigid-easy": the
+    all-rigid baseline; "lending@5": lending with ``lend`` 5)."""
+    tasks = [(directory, max_jobs, c, p) for c in chosen for p in policies]
     results: dict[Case, dict[str, Any]] = {}
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         for done, (case, policy, figures, seconds) in enumerate(
@@ -148,7 +159,7 @@ def evaluate(directory: Path, max_jobs: int | None, traces: list[str],
             print(f"   [{done:>4}/{len(tasks)}] {case.trace:<13} {case.label:<40} {policy:<22} "
                   f"turnaround {figures['mean_turnaround'] / 3600:7.3f} h  resizes "
                   f"{figures['reconfigurations']:>6}  {seconds:5.1f} s", flush=True)
-    return {c: results[c] for c in cases(traces)}
+    return {c: results[c] for c in chosen}
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -288,7 +299,7 @@ def main(run: Run, out: Path, traces_dir: Path | None, max_jobs: int | None, wor
     names = traces or list(REAL_TRACES)
     print(f"every published policy, thrifty and lending on {', '.join(names)}, first "
           f"{max_jobs or 'all'} jobs, {workers} worker(s)")
-    report = evaluate(traces_dir or TRACES_DIR, max_jobs, names, workers)
+    report = evaluate(traces_dir or TRACES_DIR, max_jobs, cases(names), workers)
     out.mkdir(parents=True, exist_ok=True)
     tail = f" --trace-jobs {max_jobs or 0}" if max_jobs != 10000 else ""
     command = f"python -m benchmarks.evaluation --published{tail}"
@@ -299,5 +310,30 @@ def main(run: Run, out: Path, traces_dir: Path | None, max_jobs: int | None, wor
     text = markdown(report, command)
     (out / "evaluation_published.md").write_text(text)
     plot(out / "evaluation_published.png", report)
+    print(text)
+    return 0
+
+
+def main_frontier(run: Run, out: Path, traces_dir: Path | None, max_jobs: int | None,
+                  workers: int) -> int:
+    """``--frontier``: lending at each of ``LENDS`` on the grid's seed-1 cases."""
+    from benchmarks.simspeed import REAL_TRACES, TRACES_DIR
+
+    chosen = [c for c in cases(list(REAL_TRACES)) if not c.varied and c.seed == 1]
+    policies = ("malleable", "min-common-pool", *(f"lending@{lend:g}" for lend in LENDS))
+    report = evaluate(traces_dir or TRACES_DIR, max_jobs, chosen, workers, policies)
+    tail = f" --trace-jobs {max_jobs or 0}" if max_jobs != 10000 else ""
+    run.write(out / "evaluation_frontier.json", {
+        "trace_jobs": max_jobs or 0, "lends": LENDS, "cases": list(
+            {**c._asdict(), "label": c.label, "runs": r} for c, r in report.items())})
+    lines = [f"Produced by `python -m benchmarks.evaluation --frontier{tail}`. Mean turnaround in "
+             "hours / resizes.", "",
+             *markdown_head("trace", "case", "minAgree", "min-common-pool",
+                            *(f"lending, lend {lend:g}" for lend in LENDS), left=2)]
+    for case, runs in report.items():
+        lines.append(f"| {case.trace} | {case.label} | " + " | ".join(
+            f"{_h(runs[p]['mean_turnaround'])} / {runs[p]['reconfigurations']:,}" for p in policies) + " |")
+    text = "\n".join(lines) + "\n"
+    (out / "evaluation_frontier.md").write_text(text)
     print(text)
     return 0

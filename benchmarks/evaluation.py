@@ -183,8 +183,12 @@ def options(parser: argparse.ArgumentParser) -> None:
                         "published one (the Kassel group's nine included) on the real traces, the grid "
                         "and the variations of benchmarks._eval_published: evaluation_published."
                         "{json,md,png} into --out (about 25 minutes on 2 cores)")
+    parser.add_argument("--frontier", action="store_true", help="only lending at several loan "
+                        "thresholds beside minAgree and min-common-pool, on the grid's seed-1 cases: "
+                        "evaluation_frontier.{json,md} into --out (about 5 minutes)")
     parser.add_argument("--workers", type=int, default=2,
-                        help="processes that run --published's simulations (default: %(default)s)")
+                        help="processes that run --published's and --frontier's simulations "
+                             "(default: %(default)s)")
     parser.add_argument("--fairness", action="store_true", help="only each job class's figures and "
                         "the incentive to be malleable on the real traces: evaluation_fairness.{json,md} "
                         "into --out")
@@ -193,7 +197,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 def _alone(ns: argparse.Namespace) -> bool:
     """Whether a study was asked for alone (it writes its own files into --out)."""
     return bool(ns.real_traces or ns.policies or ns.fairness or ns.dmr or ns.dmr_live
-                or ns.published)
+                or ns.published or ns.frontier)
 
 
 @harness("benchmarks.evaluation", __doc__, Path("bench-results/evaluation.json"),
@@ -205,13 +209,14 @@ def main(run: Run) -> int:
     ns = run.args
     if _alone(ns):
         run.path = None
-    if ns.published:  # issue 45: benchmarks/_eval_published.py
+    if ns.published or ns.frontier:  # issue 45: benchmarks/_eval_published.py
         from benchmarks import _eval_published
 
         if ns.workers < 1:
             print(f"--workers must be at least 1, got {ns.workers}", file=sys.stderr)
             return 2
-        return _eval_published.main(run, ns.out, ns.traces, ns.trace_jobs or None, ns.workers)
+        study = _eval_published.main if ns.published else _eval_published.main_frontier
+        return study(run, ns.out, ns.traces, ns.trace_jobs or None, ns.workers)
     if ns.policies or ns.fairness:  # issue 33, questions 1 and 2: benchmarks/_eval_policies.py
         from benchmarks import _eval_policies
 
