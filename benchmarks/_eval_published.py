@@ -233,24 +233,27 @@ ElastiSim), in percent."""
 
 
 def zojer_changes(report: dict[Case, dict[str, Any]], policy: str) -> dict[str, list[float]]:
-    """The grid's changes of ``policy`` against the all-rigid EASY run, in percent."""
+    """The grid's changes of ``policy`` against the all-rigid EASY run, in percent
+    (none where the baseline's figure is 0: on LLNL-Thunder no job waits under it)."""
     out: dict[str, list[float]] = {k: [] for k in ZOJER}
     for case, runs in report.items():
         if case.varied:
             continue
         for key in ZOJER:
-            out[key].append(_pct(runs[policy][key], runs["rigid-easy"][key]))
+            if runs["rigid-easy"][key]:
+                out[key].append(_pct(runs[policy][key], runs["rigid-easy"][key]))
     return out
 
 
 def _zojer(report: dict[Case, dict[str, Any]]) -> list[str]:
     lines = ["Against EASY with every job rigid at its preferred size, over the grid (4 traces, "
-             "20/50/100% malleable, 2 seeds): the range of the change, and the median.", "",
+             "20/50/100% malleable, 2 seeds): the range of the change, and the median (wait: "
+             "without LLNL-Thunder, where no job waits under that baseline).", "",
              *markdown_head("policy", "turnaround", "makespan", "wait", "utilization")]
     for policy in ("lending", "thrifty", "malleable", "min-common-pool"):
         changes = zojer_changes(report, policy)
         lines.append(f"| {NAMES.get(policy, policy)} | " + " | ".join(
-            f"{min(v):+.0f}% to {max(v):+.0f}% (median {statistics.median(v):+.0f}%)"
+            f"{min(v):+.0f}% to {max(v):+.0f}% (median {statistics.median(v):+.0f}%)" if v else "-"
             for v in changes.values()) + " |")
     lines.append("| Zojer et al. (Cori, Eagle, Theta) | " + " | ".join(
         f"{lo:+d}% to {hi:+d}%" for lo, hi in ZOJER.values()) + " |")
