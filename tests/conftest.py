@@ -182,7 +182,8 @@ def make_scheduler(tmp_path):
         monkey_hosts = [f"node{i}" for i in range(nodes)]
         sched = Scheduler(monkey_hosts, get_policy(policy, resize_interval=options.pop("resize", 0.5)),
                           port=0, events=tmp_path / "events.jsonl", interval=0.2,
-                          **{"output_dir": tmp_path / "out",
+                          # each its own state, so each its own output directory
+                          **{"output_dir": tmp_path / ("out" if not running else f"out-{len(running)}"),
                              "state_dir": tmp_path / f"state-{len(running)}", **options})
         running.append(sched.start())
         return sched

@@ -384,7 +384,8 @@ def test_get_policy_by_name_with_options():
 
 
 def test_get_policy_unknown_name_lists_known_ones():
-    with pytest.raises(ValueError, match=r"'nope'.*backfill, dmr, easy, evolving, fcfs, malleable, mebf, "):
+    with pytest.raises(ValueError, match=r"'nope'; known: avg-agreement, .*backfill, dmr, easy, "
+                                         r"evolving, fcfs, lending, malleable, mebf, .*thrifty"):
         get_policy("nope")
 
 
