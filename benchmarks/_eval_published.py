@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from apgas_scheduler.policies import get_policy
 from apgas_scheduler.policies.agreements import AGREEMENT_POLICIES
 from apgas_scheduler.sim import workload as wl
+from apgas_scheduler.sim.compare import COSTED
 from apgas_scheduler.sim.incentive import as_rigid
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
 from benchmarks._harness import Run, markdown_head
@@ -52,7 +53,6 @@ OURS = ("thrifty", "lending")
 NAMES = {"easy": "EASY", "mebf": "MEBF", "mebf-shrink+": "MEBF shrink+",
          "mebf-expand+": "MEBF expand+", "malleable": "minAgree", "dmr": "DMR",
          "thrifty": "thrifty (ours)", "lending": "lending (ours)"}
-COSTED = ("mebf", "mebf-shrink+", "mebf-expand+", "thrifty", "lending")  # given the cost model
 COSTS = {"0.05": Reconfig(alpha=0.05, beta=0.05, b=0.0),
          "ours": Reconfig(alpha=1.0, beta=10.0, b=0.5),
          "0.5": Reconfig(alpha=0.5, beta=0.5, b=0.0)}

@@ -136,14 +136,12 @@ class AgreementStrategy(Policy):
         left = free - sum(started.values())
         promised = sum(self._promised.values())
         back = max(0, min(promised - transit, left))  # promised nodes that are idle
-        # EASY sees the promised nodes (back or on their way) and the jobs just
-        # handed theirs as held for good, and the rest of the transit as coming back
-        held = sum(started.values()) + back + min(transit, promised)
+        # EASY sees the jobs just handed their nodes as running and the promised nodes
+        # (back or on their way) as held for good, and the rest of the transit as coming back
         others = [*running, *(dataclasses.replace(waiting[i], nodes=n, start=now)
                               for i, n in started.items())]
-        if held - sum(started.values()) > 0:
-            n = held - sum(started.values())
-            others.append(JobView(-1, "rigid", n, n, math.inf, now, nodes=n, start=now))
+        if (kept := back + min(transit, promised)) > 0:
+            others.append(JobView(-1, "rigid", kept, kept, math.inf, now, nodes=kept, start=now))
         pending = queue if not self._promised and not started else \
             [j for j in queue if j.id not in self._promised and j.id not in started]
         waiting_now = len(queue) - len(self._promised) - len(started)

@@ -47,8 +47,8 @@ from typing import Literal
 
 from .._model import JobView
 from .agreements import AgreementStrategy, Idle
-from .planning import Policy, Sizer, grow_smallest, min_agree_size, moldable_size, reservation
-from .thrifty import ReconfigCost, area_first, pays
+from .planning import Policy, Sizer, min_agree_size, moldable_size, reservation
+from .thrifty import ReconfigCost, area_first, paying_grows
 
 __all__ = ["Lending", "LENDING_POLICIES"]
 
@@ -85,10 +85,7 @@ class Lending(AgreementStrategy):
     def _grow(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
         now = state.now
         if state.head is None and not state.promises:  # nobody waits: thrifty's grows
-            given = grow_smallest(takers.values(), idle)
-            return {i: k for i, k in given.items()
-                    if pays(now, takers[i], takers[i].nodes + k, self.min_gain, self.gamma,
-                            self.reconfig_cost)}
+            return paying_grows(now, takers, idle, self.min_gain, self.gamma, self.reconfig_cost)
         shadow = (reservation(now, state.head.min_nodes, idle,
                               [(j.end_estimate(now), j.nodes) for j in state.holders])[0]
                   if state.head is not None else float("inf"))

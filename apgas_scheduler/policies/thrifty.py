@@ -48,7 +48,7 @@ from typing import Literal
 from .._model import Decision, Grow, JobView, Shrink
 from .planning import Policy, easy, grow_smallest, in_transit, min_agree_size, moldable_size, shrink_largest
 
-__all__ = ["Thrifty", "THRIFTY_POLICIES", "area_first", "pays", "ReconfigCost"]
+__all__ = ["Thrifty", "THRIFTY_POLICIES", "area_first", "pays", "paying_grows", "ReconfigCost"]
 
 ReconfigCost = Callable[[JobView, int, int], float]
 
@@ -66,6 +66,15 @@ def pays(now: float, job: JobView, new: int, min_gain: float, gamma: float,
     gain = left * (1.0 - job.runtime_on(new) / job.runtime_on(job.nodes))
     cost = reconfig_cost(job, job.nodes, new) if reconfig_cost else 0.0
     return gain >= max(min_gain, gamma * cost)
+
+
+def paying_grows(now: float, takers: dict[int, JobView], idle: int, min_gain: float, gamma: float,
+                 reconfig_cost: ReconfigCost | None) -> dict[int, int]:
+    """Thrifty's grows: ``idle`` nodes dealt one at a time to the ``takers`` holding
+    the fewest (:func:`grow_smallest`), each grow kept only if it :func:`pays`."""
+    given = grow_smallest(takers.values(), idle)
+    return {i: k for i, k in given.items()
+            if pays(now, takers[i], takers[i].nodes + k, min_gain, gamma, reconfig_cost)}
 
 
 class Thrifty(Policy):
@@ -103,10 +112,8 @@ class Thrifty(Policy):
             taken = shrink_largest((j for j in running if self.may_resize(now, j)), need)
             return out + [Shrink(jid, k) for jid, k in sorted(taken.items())]
         takers = {j.id: j for j in running if self.may_resize(now, j)}
-        given = grow_smallest(takers.values(), left)
-        return out + [Grow(jid, k) for jid, k in sorted(given.items())
-                      if pays(now, takers[jid], takers[jid].nodes + k, self.min_gain, self.gamma,
-                              self.reconfig_cost)]
+        given = paying_grows(now, takers, left, self.min_gain, self.gamma, self.reconfig_cost)
+        return out + [Grow(jid, k) for jid, k in sorted(given.items())]
 
 
 THRIFTY_POLICIES: dict[str, type[Policy]] = {Thrifty.name: Thrifty}

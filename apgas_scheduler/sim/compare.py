@@ -29,8 +29,9 @@ from . import workload as wl
 from .incentive import run_with_incentive
 from .simulator import Reconfig, Simulator
 
-COSTED = {**THRIFTY_POLICIES, **LENDING_POLICIES}
-"""Our policies, which take the simulator's cost model for their grows."""
+COSTED = {**MEBF_POLICIES, **THRIFTY_POLICIES, **LENDING_POLICIES}
+"""The policies given the simulator's cost model: MEBF's family for its feasibility
+test, ours for their grows."""
 
 DEFAULT_SERIAL_FRACTION = 0.05
 """Serial fraction of ``--model amdahl`` for jobs that bring none (all jobs of a trace)."""
@@ -229,7 +230,7 @@ def make_policy(policy: str, ns: argparse.Namespace) -> Any:
     cost model the simulator charges (alpha, beta, process cost); thrifty
     and lending get that cost model for their grows."""
     options: dict[str, Any] = {"resize_interval": ns.resize_interval}
-    if policy in MEBF_POLICIES or policy in COSTED:
+    if policy in COSTED:
         options["reconfig_cost"] = reconfig_of(ns)
     if policy in MEBF_POLICIES and getattr(ns, "expand_policy", None):
         options["expand"] = ns.expand_policy
