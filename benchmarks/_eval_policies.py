@@ -28,6 +28,7 @@ from typing import Any
 
 from apgas_scheduler.policies import get_policy
 from apgas_scheduler.sim import workload as wl
+from apgas_scheduler.sim.compare import COSTED
 from apgas_scheduler.sim.incentive import as_rigid, incentive
 from apgas_scheduler.sim.simulator import Reconfig, SimResult, Simulator
 from benchmarks._harness import Run, markdown_head
@@ -57,7 +58,7 @@ ABLATION: dict[str, dict[str, Any]] = {
 
 def _simulate(nodes: int, policy: str, cost: Reconfig, jobs: list[Any],
               **extra: Any) -> SimResult:
-    options: dict[str, Any] = {"reconfig_cost": cost} if policy in ("mebf", "thrifty") else {}
+    options: dict[str, Any] = {"reconfig_cost": cost} if policy in COSTED else {}
     return Simulator(nodes, get_policy(policy, resize_interval=RESIZE_INTERVAL, **options, **extra),
                      reconfig=cost, model="amdahl").run(jobs)
 
