@@ -12,7 +12,14 @@ server's. A remote host's user is unknown; its key is its address.
 The table is asked by an exact ``sock_diag`` netlink lookup (a hash lookup, a
 few microseconds), else read from ``/proc/net/tcp`` (``tcp6``), whose reading
 walks the whole table (about 2 ms with 1,200 sockets, and more for each
-socket anyone opens): a cost every accepted connection would pay.
+socket anyone opens): a cost every accepted connection would pay. So once
+sock_diag is seen to find this machine's connections (:func:`_diag_finds`),
+its answer is final: the table is read only for a half-open connection
+(``SYN_RECV``, which sock_diag lists without an owner and the table under its
+listener's). Else every connection whose peer hung up before it was accepted
+(its end in ``TIME_WAIT``) would cost a reading of the whole table, in the
+accept loop, ahead of everyone queued behind it; and a flood that was just cut
+leaves hundreds of those, and tens of thousands of ``TIME_WAIT`` entries.
 
 An entry without a socket file (inode 0) that says uid 0 names nobody: a
 ``TIME_WAIT`` leftover, a half-open connection, or, on kernels before the
@@ -41,6 +48,7 @@ _SOCKID_TAIL = struct.Struct("=III")  # interface, cookie (none: all ones)
 _MSG_PORTS = struct.Struct("!HH")  # inet_diag_msg: after family, state, timer, retransmits
 _MSG_OWNER = struct.Struct("=II")  # uid, inode: after the sockid, expires and the queues
 _MSG_SIZE = 72
+_SYN_RECV = 3  # a half-open connection's state (linux/tcp_states.h)
 
 
 def peer_uid(conn: socket.socket) -> int | None:
@@ -59,8 +67,18 @@ def peer_uid(conn: socket.socket) -> int | None:
     peer_ip, local_ip = _address(peer[0]), _address(local[0])
     if not _local(peer_ip, local_ip):
         return None
-    found = _diag_owner(peer_ip, peer[1], local_ip, local[1])
-    return found if found is not None else _proc_owner(peer_ip, peer[1], local_ip, local[1])
+    ends = (peer_ip, peer[1], local_ip, local[1])
+    try:
+        entry = _diag_entry(*ends)
+    except OSError:  # no netlink here: the table it is
+        return _proc_owner(*ends)
+    if entry is None:
+        # no such socket, or no TCP sock_diag in this kernel (ENOENT both): only then look
+        return None if _diag_finds() else _proc_owner(*ends)
+    state, uid, inode = entry
+    if state == _SYN_RECV:  # half-open: the table names the listener, sock_diag nobody
+        return _proc_owner(*ends)
+    return _owner(uid, inode)  # what the table would say, without walking it
 
 
 def peer_is_local(conn: socket.socket) -> bool:
@@ -116,6 +134,19 @@ def _diag_owner(peer: _IP, peer_port: int, local: _IP, local_port: int) -> int |
     """The owner by an exact sock_diag lookup; None if not found or not to be had.
 
     An IPv4 query finds a dual-stack IPv6 socket's v4-mapped connection too."""
+    try:
+        entry = _diag_entry(peer, peer_port, local, local_port)
+    except OSError:
+        return None
+    return None if entry is None else _owner(entry[1], entry[2])
+
+
+def _diag_entry(peer: _IP, peer_port: int, local: _IP, local_port: int
+                ) -> tuple[int, int, int] | None:
+    """The TCP state, uid and inode of the socket bound to ``peer``:``peer_port`` and
+    connected to ``local``:``local_port``, by an exact sock_diag lookup; None if
+    there is no such socket (or the kernel has no TCP sock_diag: the same ENOENT);
+    OSError if there is no netlink here."""
     family = socket.AF_INET if peer.version == 4 else socket.AF_INET6
     request = (_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
                + _SOCKID.pack(peer_port, local_port, peer.packed.ljust(16, b"\0"),
@@ -126,15 +157,36 @@ def _diag_owner(peer: _IP, peer_port: int, local: _IP, local_port: int) -> int |
             nl.send(_NLMSG.pack(_NLMSG.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
                                 1, 0) + request)
             reply = nl.recv(4096, socket.MSG_DONTWAIT)  # answered within send
-    except (OSError, AttributeError):  # no netlink here (AttributeError: not Linux)
-        return None
+    except AttributeError:  # not Linux
+        raise OSError("no sock_diag here") from None
     if len(reply) < _NLMSG.size + _MSG_SIZE or _NLMSG.unpack_from(reply)[1] != _SOCK_DIAG_BY_FAMILY:
         return None  # an error: no such socket
+    state = reply[_NLMSG.size + 1]
     sport, dport = _MSG_PORTS.unpack_from(reply, _NLMSG.size + 4)
     uid, inode = _MSG_OWNER.unpack_from(reply, _NLMSG.size + 64)
     if (sport, dport) != (peer_port, local_port):
         return None  # a listener found for want of the connection
-    return _owner(uid, inode)
+    return state, uid, inode
+
+
+_diag_found: bool | None = None  # what _diag_finds learnt; None: not yet
+
+
+def _diag_finds() -> bool:
+    """Whether sock_diag finds this machine's TCP connections (a kernel without its TCP
+    part answers ENOENT, as for a socket that is not there): asked once, of a
+    loopback connection of our own; False while that cannot be had."""
+    global _diag_found
+    if _diag_found is None:
+        try:
+            with socket.create_server(("127.0.0.1", 0)) as server, \
+                    socket.create_connection(server.getsockname(), timeout=1) as conn:
+                (here, here_port), (there, there_port) = conn.getsockname(), conn.getpeername()
+                entry = _diag_entry(_address(here), here_port, _address(there), there_port)
+        except OSError:
+            return False  # no netlink, no loopback or no descriptor left: asked again next time
+        _diag_found = entry is not None
+    return _diag_found
 
 
 def _hex(ip: _IP, port: int) -> str:
