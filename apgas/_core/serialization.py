@@ -31,16 +31,19 @@ _SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
 _NESTING = 2  # (fn, (args...), {kwargs}): the arguments sit two levels down
 _BY_REFERENCE_MAX = 4096
 _by_reference: dict[types.FunctionType, bool] = {}  # functions cloudpickle saves by name
-_by_value_modules = -1  # size of cloudpickle's registry of modules pickled by value, when cached
+#: cloudpickle's registry of modules pickled by value, as it was when ``_by_reference`` was filled
+_by_value_modules: frozenset[str] | None = None
 
 
 def _saved_by_reference(fn: types.FunctionType) -> bool:
     """Whether cloudpickle saves ``fn`` by its module and name (cached per function)."""
     global _by_value_modules
-    registered = len(getattr(_cp, "_PICKLE_BY_VALUE_MODULES", ()))
-    if registered != _by_value_modules:  # register_pickle_by_value changes the answers
+    registered: set[str] | frozenset[str] = getattr(_cp, "_PICKLE_BY_VALUE_MODULES", frozenset())
+    # register_pickle_by_value changes the answers; compared by content, not size: one
+    # module registered as another leaves it is a change of the same size
+    if registered != _by_value_modules:
         _by_reference.clear()
-        _by_value_modules = registered
+        _by_value_modules = frozenset(registered)
     if fn in _by_reference:
         return True
     try:
