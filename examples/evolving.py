@@ -98,7 +98,8 @@ def drive() -> int:
     os.environ.setdefault("APGAS_LOCAL_HOSTS", ",".join(nodes))  # the names stand for this machine
     with tempfile.TemporaryDirectory() as tmp:
         events = Path(tmp) / "events.jsonl"
-        sched = Scheduler(nodes, get_policy("evolving"), interval=0.5, events=events, output_dir=tmp)
+        sched = Scheduler(nodes, get_policy("evolving"), interval=0.5, events=events,
+                          output_dir=Path(tmp) / "out", state_dir=Path(tmp) / "state")
         server = threading.Thread(target=sched.serve_forever, daemon=True)
         server.start()
         spec = JobSpec("evolving-example", (sys.executable, str(Path(__file__).resolve())),
@@ -108,7 +109,7 @@ def drive() -> int:
               f"policy evolving; job {job_id} submitted\n", flush=True)
         while (state := _state(sched, job_id)) in ("queued", "running"):
             time.sleep(0.2)
-        output = Path(tmp) / f"job-{job_id}.out"
+        output = Path(tmp) / "out" / f"job-{job_id}.out"
         print(output.read_text() if output.exists() else "(no output)", end="")
         reason = next(j["reason"] for j in sched.status()["jobs"] if j["id"] == job_id)
         sched.shutdown()
@@ -117,7 +118,7 @@ def drive() -> int:
         print(f"\njob {job_id}: {state}{f' ({reason})' if reason else ''}; scheduler's record: {metrics['grows']} grow(s), "
               f"{metrics['shrinks']} shrink(s), utilization {metrics['utilization']:.0%}")
         if state != "done":
-            errors = Path(tmp) / f"job-{job_id}.err"
+            errors = Path(tmp) / "out" / f"job-{job_id}.err"
             if errors.exists():
                 print(errors.read_text()[-3000:], file=sys.stderr)
             return 1

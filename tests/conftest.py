@@ -1,4 +1,5 @@
-"""Shared fixtures: every test must leave no place process behind."""
+"""Shared fixtures. Every test must leave nothing behind (``_leaks``), and tests that
+share a daemon run in one pytest-xdist worker (:func:`pytest_collection_modifyitems`)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from pathlib import Path
 
 import pytest
 from _browser import browser  # noqa: F401  (module fixture: headless Chromium, or a skip)
+from _leaks import leak_check, place_processes, private_tempdir, remove_tempdir  # noqa: F401
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
 from hypothesis import settings
-from orders import free_address
+from orders import free_address, order_port_base
 from vcluster import vcluster  # noqa: F401  (session fixture: hosts in network namespaces)
 
 from apgas.testing import FakeScheduler, Script
-from launcher._proctitle import serve_argv
 
+pytest_plugins = ["_areas"]  # area markers and --changed
 ROOT = Path(__file__).resolve().parent.parent
 
 # CI replays the same examples every run, so a red CI is reproducible; a developer's
@@ -32,15 +34,78 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path factory is made
 def pytest_configure(config):
     """Keys (the scheduler's, those of jobs started by hand) go to a directory of this
-    run, not to ~/.apgas; jobs and CLIs started by the tests inherit it."""
+    run, not to ~/.apgas; jobs and CLIs started by the tests inherit it. A process
+    that runs tests has a temporary directory of its own (``_leaks``)."""
+    distributing = getattr(config, "workerinput", None) is None and config.getoption("dist", "no") != "no"
+    if not distributing:
+        config._tmp_path_factory.getbasetemp()  # pytest's own stays where it was, short
+        private_tempdir(config)
     config._apgas_runtime = tempfile.mkdtemp(prefix="apgas-runtime-")
     os.environ["APGAS_RUNTIME_DIR"] = config._apgas_runtime
 
 
 def pytest_unconfigure(config):
     shutil.rmtree(getattr(config, "_apgas_runtime", ""), ignore_errors=True)
+    remove_tempdir(config)
+
+
+#: a test that uses one of these fixtures runs in the pytest-xdist worker of its group,
+#: so the daemons behind it start once per run, and two never compete for the cores
+SHARED_SERVICES = {"slurm_cluster": "slurm", "sshd": "sshd", "vcluster": "vcluster", "browser": "browser"}
+
+
+#: single tests that take long (a build, a type check): started first, not last
+LONG_FIRST = ("tests/test_docs.py", "tests/test_static_checks.py", "tests/security/test_fair_service.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Put each test that uses a shared daemon in that daemon's group, and start the
+    groups and the long tests first: xdist hands out work in this order, and a long
+    group started last would leave the other workers idle at the end."""
+    for item in items:
+        groups = [group for name, group in SHARED_SERVICES.items() if name in item.fixturenames]
+        if groups and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
+    items.sort(key=lambda item: not (item.get_closest_marker("xdist_group")
+                                     or item.nodeid.startswith(LONG_FIRST)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lasting_singletons():
+    """Start what a process keeps from its first use to its end, before any test, so
+    that the leak check does not blame the first test that uses it: the one thread
+    that copies forked places' stderr (``launcher._base.stderr_hub``), pyzmq's
+    thread (with its context and socket) that frees buffers sent without a copy, and
+    multiprocessing's resource tracker. tqdm's monitor thread is turned off: it lives
+    until the last bar of the whole process is collected, not closed."""
+    from multiprocessing import resource_tracker
+
+    import tqdm
+    import zmq
+
+    from launcher._base import stderr_hub
+
+    stderr_hub()
+    resource_tracker.ensure_running()
+    tqdm.tqdm.monitor_interval = 0
+    with zmq.Context() as context, context.socket(zmq.PAIR) as a, context.socket(zmq.PAIR) as b:
+        a.copy_threshold = 0
+        a.bind("inproc://warm")
+        b.connect("inproc://warm")
+        sent = a.send(b"x", copy=False, track=True)
+        b.recv()
+    sent.wait()  # freed by pyzmq's thread: it and its socket are up
+
+
+def fast_first(values, fast: int) -> list:
+    """``values`` as test parameters: the first ``fast`` run in the README's command, the
+    rest only in the slow group (``pytest -m slow``, which CI runs too), so a property
+    keeps its whole sweep of seeds or cases without every run paying for it."""
+    return [v if i < fast else pytest.param(v, marks=pytest.mark.slow) for i, v in enumerate(values)]
 
 
 def group_alive(pgid: int) -> bool:
@@ -60,23 +125,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state not in ("Z", "X")
-
-
-def place_processes(parent: int) -> list[int]:
-    """Pids of live place processes started by ``parent``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = serve_argv(f.read())  # titled or not: see launcher._proctitle
-        except OSError:
-            continue
-        if args is not None and "--parent" in args[:-1]:
-            if args[args.index("--parent") + 1] == str(parent) and alive(int(entry)):
-                found.append(int(entry))
-    return found
 
 
 def install_distribution(directory: Path, name: str, module: str, source: str,
@@ -112,16 +160,6 @@ def wait_gone(pids, timeout: float) -> list[int]:
         time.sleep(0.02)
 
 
-@pytest.fixture(autouse=True)
-def no_orphans():
-    """Fail a test that leaves place processes of this test process running."""
-    yield
-    left = wait_gone(place_processes(os.getpid()), 3.0)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"place processes left behind: {left}"
-
-
 @pytest.fixture
 def script(tmp_path):
     """Write a Python program to a file and start it in its own process."""
@@ -143,6 +181,8 @@ def script(tmp_path):
         proc.wait()
         for pid in place_processes(proc.pid):
             os.kill(pid, signal.SIGKILL)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
 
 
 @pytest.fixture
@@ -184,7 +224,8 @@ def make_scheduler(tmp_path):
                           port=0, events=tmp_path / "events.jsonl", interval=0.2,
                           # each its own state, so each its own output directory
                           **{"output_dir": tmp_path / ("out" if not running else f"out-{len(running)}"),
-                             "state_dir": tmp_path / f"state-{len(running)}", **options})
+                             "state_dir": tmp_path / f"state-{len(running)}",
+                                "order_port_base": order_port_base(), **options})
         running.append(sched.start())
         return sched
 

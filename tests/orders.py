@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -15,7 +16,23 @@ def order(address, line: str | bytes, timeout: float = 60) -> list[str]:
     return send_order(address, line, timeout)
 
 
-_SCHEDULER_ORDER_PORTS = range(27100, 28100)  # apgas_scheduler.live.daemon.ORDER_PORT_BASE and the 1000 after
+_WORKERS = 8  # pytest-xdist workers with port ranges of their own (gw0..gw7; more share)
+_ORDER_PORT_BASE, _ORDER_PORT_COUNT = 27100, 1000  # apgas_scheduler.live.processes'
+#: the plain jobs' order ports of each worker's schedulers (:func:`order_port_base`)
+_SCHEDULER_ORDER_PORTS = range(_ORDER_PORT_BASE - (_WORKERS - 1) * _ORDER_PORT_COUNT,
+                               _ORDER_PORT_BASE + _ORDER_PORT_COUNT + 1)
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (gw3: 3), 0 without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name[2:].isdecimal() else 0
+
+
+def order_port_base() -> int:
+    """The order port base for this worker's schedulers: the plain jobs of two schedulers
+    in two workers never pick the same port (each checks only that nothing listens yet)."""
+    return _ORDER_PORT_BASE - (worker_index() % _WORKERS) * _ORDER_PORT_COUNT
 
 
 def _ephemeral_low() -> int:
@@ -33,10 +50,12 @@ def free_ports(count: int) -> list[int]:
     A test binds such a port later, in another process. A port found by binding
     port 0 is an ephemeral one, which any outgoing connection of a place, a
     ZeroMQ socket or another test may take in between ("Address already in
-    use" under load); below the ephemeral range only an explicit bind can.
+    use" under load); below the ephemeral range only an explicit bind can. Each
+    pytest-xdist worker draws from its own residue class, so two never pick the same.
     """
     low = _ephemeral_low()
-    pool = [p for p in range(max(1024, low - 12000), low) if p not in _SCHEDULER_ORDER_PORTS]
+    pool = [p for p in range(max(1024, low - 12000), low)
+            if p not in _SCHEDULER_ORDER_PORTS and p % _WORKERS == worker_index() % _WORKERS]
     rng = random.SystemRandom()
     found: list[int] = []
     while len(found) < count:

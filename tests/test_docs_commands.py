@@ -205,6 +205,8 @@ def marked_blocks(page: Path) -> list[Block]:
 
 BLOCKS = {page.relative_to(ROOT).as_posix(): marked_blocks(page) for page in PAGES}
 MARKED = [name for name, blocks in BLOCKS.items() if blocks]
+SLURM_PAGES = [name for name in MARKED if any(b.slurm for b in BLOCKS[name])]  # on the session's cluster
+PLAIN_PAGES = [name for name in MARKED if name not in SLURM_PAGES]
 
 
 # -- matching -------------------------------------------------------------------------------
@@ -405,20 +407,28 @@ class Page:
             self.problems.append(f"processes of the page still ran: {left} (killed)")
 
 
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("page", MARKED)
-def test_the_page_does_what_it_says(page, tmp_path, request):
-    blocks = BLOCKS[page]
+def run_page(page: str, tmp_path: Path, slurm_conf: str | None = None) -> None:
     run = Page(tmp_path)
-    if any(b.slurm for b in blocks):
-        cluster = request.getfixturevalue("slurm_cluster")  # skips without Slurm
-        run.env["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    if slurm_conf is not None:
+        run.env["SLURM_CONF"] = slurm_conf
     try:
-        for block in blocks:
+        for block in BLOCKS[page]:
             run.run(block, f"{page}:{block.line}")
     finally:
         run.stop()
     assert not run.problems, "\n".join(run.problems)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("page", PLAIN_PAGES)
+def test_the_page_does_what_it_says(page, tmp_path):
+    run_page(page, tmp_path)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("page", SLURM_PAGES)
+def test_the_slurm_page_does_what_it_says(page, tmp_path, slurm_cluster):  # skips without Slurm
+    run_page(page, tmp_path, slurm_cluster.env["SLURM_CONF"])
 
 
 # -- the options the pages name -----------------------------------------------------------------

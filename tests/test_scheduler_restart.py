@@ -50,11 +50,19 @@ class Daemon:
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        self._close()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.request("shutdown")
             self.proc.wait(30)
+        self._close()
+
+    def _close(self) -> None:
+        """Close our ends of its pipes (its output is read while it runs, or not at all)."""
+        if self.proc:
+            self.proc.stdout.close()
+            self.proc.stderr.close()
 
 
 def sleeper(tmp: Path, name: str, seconds: float) -> dict:

@@ -133,9 +133,17 @@ def slices():
             for name, (file, _, _, ppn, _) in REAL.items()}
 
 
+def every_policy_on_every_trace() -> list:
+    """(policy, trace) pairs: each policy on one trace (in turn) in the README's command,
+    on the others in the slow group; every policy and every trace run in both."""
+    names = list(REAL)
+    return [pytest.param(policy, name, id=f"{policy}-{name}",
+                         marks=() if j == i % len(names) else pytest.mark.slow)
+            for i, policy in enumerate(policy_names()) for j, name in enumerate(names)]
+
+
 @needs_traces
-@pytest.mark.parametrize("name", list(REAL))
-@pytest.mark.parametrize("policy", policy_names())
+@pytest.mark.parametrize("policy, name", every_policy_on_every_trace())
 def test_real_trace_slice_under_every_policy(slices, name, policy):
     nodes = REAL[name][4]
     jobs = wl.make_malleable(slices[name], 0.5, seed=1, total_nodes=nodes)

@@ -227,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     def wanted(item) -> bool:
         return select(item) or Path(str(item.path)).resolve() in keep
 
-    return int(pytest.main(["-p", "no:cacheprovider", *args.pytest_args], plugins=[Select(wanted)]))
+    # in this process (-n 0): the selection is a plugin of this process, which xdist's
+    # workers would not have
+    return int(pytest.main(["-p", "no:cacheprovider", "-n", "0", *args.pytest_args],
+                           plugins=[Select(wanted)]))
 
 
 # -- the tests: run the child, read its report ----------------------------------------------

@@ -16,6 +16,7 @@ programs' asks are answered only under policies with ``grants_requests``
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import os
 import re
@@ -103,22 +104,21 @@ class Scheduler:
             output_dir = access.output_dir_beside(state_dir) if state_dir \
                 else access.default_output_dir()
         self.output_dir = make_trusted_dir(output_dir, "the output directory", 0o711)
-        self._output_fd = os.open(self.output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.allow_plain_jobs = allow_plain_jobs
         if allow_plain_jobs:
             log.warning("plain jobs allowed: their messages and orders are unsigned, so anyone who "
                         "can reach this port or their order ports can speak for them")
-        tcp = socket.create_server((host, port))
-        out = self.output_dir
-        state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
-        self.core = core = SchedulerCore(nodes, policy, events, state_dir)
-        try:
+        with contextlib.ExitStack() as undo:  # a refused state or output directory holds nothing
+            self._output_fd = os.open(self.output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            undo.callback(os.close, self._output_fd)
+            tcp = socket.create_server((host, port))
+            undo.callback(tcp.close)
+            out = self.output_dir
+            state_dir = Path(state_dir) if state_dir else out.with_name(out.name + ".state")
+            self.core = core = SchedulerCore(nodes, policy, events, state_dir)
+            undo.callback(core.close)
             claim_output_dir(self._output_fd, self.output_dir, core.store.directory)
-        except BaseException:
-            core.close()
-            tcp.close()
-            os.close(self._output_fd)
-            raise
+            undo.pop_all()
         self.policy, self.engine = policy, core.engine
         self.now = core.now  # the scheduler's clock, from its first start
         # where each job's first process records how its program ended: root's alone, as
@@ -235,8 +235,13 @@ class Scheduler:
         stored = self.core.store.jobs()
         taken = collections.Counter(s.state if s.state == "queued" else
                                     "running" if s.state == "running" else "ended" for s in stored)
-        left = end_all_left([s for s in stored if s.state == "running" and s.identity
-                              and not containment.leader_alive(s.identity)])
+        # Whether each running job's first process still runs, asked once: a job that
+        # ends between two askings would be neither adopted nor ended here (its cgroup,
+        # and whatever it left, would stay). A job seen running is adopted, and its
+        # watch ends what is left once it has ended, however soon that is.
+        leads = {s.id: containment.leader_alive(s.identity) for s in stored
+                 if s.state == "running" and s.identity}
+        left = end_all_left([s for s in stored if s.id in leads and not leads[s.id]])
         with self.core.lock:
             for s in stored:
                 job = Job(s.id, s.spec, s.submit, s.owner)
@@ -248,7 +253,7 @@ class Scheduler:
                     self._requests[s.owner, s.request] = s.id
                 if s.state == "queued":
                     self.engine.submit(job)
-                elif s.state == "running" and s.identity and containment.leader_alive(s.identity):
+                elif s.state == "running" and leads.get(s.id):
                     self.engine.submit(job)
                     self.engine.resume(job, s.nodes, s.start if s.start is not None else self.now())
                     job.proc = containment.adopt(s.identity)

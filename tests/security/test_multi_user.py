@@ -273,6 +273,7 @@ def squatter(shared_dir):
     for proc in started:
         proc.kill()
         proc.wait(10)
+        proc.stdout.close()
 
 
 SECRET_JOB = {"name": "mine", "command": ["/bin/true"], "class": "rigid", "nodes": 1,

@@ -1,0 +1,218 @@
+"""Leaks fail the test that made them, as Dask distributed's test fixtures do.
+
+Before each test (after its session and module fixtures, which may keep a Slurm
+cluster, an sshd or a browser up) the ``leak_check`` fixture notes what this
+test process holds: child processes, place processes started by it (found by
+their ``--parent``, also when reparented), threads, file descriptors (listening
+sockets among them) and the entries of its temporary directory. After the test
+it waits up to :data:`SETTLE` seconds, for the events it cannot see (a thread
+joining, a child being reaped, a socket closed by the garbage collector), for
+everything new to be gone; what is still there fails the test, naming it (a
+process left is killed). Each test is checked against what it found, so none is
+blamed for another's leftovers.
+
+Each test process (each pytest-xdist worker) has a temporary directory of its
+own, sticky and world-writable as ``/tmp`` is, so what one worker leaves there is
+not blamed on a test of another (:func:`private_tempdir`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import signal
+import sysconfig
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from launcher._proctitle import serve_argv
+
+__all__ = ["SETTLE", "Holdings", "holdings", "leaks", "private_tempdir", "leak_check", "place_processes"]
+
+SETTLE = 10.0  # s: a loaded machine may take this long to end what a test stopped
+#: entries of the temporary directory that outlive a test by design: the user's
+#: socket directory of schedulers (made once, as tmux's), pytest's own base directory
+LASTING_TEMP = ("apgas-scheduler-", "pytest-of-")
+_PACKAGES = sysconfig.get_paths()["purelib"] + "/"
+
+
+def _stat(pid: str) -> tuple[str, int] | None:
+    """``(state, parent pid)`` of a process, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def _processes() -> dict[int, int]:
+    """Live processes (zombies count as gone): pid to parent pid."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(entry)) and stat[0] not in ("Z", "X"):
+            found[int(entry)] = stat[1]
+    return found
+
+
+def place_processes(parent: int) -> list[int]:
+    """Pids of live place processes started by ``parent`` (also once reparented)."""
+    found = []
+    for pid in _processes():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = serve_argv(f.read())  # titled or not: see launcher._proctitle
+        except OSError:
+            continue
+        if args is not None and "--parent" in args[:-1] and args[args.index("--parent") + 1] == str(parent):
+            found.append(pid)
+    return found
+
+
+def _lasting_fd(target: str) -> bool:
+    """A descriptor a library keeps for the process's life, whoever opened it first:
+    a data file of an installed package (matplotlib's font cache keeps its fonts open)
+    or an arena of multiprocessing's shared-memory heap (kept for reuse)."""
+    return target.startswith((_PACKAGES, f"/dev/shm/pym-{os.getpid()}-"))
+
+
+def _fds() -> dict[int, str]:
+    found = {}
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{entry}")
+        except OSError:  # the directory's own descriptor, closed by now
+            continue
+        if not _lasting_fd(target):
+            found[int(entry)] = target
+    return found
+
+
+def _listening() -> dict[str, str]:
+    """Socket inodes in the LISTEN state (TCP over IPv4 and IPv6, Unix) to their address."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                found[fields[9]] = f"{table} port {port}"
+    try:
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[5] == "01" and fields[3] == "00010000":  # connected-less, __SO_ACCEPTCON
+                found[fields[6]] = f"unix {fields[7] if len(fields) > 7 else '(unnamed)'}"
+    except OSError:
+        pass
+    return found
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What this test process holds at one moment."""
+
+    children: frozenset[int]
+    threads: frozenset[threading.Thread]
+    fds: dict[int, str]
+    temp: frozenset[str]
+
+
+def holdings(temp: Path) -> Holdings:
+    processes = _processes()
+    me = os.getpid()
+    children = {pid for pid, parent in processes.items() if parent == me}
+    children.update(place_processes(me))
+    return Holdings(frozenset(children), frozenset(t for t in threading.enumerate() if t.is_alive()),
+                    _fds(), frozenset(e.name for e in os.scandir(temp)
+                                      if not e.name.startswith(LASTING_TEMP)))
+
+
+def leaks(before: Holdings, after: Holdings) -> list[str]:
+    """What ``after`` holds that ``before`` did not, one line each."""
+    said = [f"process {pid}: {_cmdline(pid)}" for pid in sorted(after.children - before.children)]
+    said += [f"thread {t.name!r} ({'daemon' if t.daemon else 'not daemon'})"
+             for t in sorted(after.threads - before.threads, key=lambda t: t.name)]
+    new_fds = {fd: target for fd, target in after.fds.items() if before.fds.get(fd) != target}
+    if new_fds:
+        listening = _listening()
+        for fd, target in sorted(new_fds.items()):
+            inode = target[len("socket:["):-1] if target.startswith("socket:[") else ""
+            where = f", listening on {listening[inode]}" if inode in listening else ""
+            said.append(f"file descriptor {fd} -> {target}{where}")
+    said += [f"temporary entry {name}" for name in sorted(after.temp - before.temp)]
+    return said
+
+
+def _end_processes(before: Holdings, after: Holdings) -> None:
+    """Kill the processes the test left, so that they cost the next tests nothing.
+    What else it left stays (closing a descriptor under its owner would break that
+    owner later); each test is checked against what it found, so none is blamed twice."""
+    for pid in after.children - before.children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def private_tempdir(config: pytest.Config) -> Path:
+    """Give this test process a temporary directory of its own (``TMPDIR``, which its
+    children inherit), sticky and writable by all as ``/tmp`` is: tests act as other
+    users there. Removed, with whatever is left in it, by :func:`remove_tempdir`."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "tests")
+    path = Path(tempfile.mkdtemp(prefix=f"apgas-{worker}-", dir=tempfile.gettempdir()))
+    path.chmod(0o1777)
+    config._apgas_tmp = (path, os.environ.get("TMPDIR"))  # type: ignore[attr-defined]
+    os.environ["TMPDIR"] = str(path)
+    tempfile.tempdir = str(path)
+    return path
+
+
+def remove_tempdir(config: pytest.Config) -> None:
+    path, old = getattr(config, "_apgas_tmp", (None, None))
+    if path is None:
+        return
+    tempfile.tempdir = None
+    if old is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = old
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a process, thread, descriptor, listening port or
+    temporary entry behind (see the module's docstring)."""
+    temp = Path(tempfile.gettempdir())
+    before = holdings(temp)
+    yield
+    after = holdings(temp)
+    found = leaks(before, after)
+    deadline = time.monotonic() + SETTLE
+    while found and time.monotonic() < deadline:  # rare: only a test that leaves something
+        gc.collect()  # sockets and files that only a cycle still holds
+        time.sleep(0.05)
+        after = holdings(temp)
+        found = leaks(before, after)
+    if found:
+        _end_processes(before, after)
+        pytest.fail("left behind by the test:\n  " + "\n  ".join(found), pytrace=False)
