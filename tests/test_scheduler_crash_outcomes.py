@@ -45,18 +45,20 @@ def status_field(pid: int, name: str) -> str:
 # -- the operator's scenario, smaller -------------------------------------------------------------
 
 def test_a_crash_halfway_through_many_short_jobs_loses_no_exit_status(tmp_path):
-    """60 jobs (every fifth exits 3, every third sleeps 1 s first, so that some run
+    """30 jobs (every fifth exits 3, every third sleeps 1 s first, so that some run
     across the crash) from 4 threads on 8 nodes; the daemon SIGKILLed when half are
     submitted, started again 0.3 s later. Every job ends exactly as its program did,
-    once, none twice, nothing left."""
+    once, none twice, nothing left. (60 jobs had no more running across the crash,
+    3 to 6 under load, as 30 have: the SIGKILL comes about as early; they only took
+    twice as long.)"""
     work = tmp_path / "w"
     work.mkdir()
-    plan = Plan(jobs=60, nodes=8, threads=4, down=0.3, fail_every=5, sleep_every=3, sleep=1.0,
+    plan = Plan(jobs=30, nodes=8, threads=4, down=0.3, fail_every=5, sleep_every=3, sleep=1.0,
                 door="unix", timeout=50)
     r = scheduler_crash.run(plan, work)
-    assert r["submit_errors"] == [] and r["ids_given"] == 60
-    assert r["jobs_in_state"] == 60 and r["duplicates"] == 0 and r["missing_ids"] == []
-    assert r["wrong_outcomes"] == [] and r["true_outcomes"] == 60 and r["unknown_status"] == 0
+    assert r["submit_errors"] == [] and r["ids_given"] == plan.jobs
+    assert r["jobs_in_state"] == plan.jobs and r["duplicates"] == 0 and r["missing_ids"] == []
+    assert r["wrong_outcomes"] == [] and r["true_outcomes"] == plan.jobs and r["unknown_status"] == 0
     assert r["ended_while_down"] == r["ended_while_down_true"]
     assert r["ended_while_down"] + r["adopted"] >= 1, r  # some job ran across the crash
     assert r["ran_twice"] == [] and r["never_ran"] == []
