@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
@@ -91,14 +92,20 @@ def _lasting_fd(target: str) -> bool:
     return target.startswith((_PACKAGES, f"/dev/shm/pym-{os.getpid()}-"))
 
 
+def _lasting_process(pid: int) -> bool:
+    """multiprocessing's resource tracker: started on first use, it ends with the process."""
+    return "multiprocessing.resource_tracker" in _cmdline(pid)
+
+
 def _fds() -> dict[int, str]:
     found = {}
+    tracker = getattr(resource_tracker._resource_tracker, "_fd", None)  # its pipe, as lasting as it
     for entry in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{entry}")
         except OSError:  # the directory's own descriptor, closed by now
             continue
-        if not _lasting_fd(target):
+        if not _lasting_fd(target) and int(entry) != tracker:
             found[int(entry)] = target
     return found
 
@@ -139,7 +146,7 @@ class Holdings:
 def holdings(temp: Path) -> Holdings:
     processes = _processes()
     me = os.getpid()
-    children = {pid for pid, parent in processes.items() if parent == me}
+    children = {pid for pid, parent in processes.items() if parent == me and not _lasting_process(pid)}
     children.update(place_processes(me))
     return Holdings(frozenset(children), frozenset(t for t in threading.enumerate() if t.is_alive()),
                     _fds(), frozenset(e.name for e in os.scandir(temp)

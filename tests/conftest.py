@@ -52,9 +52,11 @@ def pytest_unconfigure(config):
     remove_tempdir(config)
 
 
-#: a test that uses one of these fixtures runs in the pytest-xdist worker of its group,
-#: so the daemons behind it start once per run, and two never compete for the cores
-SHARED_SERVICES = {"slurm_cluster": "slurm", "sshd": "sshd", "vcluster": "vcluster", "browser": "browser"}
+#: a test that uses one of these fixtures (directly or through another) runs in the
+#: pytest-xdist worker of its group, so the daemons behind it start once per run and two
+#: never compete for the cores; the first that a test uses decides (the virtual cluster
+#: uses sshd, and two of its kind would claim the same addresses)
+SHARED_SERVICES = {"vcluster": "vcluster", "slurm_cluster": "slurm", "sshd": "sshd", "browser": "browser"}
 
 
 #: single tests that take long (a build, a type check): started first, not last
@@ -80,17 +82,14 @@ def lasting_singletons():
     that the leak check does not blame the first test that uses it: the one thread
     that copies forked places' stderr (``launcher._base.stderr_hub``), pyzmq's
     thread (with its context and socket) that frees buffers sent without a copy, and
-    multiprocessing's resource tracker. tqdm's monitor thread is turned off: it lives
-    until the last bar of the whole process is collected, not closed."""
-    from multiprocessing import resource_tracker
-
+    tqdm's monitor thread is turned off: it lives until the last bar of the whole
+    process is collected, not closed."""
     import tqdm
     import zmq
 
     from launcher._base import stderr_hub
 
     stderr_hub()
-    resource_tracker.ensure_running()
     tqdm.tqdm.monitor_interval = 0
     with zmq.Context() as context, context.socket(zmq.PAIR) as a, context.socket(zmq.PAIR) as b:
         a.copy_threshold = 0

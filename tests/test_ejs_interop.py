@@ -40,11 +40,13 @@ def test_glb_job_grows_shrinks_and_gets_its_request_from_an_ejs_like_scheduler(e
     def drive() -> None:
         try:
             assert ejs_job.ready.wait(30), ejs_job.lines
+            ejs_job.cooldown = 60.0  # EJS's: no grant before the shrink, however slow this is
             ejs_job.grow(["n2"])
             ejs_job.wait_for("postGrowTimeGLB;1")
             ejs_job.wait_for("growTimeAPGAS;1")
             seen["shrink"] = ejs_job.shrink(1)
             ejs_job.wait_for("shrinkTimeAPGAS;1")
+            ejs_job.cooldown = 1.0  # then the busy place's request is granted a second later
             ejs_job.wait_for("Evolving;Request;1")  # the busy place asks; never answered
             seen["granted"] = ejs_job.wait_for("growTimeAPGAS;1", count=2, timeout=30)
         except BaseException as e:

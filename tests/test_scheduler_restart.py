@@ -28,6 +28,7 @@ class Daemon:
         self.tmp, self.nodes, self.policy = tmp, nodes, policy
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.log = ""
 
     def start(self) -> Daemon:
         env = {**os.environ, "APGAS_LOCAL_HOSTS": "*"}
@@ -53,13 +54,16 @@ class Daemon:
         self._close()
 
     def stop(self) -> None:
+        """Shut it down; what it logged is then ``self.log``."""
         if self.proc and self.proc.poll() is None:
             self.request("shutdown")
             self.proc.wait(30)
+        if self.proc and not self.proc.stderr.closed:
+            self.log = self.proc.stderr.read()
         self._close()
 
     def _close(self) -> None:
-        """Close our ends of its pipes (its output is read while it runs, or not at all)."""
+        """Close our ends of its pipes."""
         if self.proc:
             self.proc.stdout.close()
             self.proc.stderr.close()

@@ -316,8 +316,7 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
 
     def serve(conn: socket.socket, read_by: float) -> None:
         try:
-            with conn:
-                handle(conn, read_by)
+            handle(conn, read_by)
         except Exception:
             crashed("%s: serving a connection failed", name, exc_info=True)
         finally:
@@ -325,6 +324,7 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
                 slot = _slots.pop(conn, None)
                 if slot is not None:
                     slots.release(conn, slot)
+            conn.close()  # after the release: a client that saw its end finds the slot free
 
     while not stopped():
         try:

@@ -148,6 +148,7 @@ def test_connections_over_the_cap_are_closed_at_once_when_all_are_being_served()
                 assert time.monotonic() - start < 2
             release.set()
             assert all(conn.recv(100) == b"pong hold\n" for conn in held)
+            assert all(conn.recv(100) == b"" for conn in held)  # done: their slots are free
             assert ask(address) == b"pong ping\n"
         finally:
             release.set()

@@ -170,8 +170,7 @@ def test_a_restarted_daemon_says_what_it_could_not_end_and_frees_the_node_later(
     finally:
         (freezer / "freezer.state").write_text("THAWED")
         d.stop()
-    log = d.proc.stderr.read() if d.proc and d.proc.stderr else ""
-    assert "could not end what the earlier run left" in log and str(stuck) in log, log[-2000:]
+    assert "could not end what the earlier run left" in d.log and str(stuck) in d.log, d.log[-2000:]
 
 
 # -- 6. a start that fails is told ---------------------------------------------------------
