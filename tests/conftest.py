@@ -63,15 +63,17 @@ SHARED_SERVICES = {"vcluster": "vcluster", "slurm_cluster": "slurm", "sshd": "ss
 LONG_FIRST = ("tests/test_docs.py", "tests/test_static_checks.py", "tests/security/test_fair_service.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_itemcollected(item):
+    """Put each test that uses a shared daemon in that daemon's group (here, as it is
+    collected: xdist reads the groups before any other hook may reorder the items)."""
+    groups = [group for name, group in SHARED_SERVICES.items() if name in item.fixturenames]
+    if groups and item.get_closest_marker("xdist_group") is None:
+        item.add_marker(pytest.mark.xdist_group(groups[0]))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Put each test that uses a shared daemon in that daemon's group, and start the
-    groups and the long tests first: xdist hands out work in this order, and a long
-    group started last would leave the other workers idle at the end."""
-    for item in items:
-        groups = [group for name, group in SHARED_SERVICES.items() if name in item.fixturenames]
-        if groups and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(groups[0]))
+    """Start the groups and the long tests first: xdist hands out work in this order,
+    and a long group started last would leave the other workers idle at the end."""
     items.sort(key=lambda item: not (item.get_closest_marker("xdist_group")
                                      or item.nodeid.startswith(LONG_FIRST)))
 
