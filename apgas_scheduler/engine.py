@@ -184,12 +184,13 @@ class Engine(NodePool[Node]):
             self.set_priority(None)
         return dropped
 
-    def requeue(self, job: Tracked, now: float) -> None:
+    def requeue(self, job: Tracked, now: float, counted: bool = True) -> None:
         """The job (running, or ended) goes back to the queue: its nodes come back as
-        at an end, and it waits to start again with its id and submit time."""
+        at an end, and it waits to start again with its id and submit time; one
+        more of its requeues unless not ``counted`` (its program never began)."""
         self.end(job, "queued", now)
         job.start = job.end = None
-        job.requeues, job.lost, job.stopping = job.requeues + 1, 0, ""
+        job.requeues, job.lost, job.stopping = job.requeues + counted, 0, ""
         job.ready = job.disabled = job.busy = False
         self.submit(job)
 

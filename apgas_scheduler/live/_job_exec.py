@@ -16,11 +16,16 @@ scheduler's rights, so ``LD_PRELOAD``, ``LD_AUDIT`` and their kind in a job's
    needs nothing of this Python after the switch: ``os.execvpe`` imports
    lazily, and the scheduler's Python may live where the user cannot read),
    becomes the job's user (groups, gid, uid; all three ids of each) and, as
-   that user, changes to the job's directory and ``execve``\\ s the first of
-   those paths that is there. So the directory and the program are looked
-   up with the user's rights: a job cannot learn whether a file of root's
-   exists from the error it gets. Any failure, of whatever kind, is
-   reported with its text.
+   that user, changes to the job's directory, tells the scheduler it is ready
+   (``.`` on ``argv[2]``), waits for its go (a byte on the spec's ``go_fd``)
+   and ``execve``\\ s the first of those paths that is there. So the
+   directory and the program are looked up with the user's rights: a job
+   cannot learn whether a file of root's exists from the error it gets. Any
+   failure, of whatever kind, is reported with its text. The scheduler
+   records the job's start durably before it sends the go, so a program runs
+   only for a start the scheduler's state knows of: a scheduler killed before
+   its go closes the pipe (end of file), and the child exits without running
+   anything.
 3. The parent, the **supervisor**, never runs anything of the user's: it
    waits for the child, passes on the signals it is sent (TERM, INT, HUP,
    QUIT, USR1, USR2, ALRM) to it, reaps the orphans re-parented to it, and
@@ -31,14 +36,19 @@ scheduler's rights, so ``LD_PRELOAD``, ``LD_AUDIT`` and their kind in a job's
    state directory: the user's program, which runs as another user and never
    held the directory open, cannot write or forge it). Before it exits, it
    ends what the program left (its children by then: TERM, KILL after the
-   spec's ``grace`` seconds).
+   spec's ``grace`` seconds). A child that got no go (end of file) is
+   recorded so (``"began": false``), and the supervisor leaves the job's
+   cgroup and removes it: a restarted scheduler whose state has the start
+   queues the job again (:func:`.containment.never_began`); one whose state
+   has not knows nothing of this cgroup.
 
 What to run comes as JSON on the descriptor ``argv[1]`` (read to its end):
 ``{"cgroup", "uid", "gid", "groups", "cwd", "env", "argv", "outcome_fd",
-"outcome_name", "tag", "grace"}`` (``null`` for "leave as is"; ``outcome_fd`` is a
+"outcome_name", "tag", "grace", "go_fd"}`` (``null`` for "leave as is"; ``outcome_fd`` is a
 directory open for us, or null: record nothing). A failure to start is
 written to the descriptor ``argv[2]`` as ``step NUL errno NUL text NUL
-filename`` and the process exits with 127, recording nothing; once the
+filename`` (before the child's ``.``, or after it for the exec) and the
+process exits with 127, recording nothing; once the
 program has exec'd (that descriptor is close-on-exec in the child, and a
 pipe of its own tells the supervisor), the supervisor writes ``+`` there
 instead and closes it. So the scheduler knows that the job started even if
@@ -65,6 +75,10 @@ CORE_SIGNALS = {signal.SIGQUIT, signal.SIGILL, signal.SIGTRAP, signal.SIGABRT, s
 """Signals whose default action dumps a core: the supervisor does not raise them on itself."""
 STARTED = b"+"
 """What the supervisor tells the scheduler on ``argv[2]`` once the program has exec'd."""
+READY = b"."
+"""What the child tells the scheduler on ``argv[2]`` once only its go is missing."""
+NO_GO = b"-"
+"""What the child tells the supervisor when the scheduler closed ``go_fd`` without a go."""
 
 
 def main() -> None:
@@ -72,9 +86,10 @@ def main() -> None:
     os.set_inheritable(error_fd, False)
     with os.fdopen(spec_fd, "rb") as f:
         spec = json.loads(f.read())
-    outcome_fd = spec.get("outcome_fd")
-    if outcome_fd is not None:
-        os.set_inheritable(outcome_fd, False)
+    outcome_fd, go_fd = spec.get("outcome_fd"), spec["go_fd"]
+    for fd in (outcome_fd, go_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)
     try:
         if spec["cgroup"]:
             with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as procs:
@@ -87,7 +102,7 @@ def main() -> None:
     child = os.fork()
     if child == 0:
         try:
-            become_the_job(spec, error_fd, started_w, outcome_fd)
+            become_the_job(spec, error_fd, started_w, outcome_fd, go_fd)
         finally:
             os._exit(127)  # never back into the supervisor's code
     pidfd = os.pidfd_open(child)  # signals go to this child, never to a pid reused after it
@@ -102,14 +117,17 @@ def main() -> None:
         signal.signal(sig, forward)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     os.close(started_w)
+    os.close(go_fd)  # the child's alone: it sees the end of file if the scheduler dies
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # the job's input (a key, for ssh) is the program's alone
     os.dup2(devnull, 1)
     os.close(devnull)
     name, tag, grace = spec.get("outcome_name"), spec.get("tag"), float(spec.get("grace") or 3.0)
+    cgroup = spec["cgroup"]
     del spec  # the job's environment (its key): not kept here longer than needed
     with os.fdopen(started_r, "rb") as started:
-        ran = not started.read()
+        said = started.read()
+    ran = not said
     if ran:  # the scheduler reads this once the program has exec'd, however soon it ends
         try:
             os.write(error_fd, STARTED)
@@ -122,6 +140,12 @@ def main() -> None:
             break
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     os.close(pidfd)
+    if said == NO_GO:  # the scheduler died before its go: the program never began
+        if outcome_fd is not None and name:
+            record(outcome_fd, name, tag, None)
+        if cgroup:
+            leave(cgroup)
+        os._exit(127)
     if not ran:
         os._exit(127)  # it never became the job: nothing to record
     if outcome_fd is not None and name:
@@ -164,14 +188,26 @@ def candidates(spec: dict) -> list[bytes]:
     return [os.path.join(d or b".", argv0) for d in path.split(b":")]
 
 
-def become_the_job(spec: dict, error_fd: int, started_w: int, outcome_fd: int | None) -> None:
-    """In the child: drop what is the supervisor's, become the user, exec the
-    program. Every failure is reported with its text, whatever its kind."""
+def leave(cgroup: str) -> None:
+    """Move out of the job's cgroup (to its parent, where the scheduler made it) and
+    remove it: nothing of the job ran in it, and a scheduler whose state has
+    no record of this start cannot know it."""
+    try:
+        with open(os.path.join(os.path.dirname(cgroup), "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+        os.rmdir(cgroup)
+    except OSError:
+        pass  # a scheduler that knows the start removes it (containment.kill)
+
+
+def become_the_job(spec: dict, error_fd: int, started_w: int, outcome_fd: int | None,
+                   go_fd: int) -> None:
+    """In the child: drop what is the supervisor's, become the user, wait for the
+    scheduler's go, exec the program. Every failure is reported with its text,
+    whatever its kind; no go (the scheduler died) ends the child silently."""
     step = "command"
     try:
         for sig in FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; the program must not
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         if outcome_fd is not None:
@@ -191,6 +227,16 @@ def become_the_job(spec: dict, error_fd: int, started_w: int, outcome_fd: int | 
         step = "cwd"
         if cwd is not None:
             os.chdir(cwd)
+        try:
+            os.write(error_fd, READY)
+            go = os.read(go_fd, 1)
+        except OSError:  # EPIPE (SIGPIPE is still ignored here): the scheduler is gone
+            go = b""
+        if not go:  # the scheduler died: its state may not have this start
+            os.write(started_w, NO_GO)
+            os._exit(127)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; the program must not
+            signal.signal(sig, signal.SIG_DFL)
         step = "exec"
         first: OSError | None = None
         for path in paths:  # execvpe's rule: the first error other than "not here" counts
@@ -255,15 +301,19 @@ def children(parent: int) -> list[int]:
     return found
 
 
-def record(directory: int, name: str, tag: str | None, status: int) -> None:
-    """Write how the job's program ended (``status``, as ``waitpid`` gave it) to
-    ``name`` in ``directory``, whole (a temporary file renamed) and on disk. A
-    failure is told on stderr (the job's ``.err``); the scheduler then knows
-    only what it sees."""
+def record(directory: int, name: str, tag: str | None, status: int | None) -> None:
+    """Write how the job's program ended (``status``, as ``waitpid`` gave it; None:
+    it never began, ``"began": false``) to ``name`` in ``directory``, whole (a
+    temporary file renamed) and on disk. A failure is told on stderr (the
+    job's ``.err``); the scheduler then knows only what it sees."""
     tmp = name + ".tmp"
-    ended = {"tag": tag, "time": time.time(),
-             "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
+    ended: dict = {"tag": tag, "time": time.time(), "code": None, "signal": None}
+    if status is None:
+        ended["began"] = False
+    elif os.WIFEXITED(status):
+        ended["code"] = os.WEXITSTATUS(status)
+    elif os.WIFSIGNALED(status):
+        ended["signal"] = os.WTERMSIG(status)
     try:
         try:
             os.unlink(tmp, dir_fd=directory)

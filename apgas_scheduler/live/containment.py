@@ -92,13 +92,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 __all__ = ["Handle", "RunAs", "JobProcess", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
-           "outcome", "forget", "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV",
+           "outcome", "never_began", "forget", "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV",
            "CGROUPS_ENV"]
 
 TAG_ENV = "APGAS_SCHEDULER_JOB"
@@ -121,6 +121,8 @@ START_TIMEOUT = 30.0
 """s the job's program has to reach ``execve`` (an unreachable directory, say)."""
 _STARTED = b"+"
 """What the first process reports once the job's program has exec'd (:mod:`._job_exec`)."""
+_READY = b"."
+"""What the first process reports once only the go is missing (:mod:`._job_exec`)."""
 OUTCOME_SUFFIX = ".exit"
 """An outcome file is ``job-<tag>.exit`` in the outcome directory."""
 
@@ -303,7 +305,8 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
           cwd: str | None = None, user: RunAs | None = None, stdin: Any = subprocess.DEVNULL,
           stdout: Any = None, stderr: Any = None, tag: str | None = None,
           cgroup: bool | None = None, slurm_job: str | None = None,
-          outcome_dir: str | os.PathLike[str] | None = None, grace: float = 3.0) -> Handle:
+          outcome_dir: str | os.PathLike[str] | None = None, grace: float = 3.0,
+          ready: Callable[[Handle], None] | None = None) -> Handle:
     """Start ``argv`` as job ``job_id``, contained: its own session and process
     group, its own cgroup when possible (``cgroup``: None where possible, False
     never, True or OSError), the tag ``tag`` (default: :func:`new_tag`) in its
@@ -317,7 +320,14 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
     OSError if it cannot start (as the user found: the directory or the
     program missing or not theirs to use); nothing is left behind then. Once the
     program has ended, its supervisor ends what it left (TERM, KILL after
-    ``grace`` seconds) before it exits itself."""
+    ``grace`` seconds) before it exits itself.
+
+    ``ready(handle)`` is called once everything but the ``exec`` is done (the
+    handle's ``identity`` is whole), and the program begins only after it has
+    returned: the scheduler records the start durably there, so a program
+    never runs for a start its state does not know. If it raises, or this
+    process dies first, the program never begins (:func:`never_began`), and
+    what it raised comes out of here with nothing left behind."""
     tag = tag or new_tag(job_id)
     job_env = {**(os.environ if env is None else env), TAG_ENV: tag}
     name = f"job-{tag}{OUTCOME_SUFFIX}"
@@ -335,7 +345,19 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
             "outcome_fd": outcome_fd, "outcome_name": name, "tag": tag, "grace": grace}
     spec_r, spec_w = os.pipe()
     error_r, error_w = os.pipe()
-    inherited = (spec_r, error_w) + ((outcome_fd,) if outcome_fd is not None else ())
+    go_r, go_w = os.pipe()  # never inherited by another child: its end of file means "no go"
+    spec["go_fd"] = go_r
+    inherited = (spec_r, error_w, go_r) + ((outcome_fd,) if outcome_fd is not None else ())
+    identity: dict[str, Any] = {}
+
+    def go() -> None:
+        if ready is not None:
+            ready(Handle(proc, identity))
+        try:
+            os.write(go_w, b"!")
+        except BrokenPipeError:
+            pass  # the child is gone: its report (or its end) tells
+
     with os.fdopen(spec_w, "wb") as spec_file, os.fdopen(error_r, "rb", buffering=0) as errors:
         try:
             try:
@@ -346,17 +368,24 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
             finally:
                 for fd in inherited:
                     os.close(fd)
-            failure = _hand_over(proc, spec, spec_file, errors)
+            identity.update(
+                {"pid": proc.pid, "start_time": start_time(proc.pid), "boot_id": boot_id(),
+                 "cgroup": str(path) if path is not None else None, "tag": tag,
+                 "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None,
+                 "supervised": True, "uid": user.uid if user else os.geteuid(),
+                 "supervisor_uid": os.geteuid(),
+                 "outcome": str(Path(outcome_dir, name)) if outcome_dir is not None else None})
+            failure = _hand_over(proc, spec, spec_file, errors, go)
         except BaseException:
+            if identity:  # ``ready`` raised: it never had its go
+                kill(identity, 0.0)
+                proc.wait()
+                forget(identity)
             if path is not None:
                 _remove_cgroup(path)
             raise
-    identity = {"pid": proc.pid, "start_time": start_time(proc.pid), "boot_id": boot_id(),
-                "cgroup": str(path) if path is not None else None, "tag": tag,
-                "slurm": {"job": str(slurm_job), "step_name": step_name(tag)} if slurm_job else None,
-                "supervised": True, "uid": user.uid if user else os.geteuid(),
-                "supervisor_uid": os.geteuid(),
-                "outcome": str(Path(outcome_dir, name)) if outcome_dir is not None else None}
+        finally:
+            os.close(go_w)  # without a go sent, the child ends without running the program
     if failure is not None:
         proc.wait()
         kill(identity, 0.0)  # whatever may have got away (nothing, unless the first process crashed)
@@ -368,29 +397,22 @@ def start(job_id: int | str, argv: Sequence[str], *, env: Mapping[str, str] | No
 
 
 def _hand_over(proc: subprocess.Popen, spec: dict[str, Any], spec_file: Any,
-               errors: Any) -> OSError | None:
-    """Give the first process what to run; the OSError it met, or None once it
-    ``exec``\\ ed the job."""
+               errors: Any, go: Callable[[], None]) -> OSError | None:
+    """Give the first process what to run, call ``go`` once it is ready for its
+    go; the OSError it met, or None once it ``exec``\\ ed the job."""
     try:
         spec_file.write(json.dumps(spec).encode())
         spec_file.close()
     except BrokenPipeError:
         pass  # it died before reading: its error (or exit) tells
-    report = b""
-    deadline = time.monotonic() + START_TIMEOUT
-    while len(report) < 65536:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([errors], [], [], left)[0]:
-            try:  # the supervisor and its child, which has not left their group before its exec
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            return TimeoutError(errno.ETIMEDOUT, f"the job did not start within {START_TIMEOUT:g} s "
-                                f"(is its directory {spec['cwd']!r} reachable?)")
-        chunk = errors.read(65536)
-        if not chunk:
-            break
-        report += chunk
+    report = _report(proc, spec, errors, b"", until_ready=True)
+    # ready; or started at once (its child was killed before it could say ready: a
+    # program killed as it began, as the supervisor sees it), which is a start too
+    if isinstance(report, bytes) and report.startswith((_READY, _STARTED)):
+        go()
+        report = _report(proc, spec, errors, report.removeprefix(_READY), until_ready=False)
+    if isinstance(report, OSError):
+        return report
     if report == _STARTED:  # however soon the program ended after that
         return None
     if not report:  # died before it could say why
@@ -406,6 +428,28 @@ def _hand_over(proc: subprocess.Popen, spec: dict[str, Any], spec_file: Any,
 
 
 # -- finding the processes ---------------------------------------------------------------------------
+
+def _report(proc: subprocess.Popen, spec: dict[str, Any], errors: Any, report: bytes,
+            until_ready: bool) -> bytes | OSError:
+    """What the first process says on ``errors`` (after ``report``), to its end or,
+    ``until_ready``, to its ready (or started) byte; a TimeoutError, its
+    processes killed, if that takes ``START_TIMEOUT``."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while len(report) < 65536 and not (until_ready and report[:1] in (_READY, _STARTED)):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([errors], [], [], left)[0]:
+            try:  # the supervisor and its child, which has not left their group before its exec
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            return TimeoutError(errno.ETIMEDOUT, f"the job did not start within {START_TIMEOUT:g} s "
+                                f"(is its directory {spec['cwd']!r} reachable?)")
+        chunk = errors.read(65536)
+        if not chunk:
+            break
+        report += chunk
+    return report
+
 
 def _same_boot(identity: Mapping[str, Any]) -> bool:
     return not identity.get("boot_id") or identity["boot_id"] == boot_id()
@@ -635,6 +679,26 @@ def outcome(identity: Mapping[str, Any]) -> int | None:
     nothing is recorded (it still runs, its supervisor was killed, or it was
     started without an outcome directory or by an older scheduler). Only a
     record of this job (its tag) counts; it holds across a reboot."""
+    record = _record(identity)
+    if record is None:
+        return None
+    sig, code = record.get("signal"), record.get("code")
+    if type(sig) is int and sig > 0:
+        return -sig
+    return code if type(code) is int else None
+
+
+def never_began(identity: Mapping[str, Any]) -> bool:
+    """Whether the job's supervisor recorded that its program never began: the
+    scheduler that started it died between the start and its go (the start may
+    be in the state; the program never ran, so the job can simply be queued
+    again)."""
+    record = _record(identity)
+    return record is not None and record.get("began") is False
+
+
+def _record(identity: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The outcome record of this job (its tag), or None."""
     path = identity.get("outcome")
     if not path:
         return None
@@ -646,10 +710,7 @@ def outcome(identity: Mapping[str, Any]) -> int | None:
         return None
     if not isinstance(record, dict) or record.get("tag") != identity.get("tag"):
         return None
-    sig, code = record.get("signal"), record.get("code")
-    if type(sig) is int and sig > 0:
-        return -sig
-    return code if type(code) is int else None
+    return record
 
 
 def forget(identity: Mapping[str, Any]) -> None:

@@ -40,7 +40,7 @@ from .asks import READY_WAIT, Asks
 from .core import SchedulerCore, log
 from .dashboard import Dashboard
 from .orders import ORDER_TIMEOUT, Orders
-from .processes import KILL_GRACE, ORDER_PORT_BASE, ORDER_PORT_COUNT, Processes, ending
+from .processes import KILL_GRACE, NEVER_BEGAN, ORDER_PORT_BASE, ORDER_PORT_COUNT, Processes, ending
 from .records import Job
 from .resume import end_all_left, resumed_line, settle_pool
 from .server import MAX_LINE, Requests, Server
@@ -223,7 +223,9 @@ class Scheduler:
         its nodes, with its key and order address. A running job whose program
         ended meanwhile, as its first process recorded (``containment.outcome``),
         ends as that record says (done, or failed with its exit code or
-        signal), once whatever it left is killed. Any other is killed (whatever
+        signal), once whatever it left is killed; one whose program never began
+        (the earlier run died before its go: ``containment.never_began``) is
+        queued again, uncounted. Any other is killed (whatever
         may be left of it) and recorded as failed, before its nodes are free. Ended
         jobs stay in the status. ``earlier`` is the pool the state held, ``asked``
         the nodes given now: the pool becomes ``asked``, the other nodes leave it
@@ -231,7 +233,7 @@ class Scheduler:
         pool is recorded. ``self.resumed`` says what was taken up (logged).
         Returns the adopted jobs, to watch."""
         adopted: list[Job] = []
-        meanwhile = 0  # jobs whose end while we were down was recorded
+        meanwhile = unstarted = 0  # jobs whose end while we were down was recorded; never began
         stored = self.core.store.jobs()
         taken = collections.Counter(s.state if s.state == "queued" else
                                     "running" if s.state == "running" else "ended" for s in stored)
@@ -253,7 +255,7 @@ class Scheduler:
                     self._requests[s.owner, s.request] = s.id
                 if s.state == "queued":
                     self.engine.submit(job)
-                elif s.state == "running" and leads.get(s.id):
+                elif s.state == "running" and s.identity is not None and leads.get(s.id):
                     self.engine.submit(job)
                     self.engine.resume(job, s.nodes, s.start if s.start is not None else self.now())
                     job.proc = containment.adopt(s.identity)
@@ -264,6 +266,11 @@ class Scheduler:
                 elif s.state == "running" and s.identity and s.id in left:
                     self._still_ending(job, s, left[s.id])
                     adopted.append(job)  # its watch goes on ending it; its nodes stay taken
+                elif s.state == "running" and s.identity and containment.never_began(s.identity):
+                    self.engine.submit(job)
+                    self.processes.requeue(job, NEVER_BEGAN, counted=False)
+                    containment.forget(s.identity)
+                    unstarted += 1
                 elif s.state == "running" and s.identity and \
                         (code := containment.outcome(s.identity)) is not None:
                     self.engine.submit(job)
@@ -294,7 +301,8 @@ class Scheduler:
         if stored or earlier:
             running = taken.pop("running", 0)
             taken["adopted"], taken["ended meanwhile"] = len(adopted), meanwhile
-            taken["failed at this start"] = running - len(adopted) - meanwhile
+            taken["queued again (never began)"] = unstarted
+            taken["failed at this start"] = running - len(adopted) - meanwhile - unstarted
             taken["adopted"] -= len(self.unended)
             taken["still ending (see the errors above)"] = len(self.unended)
             self.resumed = resumed_line(self.core.store.directory, taken, earlier, asked, gone,

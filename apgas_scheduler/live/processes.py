@@ -18,7 +18,15 @@ state.
 A job with ``requeue = N`` goes back to the queue instead of ending, at
 most N times (:meth:`Processes.requeue_reason` says when; docs/scheduler.md,
 "Requeue"): it keeps its id, spec and submit time, and its next start appends
-to its ``job-N.out``/``.err``."""
+to its ``job-N.out``/``.err``.
+
+A job's start is in the state before its program begins: its first process
+waits, ready, for a go that is sent once the ``start`` event is recorded
+(``containment.start``'s ``ready``). A daemon killed in between leaves a
+start whose program never began (its first process records that and
+exits, ``containment.never_began``): the restarted daemon queues the job
+again, uncounted (:data:`NEVER_BEGAN`), instead of running it twice or
+calling it failed."""
 
 from __future__ import annotations
 
@@ -43,7 +51,7 @@ from .core import SchedulerCore, log
 from .records import Job
 
 __all__ = ["Processes", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending",
-           "LOST_SIGNALS"]
+           "LOST_SIGNALS", "NEVER_BEGAN"]
 
 KILL_GRACE = 3.0
 LOST_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT,
@@ -54,6 +62,9 @@ send them, say the job was lost rather than that it failed: SIGKILL (the OOM kil
 SIGINT, SIGPWR (power failing). Not the program's own faults (SIGSEGV, SIGBUS, SIGILL,
 SIGFPE, SIGABRT, SIGTRAP, SIGSYS), nor SIGQUIT (a core asked for), SIGXCPU and SIGXFSZ
 (its limits), SIGPIPE, SIGUSR1/2 or SIGALRM (its own business)."""
+NEVER_BEGAN = ("the scheduler stopped between recording the job's start and letting its "
+               "program begin; the program never ran")
+"""Why a job whose start never began is queued again (not counted as a requeue)."""
 ORDER_PORT_BASE = 27100
 ORDER_PORT_COUNT = 1000
 """The fixed order ports, for plain-protocol jobs only (``protocol = "plain"``,
@@ -120,6 +131,14 @@ class Processes:
         command = list(job.spec.command)
         if command[0] in ("python", "python3"):  # the scheduler's own Python, with apgas
             command[0] = sys.executable
+
+        def started(handle: containment.Handle) -> None:
+            """Durably before the program begins (it waits for this to return)."""
+            job.proc, job.identity = handle.proc, handle.identity
+            taken = self.core.engine.start(job, len(nodes), self.core.now())
+            assert taken == nodes, (taken, nodes)
+            self.core.event("start", job=job.id, nodes=list(nodes))
+
         try:
             # the key, the tag and the job's env: in no command line (ssh: on stdin)
             hidden = {**env, **private}
@@ -136,21 +155,17 @@ class Processes:
                     cwd=cwd if here else None, user=user,
                     stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                     stdout=out, stderr=err, tag=tag, slurm_job=slurm_job,
-                    outcome_dir=self.outcomes)
-            job.proc, job.identity = handle.proc, handle.identity
+                    outcome_dir=self.outcomes, ready=started)
             if stdin is not None:
                 assert handle.proc.stdin is not None
                 handle.proc.stdin.write(stdin)
                 handle.proc.stdin.close()
         except OSError as e:
-            if job.proc is not None:  # started, but the key did not go through: end all of it
+            if job.proc is not None:  # its start is recorded, but its exec or key failed
                 self.end_all(job, 0.0)
                 job.proc.wait()
             self.end(job, "failed", f"could not start {job.spec.command[0]!r:.200} on {nodes[0]}: {e}")
             return
-        taken = self.core.engine.start(job, len(nodes), self.core.now())
-        assert taken == nodes, (taken, nodes)
-        self.core.event("start", job=job.id, nodes=list(nodes))
         log.info("job %d (%s) started on %s", job.id, job.spec.name, ",".join(nodes))
         self.core.spawn(self.watch, f"scheduler-watch-{job.id}", job)
 
@@ -256,7 +271,9 @@ class Processes:
             time.sleep(1.0)  # a process that will not die (D state): its nodes stay taken
         with self.core.lock:
             why = self.requeue_reason(job, code)
-            if why:
+            if containment.never_began(identity) and (job.requeue_asked or not job.kill_reason):
+                self.requeue(job, NEVER_BEGAN, counted=False)  # adopted before it said so
+            elif why:
                 self.requeue(job, why)
             elif job.kill_reason:
                 state = "failed" if job.kill_reason.startswith("killed") else "cancelled"
@@ -265,7 +282,7 @@ class Processes:
                 self.end(job, "done", "exit status unknown (adopted after a scheduler restart)")
             else:
                 self.end(job, *ending(code, f"{self.output_dir}/job-{job.id}.err"))
-        containment.forget(identity)  # its end is in the state now
+            containment.forget(identity)  # its end is in the state now (seen with its file gone)
         self.core.wake.set()
 
     def requeue_reason(self, job: Job, code: int | None, gone: bool = False) -> str:
@@ -288,19 +305,24 @@ class Processes:
             return f"it failed ({_code(code)}) after losing {job.lost} place(s) on nodes now down"
         return ""
 
-    def requeue(self, job: Job, reason: str) -> None:
+    def requeue(self, job: Job, reason: str, counted: bool = True) -> None:
         """Put ``job`` (running, with every process ended, or ended) back in the queue:
         its nodes free and its requests dropped, a fresh key for its next run, which
-        appends to its output. The caller holds ``core.lock``."""
+        appends to its output. Not ``counted``: its program never began, so its
+        ``requeue`` is not used (nor its last reason changed). The caller holds
+        ``core.lock``."""
         self.core.drop_requests(job, "the job was requeued")
-        job.requeue_reason, job.requeue_asked = reason, ""
-        job.reason = f"requeued ({job.requeues + 1} of {job.spec.requeue}): {reason}"
+        job.requeue_asked = ""
+        if counted:
+            job.requeue_reason = reason
+            job.reason = f"requeued ({job.requeues + 1} of {job.spec.requeue}): {reason}"
+        else:
+            job.reason = f"queued again: {reason}"
         job.listen, job.reports, job.identity = None, "", None
         job.secret = auth.new_secret()  # whatever the last run left knows the old one
-        self.core.engine.requeue(job, self.core.now())
+        self.core.engine.requeue(job, self.core.now(), counted)
         self.core.event("requeue", job=job.id, reason=reason, count=job.requeues)
-        log.info("job %d (%s) requeued (%d of %d): %s", job.id, job.spec.name, job.requeues,
-                 job.spec.requeue, reason)
+        log.info("job %d (%s) %s", job.id, job.spec.name, job.reason)
         self.core.wake.set()
 
     def ask_requeue(self, job: Job, who: str) -> str:

@@ -97,7 +97,7 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             job.update(state=_text(e.get("state", "ended")), end=e["t"])
             job["held"].clear()
         elif kind == "requeue":
-            job.update(state="queued", end=None, requeues=job["requeues"] + 1,
+            job.update(state="queued", end=None, requeues=e.get("count", job["requeues"] + 1),
                        requeued=_text(e.get("reason", "")))
             job["held"].clear()
     return jobs
