@@ -35,7 +35,8 @@ import pytest
 
 from launcher._proctitle import serve_argv
 
-__all__ = ["SETTLE", "Holdings", "holdings", "leaks", "private_tempdir", "leak_check", "place_processes"]
+__all__ = ["SETTLE", "Holdings", "holdings", "leaks", "lasting", "private_tempdir", "leak_check",
+           "place_processes"]
 
 SETTLE = 10.0  # s: a loaded machine may take this long to end what a test stopped
 #: entries of the temporary directory that outlive a test by design: the user's
@@ -92,9 +93,19 @@ def _lasting_fd(target: str) -> bool:
     return target.startswith((_PACKAGES, f"/dev/shm/pym-{os.getpid()}-"))
 
 
+_SESSION_PIDS: set[int] = set()
+
+
+def lasting(pid: int) -> None:
+    """Say that process ``pid``, started during a test, belongs to a session fixture (a
+    virtual host's daemon started again after a test crashed the host): not a leak."""
+    _SESSION_PIDS.add(pid)
+
+
 def _lasting_process(pid: int) -> bool:
-    """multiprocessing's resource tracker: started on first use, it ends with the process."""
-    return "multiprocessing.resource_tracker" in _cmdline(pid)
+    """A session fixture's (:func:`lasting`), or multiprocessing's resource tracker:
+    started on first use, it ends with the process."""
+    return pid in _SESSION_PIDS or "multiprocessing.resource_tracker" in _cmdline(pid)
 
 
 def _fds() -> dict[int, str]:

@@ -26,11 +26,15 @@ from apgas.order import send_order  # noqa: E402
 
 
 def glb() -> dict:
+    with tempfile.TemporaryDirectory() as scratch:  # the gate, gone with the run
+        return _glb(os.path.join(scratch, "orders-done"))
+
+
+def _glb(gate: str) -> dict:
     from glb_bags import Count, TreeBag, tree_nodes
 
     from glb import GLB, GLBConfig
 
-    gate = os.path.join(tempfile.mkdtemp(), "orders-done")
     roots = [(s, 20) for s in (4, 5, 6, 10)] + [(13, 20, gate)]
     replies: list[list[str]] = []
     glb_ = GLB(GLBConfig(n=32, malleable=True))

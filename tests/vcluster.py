@@ -75,6 +75,7 @@ import pytest
 if __name__ == "__main__":  # run as a script: the test helpers and apgas must be importable
     sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
+from _leaks import lasting
 from _slurm import (
     SlurmCluster,
     SlurmUnavailable,
@@ -468,6 +469,7 @@ class VirtualCluster:
                 client_alive=CLIENT_ALIVE, login_grace=LOGIN_GRACE, die_with_parent=True,
                 wait=False)
             self.ssh_servers[host].wait_ready(timeout)
+            lasting(self.ssh_servers[host].process.pid)  # the cluster's, not the test's
         if self.slurm is None:
             return
         name = f"slurmd-{host}"
@@ -475,7 +477,7 @@ class VirtualCluster:
         if proc is None or proc.poll() is None:
             return
         starts = self._slurmd_starts(host)
-        _spawn(self.slurm, name, list(proc.args))
+        lasting(_spawn(self.slurm, name, list(proc.args)).pid)
         deadline = time.monotonic() + timeout
         while not (self._slurmd_starts(host) > starts
                    and self.slurm.node_states().get(host, "") in ("idle", "mix", "alloc")):
