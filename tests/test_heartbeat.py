@@ -91,22 +91,29 @@ def test_at_a_stopped_place_raises_dead_place_error():
 
 
 def spin_with_the_gil(seconds: float) -> float:
-    """A numba loop that holds the GIL for ``seconds`` (no nogil): nothing in Python runs."""
+    """A numba loop that holds the GIL (no nogil: nothing in Python runs) until this
+    process has had ``seconds`` of CPU time (libc's ``clock``), so at least that long
+    however busy the machine is; returns the wall time it held it."""
+    import ctypes
+
     import numba
 
+    clock = ctypes.CDLL(None).clock
+    clock.restype, clock.argtypes = ctypes.c_long, []
+    ticks = int(seconds * 1_000_000)  # CLOCKS_PER_SEC, as POSIX fixes it
+
     @numba.njit
-    def spin(rounds):
+    def spin(ticks):
+        start = clock()
         x = 1.0
-        for _ in range(rounds):
-            x = (x * 1.0000001) % 7.3
+        while clock() - start < ticks:
+            for _ in range(1000):
+                x = (x * 1.0000001) % 7.3
         return x
 
-    spin(10)
+    spin(0)  # compiled first
     start = time.monotonic()
-    spin(1_000_000)
-    per_round = max((time.monotonic() - start) / 1_000_000, 1e-9)
-    start = time.monotonic()
-    spin(int(seconds / per_round))
+    spin(ticks)
     return time.monotonic() - start
 
 
