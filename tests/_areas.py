@@ -10,6 +10,7 @@ machinery (``conftest.py``, ``_leaks.py``) selects everything.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def area_of(module: str) -> str:
     return next(area for area, prefixes in AREAS.items() if name.startswith(prefixes))
 
 
+@functools.cache  # asked by the report's header and by the selection: git runs once
 def changed_files(since: str) -> list[str]:
     """Paths (from the root) that differ from commit ``since``, untracked ones included."""
     def git(*args: str) -> list[str]:

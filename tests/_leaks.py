@@ -26,7 +26,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -72,10 +72,11 @@ def _processes() -> dict[int, int]:
     return found
 
 
-def place_processes(parent: int) -> list[int]:
-    """Pids of live place processes started by ``parent`` (also once reparented)."""
+def place_processes(parent: int, processes: Iterable[int] | None = None) -> list[int]:
+    """Pids of live place processes started by ``parent`` (also once reparented), among
+    ``processes`` (default: every live process)."""
     found = []
-    for pid in _processes():
+    for pid in _processes() if processes is None else processes:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 args = serve_argv(f.read())  # titled or not: see launcher._proctitle
@@ -158,7 +159,7 @@ def holdings(temp: Path) -> Holdings:
     processes = _processes()
     me = os.getpid()
     children = {pid for pid, parent in processes.items() if parent == me and not _lasting_process(pid)}
-    children.update(place_processes(me))
+    children.update(place_processes(me, processes))
     return Holdings(frozenset(children), frozenset(t for t in threading.enumerate() if t.is_alive()),
                     _fds(), frozenset(e.name for e in os.scandir(temp)
                                       if not e.name.startswith(LASTING_TEMP)))

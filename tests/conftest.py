@@ -1,5 +1,5 @@
 """Shared fixtures. Every test must leave nothing behind (``_leaks``), and tests that
-share a daemon run in one pytest-xdist worker (:func:`pytest_collection_modifyitems`)."""
+share a daemon run in one pytest-xdist worker (:func:`pytest_itemcollected`)."""
 
 from __future__ import annotations
 
@@ -82,10 +82,10 @@ def pytest_collection_modifyitems(config, items):
 def lasting_singletons():
     """Start what a process keeps from its first use to its end, before any test, so
     that the leak check does not blame the first test that uses it: the one thread
-    that copies forked places' stderr (``launcher._base.stderr_hub``), pyzmq's
-    thread (with its context and socket) that frees buffers sent without a copy, and
-    tqdm's monitor thread is turned off: it lives until the last bar of the whole
-    process is collected, not closed."""
+    that copies forked places' stderr (``launcher._base.stderr_hub``) and pyzmq's
+    thread (with its context and socket) that frees buffers sent without a copy.
+    tqdm's monitor thread is turned off instead: it lives until the last bar of the
+    whole process is collected, not closed."""
     import tqdm
     import zmq
 
