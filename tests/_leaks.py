@@ -4,11 +4,13 @@ Before each test (after its session and module fixtures, which may keep a Slurm
 cluster, an sshd or a browser up) the ``leak_check`` fixture notes what this
 test process holds: child processes, place processes started by it (found by
 their ``--parent``, also when reparented), threads, file descriptors (listening
-sockets among them) and the entries of its temporary directory. After the test
+sockets among them), the entries of its temporary directory, its signal handlers
+and its environment variables (a test that leaves Ctrl-C ignored, or an
+``APGAS_`` variable set, changes every later test of its worker). After the test
 it waits up to :data:`SETTLE` seconds, for the events it cannot see (a thread
 joining, a child being reaped, a socket closed by the garbage collector), for
 everything new to be gone; what is still there fails the test, naming it (a
-process left is killed). Each test is checked against what it found, so none is
+process left is killed; a signal handler or a variable is put back). Each test is checked against what it found, so none is
 blamed for another's leftovers.
 
 Each test process (each pytest-xdist worker) has a temporary directory of its
@@ -153,6 +155,14 @@ class Holdings:
     threads: frozenset[threading.Thread]
     fds: dict[int, str]
     temp: frozenset[str]
+    handlers: dict[signal.Signals, object]
+    environ: dict[str, str]
+
+
+def _handlers() -> dict[signal.Signals, object]:
+    """Each catchable signal's handler (a Python function, SIG_DFL or SIG_IGN)."""
+    return {sig: signal.getsignal(sig) for sig in signal.valid_signals()
+            if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP)}
 
 
 def holdings(temp: Path) -> Holdings:
@@ -162,7 +172,8 @@ def holdings(temp: Path) -> Holdings:
     children.update(place_processes(me, processes))
     return Holdings(frozenset(children), frozenset(t for t in threading.enumerate() if t.is_alive()),
                     _fds(), frozenset(e.name for e in os.scandir(temp)
-                                      if not e.name.startswith(LASTING_TEMP)))
+                                      if not e.name.startswith(LASTING_TEMP)),
+                    _handlers(), {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"})
 
 
 def leaks(before: Holdings, after: Holdings) -> list[str]:
@@ -178,18 +189,30 @@ def leaks(before: Holdings, after: Holdings) -> list[str]:
             where = f", listening on {listening[inode]}" if inode in listening else ""
             said.append(f"file descriptor {fd} -> {target}{where}")
     said += [f"temporary entry {name}" for name in sorted(after.temp - before.temp)]
+    said += [f"the handler of {sig.name}: {after.handlers[sig]!r}, was {before.handlers[sig]!r}"
+             for sig in before.handlers if after.handlers.get(sig) != before.handlers[sig]]
+    said += [f"environment variable {name}={after.environ.get(name)!r}, was {before.environ.get(name)!r}"
+             for name in sorted(before.environ.keys() | after.environ.keys())
+             if before.environ.get(name) != after.environ.get(name)]
     return said
 
 
-def _end_processes(before: Holdings, after: Holdings) -> None:
-    """Kill the processes the test left, so that they cost the next tests nothing.
-    What else it left stays (closing a descriptor under its owner would break that
-    owner later); each test is checked against what it found, so none is blamed twice."""
+def _undo(before: Holdings, after: Holdings) -> None:
+    """Kill the processes the test left and put back the signal handlers and the
+    environment it changed, so that they cost the next tests nothing. What else it
+    left stays (closing a descriptor under its owner would break that owner later);
+    each test is checked against what it found, so none is blamed twice."""
     for pid in after.children - before.children:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for sig, handler in before.handlers.items():
+        if after.handlers.get(sig) != handler and handler is not None:
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+    for name in after.environ.keys() - before.environ.keys():
+        os.environ.pop(name, None)
+    os.environ.update(before.environ)
 
 
 def private_tempdir(config: pytest.Config) -> Path:
@@ -233,5 +256,5 @@ def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
         after = holdings(temp)
         found = leaks(before, after)
     if found:
-        _end_processes(before, after)
+        _undo(before, after)
         pytest.fail("left behind by the test:\n  " + "\n  ".join(found), pytrace=False)
