@@ -160,9 +160,11 @@ class Holdings:
 
 
 def _handlers() -> dict[signal.Signals, object]:
-    """Each catchable signal's handler (a Python function, SIG_DFL or SIG_IGN)."""
+    """Each catchable signal's handler (a Python function, SIG_DFL or SIG_IGN); not
+    SIGALRM's, which pytest-timeout sets and clears around each test."""
     return {sig: signal.getsignal(sig) for sig in signal.valid_signals()
-            if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP)}
+            if isinstance(sig, signal.Signals)
+            and sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGALRM)}
 
 
 def holdings(temp: Path) -> Holdings:

@@ -15,7 +15,12 @@ from conftest import alive, wait_gone
 import apgas
 from apgas import DeadPlaceError, MultipleException
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(90)
+
+#: s: how long the places may take to go. Far below the tasks' 60 s sleep, so a place
+#: that is not stopped still fails the test; no guess at how fast a loaded machine
+#: ends processes (the shutdown's speed is measured by benchmarks, not here)
+ENDS_WITHIN = 30.0
 
 PROGRAM = """
 import os, sys, time
@@ -45,16 +50,16 @@ def read_pids(proc) -> list[int]:
 def test_all_places_exit_after_main_returns(script):
     proc = script(PROGRAM.replace("sys.argv[1]", "'return'"))
     pids = read_pids(proc)
-    assert proc.wait(10) == 0
-    assert wait_gone(pids, 2.0) == []
+    assert proc.wait(ENDS_WITHIN) == 0
+    assert wait_gone(pids, ENDS_WITHIN) == []
 
 
 def test_all_places_exit_after_main_raises(script):
     proc = script(PROGRAM.replace("sys.argv[1]", "'raise'"))
     pids = read_pids(proc)
-    assert proc.wait(10) != 0
+    assert proc.wait(ENDS_WITHIN) != 0
     assert "main failed" in proc.stderr.read()
-    assert wait_gone(pids, 2.0) == []
+    assert wait_gone(pids, ENDS_WITHIN) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -63,9 +68,8 @@ def test_ctrl_c_or_term_at_place_zero_stops_every_place(script, sig):
     pids = read_pids(proc)
     time.sleep(0.3)  # the sleeping tasks have started
     os.kill(pids[0], sig)
-    start = time.monotonic()
-    proc.wait(5)
-    assert wait_gone(pids, 2.0 - (time.monotonic() - start)) == []
+    assert proc.wait(ENDS_WITHIN) in (-sig, 128 + sig)  # ended by the signal, as a shell shows
+    assert wait_gone(pids, ENDS_WITHIN) == []
 
 
 def test_places_exit_by_themselves_when_place_zero_is_killed(script):
@@ -73,8 +77,8 @@ def test_places_exit_by_themselves_when_place_zero_is_killed(script):
     pids = read_pids(proc)
     time.sleep(0.3)
     os.kill(pids[0], signal.SIGKILL)
-    proc.wait(5)
-    assert wait_gone(pids[1:], 5.0) == []
+    proc.wait(ENDS_WITHIN)
+    assert wait_gone(pids[1:], ENDS_WITHIN) == []
 
 
 def test_cli_runs_a_script_with_its_arguments(tmp_path):

@@ -20,14 +20,16 @@ from conftest import eventually
 ROOT = Path(__file__).resolve().parent.parent
 PROG = str(Path(__file__).with_name("slurm_job.py"))
 
-pytestmark = pytest.mark.timeout(300)
+#: one worker runs them all: the cluster (slurmctld, slurmdbd, mariadb, four slurmds)
+#: then starts once per run, not once on each worker that got one of the tests
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("slurm-controller")]
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """Four nodes of two CPUs, in a directory others may enter (the forgery tests run
     Slurm's commands as nobody), able to resize jobs (slurmdbd), else the tests skip."""
-    work = Path(tempfile.mkdtemp(prefix="apgas-ctl-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="apgas-ctl-"))  # the tests' temporary directory: 1777
     work.chmod(0o755)
     try:
         made = start_slurm(work, nodes=4, cpus=2)
