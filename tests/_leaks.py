@@ -37,7 +37,7 @@ import pytest
 
 from launcher._proctitle import serve_argv
 
-__all__ = ["SETTLE", "Holdings", "holdings", "leaks", "lasting", "private_tempdir", "leak_check",
+__all__ = ["SETTLE", "Holdings", "alive", "holdings", "leaks", "lasting", "private_tempdir", "leak_check",
            "place_processes"]
 
 SETTLE = 10.0  # s: a loaded machine may take this long to end what a test stopped
@@ -45,6 +45,12 @@ SETTLE = 10.0  # s: a loaded machine may take this long to end what a test stopp
 #: socket directory of schedulers (made once, as tmux's), pytest's own base directory
 LASTING_TEMP = ("apgas-scheduler-", "pytest-of-")
 _PACKAGES = sysconfig.get_paths()["purelib"] + "/"
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    stat = _stat(str(pid))
+    return stat is not None and stat[0] not in ("Z", "X")
 
 
 def _stat(pid: str) -> tuple[str, int] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from _browser import browser  # noqa: F401  (module fixture: headless Chromium, or a skip)
-from _leaks import leak_check, place_processes, private_tempdir, remove_tempdir  # noqa: F401
+from _leaks import alive, leak_check, place_processes, private_tempdir, remove_tempdir  # noqa: F401
 from _slurm import slurm_cluster  # noqa: F401  (session fixture: a 3-node Slurm on 127.0.0.1)
 from _sshd import sshd  # noqa: F401  (session fixture: a real sshd on 127.0.0.1)
 from hypothesis import settings
@@ -116,16 +116,6 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def install_distribution(directory: Path, name: str, module: str, source: str,
