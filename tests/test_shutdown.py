@@ -72,6 +72,39 @@ def test_ctrl_c_or_term_at_place_zero_stops_every_place(script, sig):
     assert wait_gone(pids, ENDS_WITHIN) == []
 
 
+CTRL_C_ON_ANOTHER_THREAD = """
+import os, signal, sys, threading, time
+import apgas
+
+def ctrl_c_soon():  # its C handler runs on this thread: the main thread sleeps on
+    time.sleep(0.5)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+def main():
+    print("PIDS", *[apgas.at(p, os.getpid) for p in apgas.places()], flush=True)
+    threading.Thread(target=ctrl_c_soon, daemon=True).start()
+    if sys.argv[1] == "finish":
+        with apgas.finish():
+            apgas.async_at(apgas.place(1), time.sleep, 60)
+    else:
+        apgas.at(apgas.place(1), time.sleep, 60)
+
+apgas.run(main, places=2)
+"""
+
+
+@pytest.mark.parametrize("wait", ["finish", "at"])
+def test_ctrl_c_ends_a_wait_whenever_it_comes(script, wait):
+    """A Ctrl-C handled while the main thread is not in Python code (here: on another
+    thread, as when it comes just before a wait begins) still ends the program's
+    wait, not the 60 s the task would take."""
+    proc = script(CTRL_C_ON_ANOTHER_THREAD.replace("sys.argv[1]", repr(wait)))
+    pids = read_pids(proc)
+    assert proc.wait(ENDS_WITHIN) == -signal.SIGINT, proc.stderr.read()
+    assert "KeyboardInterrupt" in proc.stderr.read()
+    assert wait_gone(pids, ENDS_WITHIN) == []
+
+
 def test_places_exit_by_themselves_when_place_zero_is_killed(script):
     proc = script(PROGRAM.replace("sys.argv[1]", "'sleep'"))
     pids = read_pids(proc)

@@ -19,6 +19,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from .signals import wait_slice
+
 __all__ = ["Gate"]
 
 
@@ -45,7 +47,7 @@ class Gate:
                 self._holds[me] = depth + 1
                 return True
             while self._order is not None or self._waiting:
-                self._cond.wait()
+                self._cond.wait(wait_slice())  # the main thread: Ctrl-C comes through
             self._holds[me] = 1
             return True
 
@@ -88,7 +90,7 @@ class Gate:
             self._waiting += 1
             try:
                 while self._holds:
-                    self._cond.wait()
+                    self._cond.wait(wait_slice())
             finally:
                 self._waiting -= 1
             self._order = me

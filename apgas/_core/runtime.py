@@ -39,6 +39,7 @@ from .limits import check_start
 from .place import Place
 from .pool import WorkerPool, blocking, on_pool_thread
 from .replies import Channel, ReplyChannels, routing_id
+from .signals import wait_slice
 from .transport import MessageTooLarge, Transport
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ class _Pending:
         self.error: BaseException | None = None
 
     def wait(self) -> None:
-        self._latch.acquire()
+        while not self._latch.acquire(timeout=wait_slice() or -1):
+            pass  # the main thread: a slice ended, Ctrl-C's handler has run
 
     def settle(self) -> None:
         try:
@@ -377,7 +379,8 @@ class Runtime:
         if not f.done.is_set():
             self.transport.flush()  # tasks that wait to leave in a batch leave now
             with blocking():
-                f.done.wait()
+                while not f.done.wait(wait_slice()):
+                    pass  # the main thread: a slice ended, Ctrl-C's handler has run
         with self._lock:
             self._home.pop(f.fid, None)
         return f.exceptions
