@@ -3,6 +3,7 @@ share a daemon run in one pytest-xdist worker (:func:`pytest_itemcollected`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -174,6 +175,21 @@ def script(tmp_path):
             os.kill(pid, signal.SIGKILL)
         for pipe in (proc.stdout, proc.stderr):
             pipe.close()
+
+
+@pytest.fixture
+def apgas_caplog(caplog):
+    """pytest's ``caplog``, also fed by the loggers of ``apgas``, ``glb`` and
+    ``launcher``, which :func:`apgas.run` keeps from propagating to the root (their
+    lines go to stderr, prefixed with the place)."""
+    loggers = [logging.getLogger(name) for name in ("apgas", "glb", "launcher")]
+    for logger in loggers:
+        logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        for logger in loggers:
+            logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ and an order in progress that loses one of its places."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -180,7 +179,7 @@ def test_nothing_new_is_sent_to_the_elastic_job_scheduler(monkeypatch):
     assert handler.calls[0][:2] == ("lost", [(1, "nodeB")])
 
 
-def test_losses_wait_for_the_order_in_progress_and_a_failing_handler_is_not_fatal(caplog):
+def test_losses_wait_for_the_order_in_progress_and_a_failing_handler_is_not_fatal(apgas_caplog):
     """Place 2 dies during a grow's pre_grow: the handler hears of it after post_grow.
     Its first on_place_lost raises: logged, and the next loss is still told."""
     class Failing(Recorder):
@@ -205,15 +204,10 @@ def test_losses_wait_for_the_order_in_progress_and_a_failing_handler_is_not_fata
         assert handler.heard.wait(10)
         return [p.id for p in apgas.places()]
 
-    logger = logging.getLogger("apgas")  # it does not propagate to the root's caplog
-    logger.addHandler(caplog.handler)
-    try:
-        assert apgas.run(main) == [0, 3]
-    finally:
-        logger.removeHandler(caplog.handler)
+    assert apgas.run(main) == [0, 3]
     assert [c[:2] for c in handler.calls] == [("pre_grow", 1), ("post_grow", 1),
                                               ("lost", [(2, "nodeC")]), ("lost", [(1, "nodeB")])]
-    assert "the handler's on_place_lost([Place(2, 'nodeC')]) failed" in caplog.text
+    assert "the handler's on_place_lost([Place(2, 'nodeC')]) failed" in apgas_caplog.text
 
 
 class DyingShrink(Recorder):

@@ -237,7 +237,7 @@ def test_malformed_requests_get_clear_errors_and_the_scheduler_goes_on(sched, sh
     assert request(s.address, "status")["jobs"] == []
 
 
-def test_a_job_in_plain_mode_takes_plain_orders_and_says_so(monkeypatch, caplog):
+def test_a_job_in_plain_mode_takes_plain_orders_and_says_so(monkeypatch, apgas_caplog):
     monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")
     monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", "127.0.0.1:0")
     monkeypatch.setenv("APGAS_PLAIN_PROTOCOL", "1")
@@ -246,7 +246,7 @@ def test_a_job_in_plain_mode_takes_plain_orders_and_says_so(monkeypatch, caplog)
         address = apgas.define_malleable_handler(Newest()).address
         return send_order(address, "grow 1 nodeA", secret=""), len(apgas.places())
 
-    with caplog.at_level("WARNING", logger="apgas.malleable"):
+    with apgas_caplog.at_level("WARNING", logger="apgas.malleable"):
         reply, places = apgas.run(main, places=1)
     assert reply == ["ok grow 1 places 1"] and places == 2
-    assert "anyone who can reach that port can resize this job" in caplog.text
+    assert "anyone who can reach that port can resize this job" in apgas_caplog.text
