@@ -5,7 +5,8 @@ itself the orders in ``ORDERS`` (``;``-separated); the last root of the tree is
 held until they are done, so the count ends after them. ``MODE=fail``: long
 tasks at every place; the test kills a host or cuts its link; the program
 reports what the finish raised and when, then works on with the places left.
-Each prints one ``RESULT <json>`` line; ``fail`` prints ``RUNNING`` first.
+Each prints one ``RESULT <json>`` line; ``fail`` prints ``RUNNING`` first, once
+the long task runs at every place (a fault after it hits them, however slow the machine).
 """
 
 from __future__ import annotations
@@ -58,8 +59,14 @@ def _glb(gate: str) -> dict:
             "hosts": [p.host for p in apgas.places()]}
 
 
+def long_task_runs() -> bool:
+    # in the place's environment: a global would travel with the function, pickled by value
+    return os.environ.get("LONG_TASK_RUNS") == "1"
+
+
 def until_a_place_dies(count: int) -> None:
     """A long task that ends once this place knows of a place fewer (of a death)."""
+    os.environ["LONG_TASK_RUNS"] = "1"
     deadline = time.monotonic() + 120
     while len(apgas.places()) >= count and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -68,12 +75,14 @@ def until_a_place_dies(count: int) -> None:
 def fail() -> dict:
     places = apgas.places()
     ids = {p.id: p.host for p in places}
-    print("RUNNING", flush=True)
     caught: list[dict] = []
     try:
         with apgas.finish():
             for p in places[1:]:
                 apgas.async_at(p, until_a_place_dies, len(places))
+            while not all(apgas.at(p, long_task_runs) for p in places[1:]):
+                time.sleep(0.01)
+            print("RUNNING", flush=True)
     except apgas.MultipleException as e:
         caught = [{"place": x.place_id, "error": str(x)} for x in e.exceptions
                   if isinstance(x, apgas.DeadPlaceError)]

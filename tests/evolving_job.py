@@ -10,8 +10,13 @@ line ``{"order": "listening", "port": <the port it bound>}`` (the test names
 that port in the job's ready line).
 
 ``FAKE_DELAY`` seconds pass before each answer (so that an order stays in
-flight a while); ``FAKE_GROW_ERROR``/``FAKE_SHRINK_ERROR`` make grows/shrinks
-fail with that reason. The process exits after ``FAKE_SECONDS`` (30).
+flight a while); with ``FAKE_HOLD_GROW``/``FAKE_HOLD_SHRINK`` naming a file, a
+grow/shrink is answered only once that file exists (so that it stays in flight
+until the test is done with it, however slow the machine);
+``FAKE_GROW_ERROR``/``FAKE_SHRINK_ERROR`` make grows/shrinks
+fail with that reason. The process exits after ``FAKE_SECONDS`` (600: a test's
+steps take what they take on a loaded machine; the scheduler ends it before,
+at its walltime or the scheduler's shutdown).
 """
 
 import json
@@ -47,7 +52,7 @@ def main() -> None:
     hosts = os.environ["APGAS_HOSTS"].split(",")
     next_id = len(hosts)
     delay = float(os.environ.get("FAKE_DELAY", "0"))
-    deadline = time.monotonic() + float(os.environ.get("FAKE_SECONDS", "30"))
+    deadline = time.monotonic() + float(os.environ.get("FAKE_SECONDS", "600"))
     listen = os.environ.get("APGAS_MALLEABLE_LISTEN")  # unset for a rigid job: it just runs
     server = socket.create_server(address(listen)) if listen else None
     with open(os.environ["FAKE_LOG"], "a", buffering=1) as log:
@@ -67,6 +72,9 @@ def main() -> None:
                 if line.startswith("A1 "):  # signed by the scheduler: the order is the rest
                     line = line.split(" ", 4)[4] if line.count(" ") >= 4 else ""
                 time.sleep(delay)
+                hold = os.environ.get(f"FAKE_HOLD_{line.split(' ', 1)[0].upper()}")
+                while hold and not os.path.exists(hold):
+                    time.sleep(0.01)
                 reply, hosts, next_id = answer(line.split(), hosts, next_id)
                 log.write(json.dumps({"order": line, "hosts": hosts}) + "\n")
                 conn.sendall("".join(r + "\n" for r in reply).encode())

@@ -4,10 +4,12 @@ It announces itself with ``APGAS-Ready;<port>``, naming the port it bound
 (``APGAS_MALLEABLE_LISTEN`` says port 0), or plain with the bare
 ``APGAS-Ready`` on the fixed port it was given (as an evolving job it then asks for
 ``FOREIGN_REQUEST`` nodes, and with ``FOREIGN_RELEASE`` gives the last one
-back after a grow), takes grow and shrink orders for
-``FOREIGN_SECONDS`` seconds (answering a shrink with the hosts it gives back,
-a grow with nothing, as ElasticJobScheduler's jobs do), writes what it held
-after each order to ``FOREIGN_LOG`` as JSON lines, and exits 0.
+back after a grow), takes grow and shrink orders (answering a shrink with the
+hosts it gives back, a grow with nothing, as ElasticJobScheduler's jobs do) for
+``FOREIGN_SECONDS`` seconds, or, with ``FOREIGN_UNTIL`` set to ``grow`` or
+``shrink``, until it has taken the first such order (a test then waits for that
+event, not for a guessed time; ``FOREIGN_SECONDS`` only bounds it), writes what
+it held after each order to ``FOREIGN_LOG`` as JSON lines, and exits 0.
 
 It signs its lines as ``docs/security.md`` describes (HMAC-SHA256 with
 ``APGAS_JOB_SECRET``), written out here as a job in another language would;
@@ -79,4 +81,6 @@ with open(os.environ["FOREIGN_LOG"], "a") as log:
             log.write(json.dumps({"order": " ".join(line), "hosts": hosts}) + "\n")
             log.flush()
             tell(f"{line[0]}TimeAPGAS;{line[1]};1000:{me}")
+            if line[0] == os.environ.get("FOREIGN_UNTIL"):
+                break
     tell(f"APGAS-NotMalleable:{me}")

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from conftest import eventually
 from orders import free_port, order
 
 import apgas
@@ -105,9 +106,11 @@ def test_a_host_named_twice_gets_two_places():
     apgas.run(main, places=1)
 
 
-def slow_task(ref: apgas.GlobalRef, seconds: float) -> None:
-    time.sleep(seconds)
+def slow_task(ref: apgas.GlobalRef, seconds: float, began: apgas.GlobalRef | None = None) -> None:
     me = apgas.here().id
+    if began is not None:  # says that it runs
+        apgas.at(began.home, lambda: began.get().append(me))
+    time.sleep(seconds)
     apgas.at(ref.home, lambda: ref.get().append(me))
 
 
@@ -116,23 +119,25 @@ def test_a_removed_place_finishes_its_tasks_first():
         address = apgas.define_malleable_handler(Recorder()).address
         done: list[int] = []
         ref = apgas.GlobalRef(done)
+        running: list[int] = []
+        began = apgas.GlobalRef(running)
         failures: list[BaseException] = []
 
         def waiter():
             try:
                 with apgas.finish():
-                    apgas.async_at(apgas.place(2), slow_task, ref, 1.0)
-                    apgas.async_at(apgas.place(1), slow_task, ref, 0.1)
+                    apgas.async_at(apgas.place(2), slow_task, ref, 1.0, began)
+                    apgas.async_at(apgas.place(1), slow_task, ref, 0.1, began)
             except BaseException as e:
                 failures.append(e)
 
         thread = threading.Thread(target=waiter)
         thread.start()
-        time.sleep(0.3)  # both tasks run
+        eventually(lambda: sorted(running) == [1, 2], "both tasks to run")
         host = apgas.place(2).host
         assert order(address, "shrink 1") == [host]
         assert 2 in done  # the shrink waited for place 2's task
-        thread.join(10)
+        thread.join(30)
         return sorted(done), failures, ids(apgas.places())
 
     assert apgas.run(main, places=3) == ([1, 2], [], [0, 1])
@@ -290,10 +295,10 @@ def test_disabling_waits_for_the_order_in_progress():
         replies = []
         client = threading.Thread(target=lambda: replies.append(order(address, "grow 1 nodeA")))
         client.start()
-        assert handler.started.wait(10)
+        assert handler.started.wait(30)
         apgas.disable_malleable_handler()
         calls = list(handler.calls)
-        client.join(10)
+        client.join(30)
         return calls, replies
 
     calls, replies = apgas.run(main, places=1)

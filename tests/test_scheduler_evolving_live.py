@@ -80,7 +80,7 @@ def ask(sched: Scheduler, line: str) -> str:
         return conn.makefile().readline().strip()
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -126,7 +126,7 @@ def test_requests_are_additive_and_refused_beyond_the_maximum(sched_factory, tmp
     assert job.ask("Evolving;Request;1") == (
         f"error job {job.id} asks for 1 more node(s) but holds 1, has asked for 2 more "
         "already, and may have at most 3")
-    time.sleep(0.5)
+    time.sleep(0.5)  # no event marks "no grant": a wrong one would have come by now
     assert job.state()["requested"] == 2 and job.order_lines() == []
     sched.cancel(busy.id)  # its node comes free: one of the two is granted
     wait_for(lambda: job.order_lines(), "the grow order")
@@ -139,7 +139,7 @@ def test_requests_and_checks_are_refused_under_easy(sched_factory, tmp_path):
     job = FakeJob(sched, tmp_path, max_nodes=2).wait_listening().ready()
     assert job.ask("Evolving;Request;1") == GATE
     assert job.ask("Evolving;Check;1;2;0;1") == GATE
-    time.sleep(0.5)
+    time.sleep(0.5)  # no event marks "no order": a wrong grant would have come by now
     assert job.order_lines() == [] and job.state()["requested"] == 0
     assert [e["answer"] for e in events(tmp_path, "check")] == [GATE]
 
@@ -195,10 +195,12 @@ def test_not_malleable_drops_outstanding_requests(sched_factory, tmp_path):
 @pytest.mark.parametrize("policy", ["evolving", "dmr"])
 def test_check_expands_on_idle_nodes_then_the_grow_order_comes(sched_factory, tmp_path, policy):
     sched = sched_factory(nodes=4, policy=policy)  # dmr leaves an evolving job to its checks
-    job = FakeJob(sched, tmp_path, max_nodes=4, FAKE_DELAY="1.0").wait_listening().ready()
+    hold = tmp_path / "answer-the-grow"  # the grow stays in flight until this file exists
+    job = FakeJob(sched, tmp_path, max_nodes=4, FAKE_HOLD_GROW=str(hold)).wait_listening().ready()
     assert job.ask("Evolving;Check;1;3;0;1") == "expand 3"
     assert job.state()["nodes"] == ["node0"] and owners(sched)["node2"] == job.id  # reserved
     assert job.ask("Evolving;Check;1;4;0;1") == "none"  # the grow is still in flight
+    hold.touch()
     wait_for(lambda: len(job.state()["nodes"]) == 3, "the grow")
     assert job.order_lines() == ["grow 2 node1 node2"]
     assert [e["answer"] for e in events(tmp_path, "check")] == ["expand 3", "none"]
@@ -214,14 +216,14 @@ def test_check_shrinks_for_a_queued_job_which_starts_before_any_request(sched_fa
     wait_for(lambda: len(job.state()["nodes"]) == 4, "the grow")
     assert job.ask("Evolving;Check;1;4;0;1") == "none"  # all nodes held, nothing waits
     rigid = FakeJob(sched, tmp_path, "rigid", cls="rigid", nodes=2, max_nodes=2)
-    time.sleep(0.5)
+    time.sleep(0.5)  # a negative check: no event marks "not started"
     assert rigid.state()["state"] == "queued"
     assert job.ask("Evolving;Check;1;4;0;1") == "shrink 2"
     assert job.ask("Evolving;Request;1") == "ok 1"  # must not take a node the rigid job is owed
     wait_for(lambda: rigid.state()["state"] == "running", "the queued job to start")
     assert sorted(rigid.state()["nodes"]) == ["node2", "node3"]
     assert job.order_lines()[1] == "shrink 2"
-    time.sleep(0.5)
+    time.sleep(0.5)  # no event marks "no grant": a wrong one would have come by now
     assert job.order_lines() == ["grow 3 node1 node2 node3", "shrink 2"]
     assert job.state()["requested"] == 1
     sched.cancel(rigid.id)  # its nodes come free: now the request is granted
@@ -240,7 +242,7 @@ def test_release_returns_the_node_to_the_pool(sched_factory, tmp_path):
     wait_for(lambda: owners(sched)["node1"] is None, "node1 to be free")
     assert job.state()["nodes"] == ["node0"]
     job.ask("Evolving;Release;node2")  # not its node: logged and ignored
-    time.sleep(0.3)
+    wait_for(lambda: events(tmp_path, "release_ignored"), "the release to be ignored")
     assert owners(sched) == {"node0": job.id, "node1": None, "node2": None}
     assert [e["host"] for e in events(tmp_path, "release_ignored")] == ["node2"]
     assert job.ask("Evolving;Request;2") == "ok 2"  # both idle nodes may be asked for again
@@ -265,7 +267,8 @@ def test_refuse_order_when_the_grow_for_a_request_fails(sched_factory, tmp_path)
 
 def test_refuse_order_when_a_failed_shrink_leaves_no_room(sched_factory, tmp_path):
     sched = sched_factory(nodes=4)
-    job = FakeJob(sched, tmp_path, max_nodes=4, FAKE_DELAY="1.0",
+    hold = tmp_path / "answer-the-shrink"  # the shrink stays in flight until this file exists
+    job = FakeJob(sched, tmp_path, max_nodes=4, FAKE_HOLD_SHRINK=str(hold),
                   FAKE_SHRINK_ERROR="the handler's pre_shrink raised ValueError: no")
     job.wait_listening().ready()
     assert job.ask("Evolving;Check;1;4;0;1") == "expand 4"
@@ -274,6 +277,7 @@ def test_refuse_order_when_a_failed_shrink_leaves_no_room(sched_factory, tmp_pat
     time.sleep(0.5)
     assert job.ask("Evolving;Check;1;4;0;1") == "shrink 2"
     assert job.ask("Evolving;Request;2") == "ok 2"  # room for it once the shrink is done...
+    hold.touch()
     wait_for(lambda: len(job.order_lines()) == 3, "the shrink and the refusal")
     assert job.order_lines()[1:] == [  # ... but the shrink fails
         "shrink 2", f"refuse 2 job {job.id} holds 4 node(s) and may have at most 4"]

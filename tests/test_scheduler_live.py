@@ -98,12 +98,12 @@ def test_foreign_job_is_grown_and_shrunk(make_scheduler, tmp_path, protocol):
     sched = make_scheduler(nodes=3, policy="malleable", allow_plain_jobs=protocol == "plain")
     log = tmp_path / "foreign.jsonl"
     spec = job("foreign", [PY, str(ROOT / "tests" / "foreign_job.py")], "malleable", 1, 3,
-               FOREIGN_LOG=str(log), FOREIGN_SECONDS="6")
+               FOREIGN_LOG=str(log), FOREIGN_UNTIL="shrink", FOREIGN_SECONDS="45")
     first = sched.submit(dataclasses.replace(spec, protocol=protocol))
     wait_for(sched, "the foreign job registers and gets the two idle nodes",
              lambda jobs: len(jobs[first]["nodes"]) == 3)
     second = sched.submit(job("rigid", [PY, "-c", "import time; time.sleep(0.5)"], "rigid", 2))
-    jobs = wait_ended(sched, [first, second], timeout=30)
+    jobs = wait_ended(sched, [first, second], timeout=60)
     assert jobs[first]["state"] == "done" and jobs[second]["state"] == "done", jobs
     held = [json.loads(line) for line in log.read_text().splitlines()]
     assert held[0] == {"order": "start", "hosts": ["node0"]}
@@ -173,7 +173,7 @@ def test_cli_submit_status_cancel_and_bad_job_files(make_scheduler, tmp_path):
         (1, "sleeper", "running", ["node0", "node1"]), (2, "quick", "queued", [])]
     assert "sleeper" in cli("status", "--to", to).stdout
     assert cli("cancel", "--to", to, "1").stdout.strip() in ("running", "cancelled")
-    jobs = wait_ended(sched, [1, 2], timeout=15)
+    jobs = wait_ended(sched, [1, 2], timeout=60)
     assert jobs[1]["state"] == "cancelled" and jobs[1]["reason"] == "cancelled by the user"
     assert jobs[2]["state"] == "done"
     assert "no job with id 7" in cli("cancel", "--to", to, "7").stderr
@@ -241,9 +241,9 @@ def test_evolving_job_request_is_granted_and_a_release_returns_the_node(make_sch
     sched = make_scheduler(nodes=4, policy="evolving")  # grants requests, never grows on its own
     log = tmp_path / "evolving.jsonl"
     jid = sched.submit(job("evolving", [PY, str(ROOT / "tests" / "foreign_job.py")], "evolving",
-                           1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="2", FOREIGN_REQUEST="2",
-                           FOREIGN_RELEASE="1"))
-    jobs = wait_ended(sched, [jid], timeout=30)
+                           1, 3, FOREIGN_LOG=str(log), FOREIGN_UNTIL="grow", FOREIGN_SECONDS="45",
+                           FOREIGN_REQUEST="2", FOREIGN_RELEASE="1"))
+    jobs = wait_ended(sched, [jid], timeout=60)
     assert jobs[jid]["state"] == "done", jobs
     held = [json.loads(line) for line in log.read_text().splitlines()]
     assert held[1]["order"] == "grow 2 node1 node2"

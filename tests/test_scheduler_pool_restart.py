@@ -65,10 +65,12 @@ def stored_events(state: Path) -> list[dict]:
     return read_db_events(state / "scheduler.db")
 
 
-def sleeper(tmp: Path, name: str, seconds: float, nodes: int = 1) -> dict:
+def sleeper(tmp: Path, name: str, seconds: float | None, nodes: int = 1) -> dict:
+    """None: it runs until the file ``<name>.go`` exists (it outlasts a restart however slow)."""
     mark = tmp / name
+    wait = f"sleep {seconds}" if seconds is not None else f"while [ ! -e {mark}.go ]; do sleep 0.05; done"
     return {"name": name, "class": "rigid", "nodes": nodes, "walltime": 60, "cwd": str(tmp),
-            "command": ["/bin/sh", "-c", f"echo $$ > {mark}.pid; sleep {seconds}; touch {mark}.done"]}
+            "command": ["/bin/sh", "-c", f"echo $$ > {mark}.pid; {wait}; touch {mark}.done"]}
 
 
 @pytest.fixture
@@ -105,7 +107,7 @@ def test_a_node_an_adopted_job_runs_on_drains_then_leaves(tmp_path, daemons):
     the pool, in the state too: a third start does not see it."""
     first = Daemon(tmp_path, "a[0-1]").start()
     daemons.append(first)
-    long = first.request("submit", job=sleeper(tmp_path, "long", 8))["id"]
+    long = first.request("submit", job=sleeper(tmp_path, "long", None))["id"]
     pid = int(eventually(lambda: (tmp_path / "long.pid").exists()
                          and (tmp_path / "long.pid").read_text(), "the long job's pid"))
     assert first.jobs()[long]["nodes"] == ["a0"]
@@ -123,6 +125,7 @@ def test_a_node_an_adopted_job_runs_on_drains_then_leaves(tmp_path, daemons):
     eventually(lambda: all((j := second.jobs())[o]["state"] == "done" for o in others) and j,
                "the other jobs")
     assert second.jobs()[long]["state"] == "running" and alive(pid)  # they ran meanwhile
+    (tmp_path / "long.go").touch()
     eventually(lambda: second.jobs()[long]["state"] == "done", "the long job to end")
     assert (tmp_path / "long.done").exists()
     eventually(lambda: "a0" not in second.nodes_view(), "a0 to leave the pool")
@@ -141,7 +144,7 @@ def test_a_node_an_adopted_job_runs_on_drains_then_leaves(tmp_path, daemons):
 def test_a_draining_node_added_again_stays(tmp_path, daemons):
     first = Daemon(tmp_path, "a[0-1]").start()
     daemons.append(first)
-    long = first.request("submit", job=sleeper(tmp_path, "long", 3))["id"]
+    long = first.request("submit", job=sleeper(tmp_path, "long", None))["id"]
     eventually(lambda: (tmp_path / "long.pid").exists(), "the long job to start")
     first.kill()
     second = Daemon(tmp_path, "a1").start()
@@ -152,6 +155,7 @@ def test_a_draining_node_added_again_stays(tmp_path, daemons):
     assert second.request("add-nodes", nodes=["a0"])["nodes"] == ["a1", "a0"]
     assert "draining" not in second.nodes_view()["a0"]
     two = second.request("submit", job=sleeper(tmp_path, "two", 0.1, nodes=2))["id"]
+    (tmp_path / "long.go").touch()
     eventually(lambda: second.jobs()[long]["state"] == "done", "the long job to end")
     eventually(lambda: second.jobs()[two]["state"] == "done", "the 2-node job, on a0 too")
     assert stored_pool(tmp_path / "state") == ["a1", "a0"]

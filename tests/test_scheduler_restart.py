@@ -69,11 +69,13 @@ class Daemon:
             self.proc.stderr.close()
 
 
-def sleeper(tmp: Path, name: str, seconds: float) -> dict:
-    """A rigid job that writes its pid, sleeps, then writes when it ended."""
+def sleeper(tmp: Path, name: str, seconds: float | None) -> dict:
+    """A rigid job that writes its pid, sleeps (None: until the file ``<name>.go``
+    exists, so that it outlasts a restart however slow), then writes when it ended."""
     mark = tmp / name
+    wait = f"sleep {seconds}" if seconds is not None else f"while [ ! -e {mark}.go ]; do sleep 0.05; done"
     return {"name": name, "class": "rigid", "nodes": 1, "walltime": 60, "cwd": str(tmp),
-            "command": ["/bin/sh", "-c", f"echo $$ > {mark}.pid; sleep {seconds}; touch {mark}.done"]}
+            "command": ["/bin/sh", "-c", f"echo $$ > {mark}.pid; {wait}; touch {mark}.done"]}
 
 
 @pytest.fixture
@@ -85,7 +87,7 @@ def daemon(tmp_path):
 
 def test_a_killed_scheduler_resumes_its_jobs(daemon, tmp_path):
     daemon.start()
-    first = daemon.request("submit", job=sleeper(tmp_path, "first", 4))["id"]
+    first = daemon.request("submit", job=sleeper(tmp_path, "first", None))["id"]
     second = daemon.request("submit", job=sleeper(tmp_path, "second", 0.5))["id"]
     eventually(lambda: daemon.jobs()[first]["state"] == "running", "the first job to run")
     assert daemon.jobs()[second]["state"] == "queued"
@@ -99,6 +101,7 @@ def test_a_killed_scheduler_resumes_its_jobs(daemon, tmp_path):
     assert jobs[second]["state"] == "queued"
     third = daemon.request("submit", job=sleeper(tmp_path, "third", 0.1))["id"]
     assert third == second + 1  # ids are not reused
+    (tmp_path / "first.go").touch()
     eventually(lambda: all(j["state"] == "done" for j in daemon.jobs().values()), "every job to end")
     assert (tmp_path / "first.done").exists() and (tmp_path / "second.done").exists()
     assert not alive(pid)

@@ -117,12 +117,12 @@ def test_a_daemon_killed_while_it_starts_a_job_runs_its_program_once(tmp_path, m
         serve.kill()
         monkeypatch.delenv("APGAS_TEST_STOP_AT_START")
         if where == "after-adopted":
-            assert wait_gone(first[1:], 10) == []  # the child saw no go and ended
+            assert wait_gone(first[1:], 30) == []  # the child saw no go and ended
             lines = serve.start()
             assert "1 adopted" in lines[-1], lines
             os.kill(supervisor, signal.SIGCONT)
         else:
-            assert wait_gone(first, 10) == []  # no go: they end by themselves, nothing ran
+            assert wait_gone(first, 30) == []  # no go: they end by themselves, nothing ran
             assert cgroup is None or not cgroup.exists()  # the first process removed it
             lines = serve.start()
             if where == "after":
@@ -132,7 +132,7 @@ def test_a_daemon_killed_while_it_starts_a_job_runs_its_program_once(tmp_path, m
         assert final["state"] == "done" and final["reason"] == "", final
         assert final["requeues"] == 0, final
         assert len(marks.read_text().split()) == 1  # its program ran once
-        assert wait_gone(first, 10) == [] and (cgroup is None or not cgroup.exists())
+        assert wait_gone(first, 30) == [] and (cgroup is None or not cgroup.exists())
         serve.stop()
         events = [e for e in read_db_events(db) if e.get("job") == job_id]
         kinds = [e["event"] for e in events]

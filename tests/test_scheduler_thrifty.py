@@ -146,12 +146,13 @@ def test_live_a_lone_malleable_job_starts_wide_and_is_shrunk_for_a_rigid_one(mak
     sched = make_scheduler(nodes=3, policy="thrifty")
     log = tmp_path / "foreign.jsonl"
     first = sched.submit(job("foreign", [sys.executable, str(ROOT / "tests" / "foreign_job.py")],
-                             "malleable", 1, 3, FOREIGN_LOG=str(log), FOREIGN_SECONDS="4"))
+                             "malleable", 1, 3, FOREIGN_LOG=str(log), FOREIGN_UNTIL="shrink",
+                             FOREIGN_SECONDS="45"))
     wait_for(sched, "the malleable job starts on the 3 nodes",
              lambda jobs: len(jobs[first]["nodes"]) == 3)
     second = sched.submit(job("rigid", [sys.executable, "-c", "import time; time.sleep(0.3)"],
                               "rigid", 2))
-    jobs = wait_ended(sched, [first, second], timeout=30)
+    jobs = wait_ended(sched, [first, second], timeout=60)
     assert jobs[first]["state"] == jobs[second]["state"] == "done", jobs
     held = [json.loads(line) for line in log.read_text().splitlines()]
     assert held[0] == {"order": "start", "hosts": ["node0", "node1", "node2"]}, held

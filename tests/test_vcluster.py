@@ -171,7 +171,7 @@ def test_link_down_cuts_a_host_off_and_link_up_brings_it_back(vcluster):
         assert cut in vcluster.run(cut, ["hostname"]).stdout  # still running, only cut off
     finally:
         vcluster.link_up(cut)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not _connects(vcluster.resolve(cut)):
         assert time.monotonic() < deadline, "host not reachable again after link_up"
         time.sleep(0.1)
@@ -188,14 +188,14 @@ def test_kill_host_revive_host_and_stop_leave_nothing(tmp_path_factory):
     try:
         sleeper = vc.exec("vh1", ["sleep", "300"])
         remote = subprocess.Popen(vc.ssh("vh2", "sleep 300"), stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while "sleep" not in map(_comm, vc.pids("vh2")):
             assert time.monotonic() < deadline, vc.pids("vh2")
             time.sleep(0.05)
         killed = vc.kill_host("vh1")
         assert sleeper.pid in killed and vc.ssh_servers["vh1"].process.pid in killed
         assert vc.slurm._procs["slurmd-vh1"].pid in killed
-        assert sleeper.wait(5) == -signal.SIGKILL
+        assert sleeper.wait(30) == -signal.SIGKILL
         assert vc.pids("vh1") == []
         assert not _connects(vc.resolve("vh1"))  # its sshd is gone
         vc.revive_host("vh1")
@@ -290,7 +290,7 @@ def test_sshd_ends_a_session_whose_client_vanished(tmp_path_factory):
     vc = _own_cluster(tmp_path_factory, hosts=2)
     try:
         client = vc.exec("vh1", vc.ssh("vh2", "sleep 300"), stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while "sleep" not in map(_comm, vc.pids("vh2")):  # logged in, command running
             assert time.monotonic() < deadline, vc.pids("vh2")
             time.sleep(0.05)
@@ -299,7 +299,9 @@ def test_sshd_ends_a_session_whose_client_vanished(tmp_path_factory):
         vc.link_down("vh1")  # the client vanishes without closing the connection
         began = time.monotonic()
         while any(vc_module._alive(p) for p in session):
-            assert time.monotonic() - began < 12, "sshd kept the session of a vanished client"
+            # ClientAlive* give up after about 4 s; 30 leaves room for load and is still
+            # far below the 300 s the session would otherwise last
+            assert time.monotonic() - began < 30, "sshd kept the session of a vanished client"
             time.sleep(0.1)
         assert client.poll() is None  # the client itself hangs on: only the server gave up
     finally:
