@@ -329,7 +329,7 @@ def test_static_bags_cover_the_tree_once(count):
 def test_static_bag_with_huge_worker_count_is_cheap(p):
     start = time.perf_counter()
     bag = uts.make_static_bag(p, 0, 1 << 30)
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 10.0  # not a loop over the 2**30 workers
     assert 0 < len(bag) <= 1
 
 

@@ -168,8 +168,8 @@ def test_place_that_dies_before_joining_is_reported_with_its_own_words(tmp_path)
     started = time.monotonic()
     with pytest.raises(ApgasError, match=r"(?s)exited with code 42 before joining; it said:\n"
                                          r"fake python: cannot start on this host"):
-        apgas.run(lambda: None, places=2, python=str(fake), join_timeout=10)
-    assert time.monotonic() - started < 5  # not the join timeout: the exit is noticed at once
+        apgas.run(lambda: None, places=2, python=str(fake), join_timeout=120)
+    assert time.monotonic() - started < 60  # not the join timeout: the exit is noticed at once
 
 
 def test_place_that_never_joins_times_out_with_its_words(tmp_path):

@@ -54,8 +54,8 @@ def test_unknown_host_is_reported_with_ssh_words(ssh):
     started = time.monotonic()
     with pytest.raises(ApgasError, match=r"(?s)place 1 on host 'nosuchhost' exited with code 255 "
                                          r"before joining; it said:\n.*Could not resolve hostname"):
-        apgas.run(lambda: None, hosts="localhost,nosuchhost", join_timeout=10)
-    assert time.monotonic() - started < 5
+        apgas.run(lambda: None, hosts="localhost,nosuchhost", join_timeout=120)
+    assert time.monotonic() - started < 60  # not the join timeout: the exit is noticed at once
 
 
 def test_missing_remote_python_is_reported(ssh):

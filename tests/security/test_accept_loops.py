@@ -145,7 +145,7 @@ def test_connections_over_the_cap_are_closed_at_once_when_all_are_being_served()
                     assert extra.recv(100) == b""  # closed without an answer
                 except ConnectionResetError:
                     pass
-                assert time.monotonic() - start < 2
+                assert time.monotonic() - start < 10  # at once: not at the 30 s deadline
             release.set()
             assert all(conn.recv(100) == b"pong hold\n" for conn in held)
             assert all(conn.recv(100) == b"" for conn in held)  # done: their slots are free
@@ -352,7 +352,7 @@ def test_read_head_cuts_a_trickle_at_the_whole_deadline():
         try:
             with pytest.raises(TimeoutError, match="no whole request head"):
                 read_head(a, 8192, start + 1.0)
-            assert 0.9 <= time.monotonic() - start < 1.5
+            assert 0.9 <= time.monotonic() - start < 5  # the deadline, not the 20 s trickle
         finally:
             stop.set()
             writer.join(5)
@@ -465,7 +465,7 @@ def test_read_line_enforces_size_deadline_and_close():
         start = time.monotonic()
         with pytest.raises(TimeoutError):
             read_line(a, 10, start + 0.3)
-        assert time.monotonic() - start < 1
+        assert time.monotonic() - start < 10  # the deadline, not for ever
     a, b = socket.socketpair()
     with a:
         b.sendall(b"no newline")

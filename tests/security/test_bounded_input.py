@@ -36,7 +36,7 @@ def test_deep_nesting_is_refused_quickly_without_recursion(depth):
     start = time.monotonic()
     with pytest.raises(RequestError, match=f"nested deeper than {MAX_DEPTH} levels .*: {depth}\\)"):
         parse_request(line)
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 5  # linear: a parse per level would take minutes
 
 
 def test_nesting_at_the_limit_is_taken():
