@@ -119,6 +119,14 @@ class StateStore:
         except sqlite3.DatabaseError as e:
             self.close()
             raise StateError(f"cannot use {self.path}: {e}") from None
+        try:
+            self._check_schema()
+        except BaseException:
+            self.close()  # the lock too: the next try says what was wrong, not "in use"
+            raise
+
+    def _check_schema(self) -> None:
+        """Mark a new state with our schema; upgrade an older one; refuse a newer one."""
         version = self._meta("schema")
         if version is None:
             self._set_meta("schema", str(SCHEMA))
