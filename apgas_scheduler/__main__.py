@@ -41,7 +41,7 @@ log = logging.getLogger("scheduler")
 
 def _address(value: str) -> tuple[str, int]:
     try:
-        return parse_address("--to", value)
+        return parse_address("the address", value)  # argparse names the option before it
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 

@@ -64,6 +64,7 @@ def read_hostfile(path: str | Path) -> tuple[str, ...]:
 
 def expand_hostlist(spec: str) -> list[str]:
     """Expand a Slurm host list such as ``node[1-3,07],login`` (zero padding kept)."""
+    _check_brackets(spec)
     hosts: list[str] = []
     for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", spec):
         hosts += _expand_one(part, spec, MAX_HOSTS - len(hosts))
@@ -91,6 +92,19 @@ def compress_hostlist(names: list[str]) -> str:
 def _cut(spec: str, limit: int = 60) -> str:
     text = repr(spec)
     return text if len(text) <= limit else f"{text[:limit]}...({len(spec)} chars)"
+
+
+def _check_brackets(spec: str) -> None:
+    """HostSpecError unless every ``[`` is closed by a ``]`` before the next ``[`` (Slurm
+    does not nest them): ``node[`` would otherwise read as a host named ``node``."""
+    opened = False
+    for char in spec:
+        if char == "[" and opened or char == "]" and not opened:
+            raise HostSpecError(f"unbalanced {char!r} in Slurm host list {_cut(spec)}")
+        if char in "[]":
+            opened = char == "["
+    if opened:
+        raise HostSpecError(f"unclosed '[' in Slurm host list {_cut(spec)}")
 
 
 def _too_many(spec: str) -> HostSpecError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import time
 
@@ -106,6 +107,10 @@ def test_slurm_host_lists():
     assert slurm_hosts("a,b", "2,1") == ("a", "a", "b")
     with pytest.raises(HostSpecError, match="empty"):
         expand_hostlist("")
+    for spec, said in [("node[", "unclosed '\\['"), ("a[1-", "unclosed '\\['"),
+                       ("n[1-2]]", "unbalanced '\\]'"), ("n[[1]]", "unbalanced '\\['")]:
+        with pytest.raises(HostSpecError, match=f"{said} in Slurm host list '{re.escape(spec)}'"):
+            expand_hostlist(spec)  # not hosts named 'node' or '1-'
 
 
 # -- plugins ---------------------------------------------------------------------------

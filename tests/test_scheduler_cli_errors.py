@@ -58,9 +58,10 @@ def test_argument_values_are_parsed():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["status", "--to", "nowhere"], "argument --to: --to must look like host:port, got 'nowhere'"),
+    (["status", "--to", "nowhere"], "argument --to: the address must look like host:port, got 'nowhere'"),
     (["cancel", "--to", "host:99999", "1"], "got 'host:99999'"),
-    (["dashboard-url", "--dashboard", "host:port"], "argument --dashboard: "),
+    (["dashboard-url", "--dashboard", "host:port"],
+     "argument --dashboard: the address must look like host:port, got 'host:port'"),
     (["add-nodes", *TO, "n[x-y]"], "argument names: bad range 'x-y' in Slurm host list 'n[x-y]'"),
     (["node-up", *TO, "n[3-1]"], "argument names: empty Slurm host list 'n[3-1]'"),
     (["status", *TO, "--scheduler-user", "no-such-user-here"],
@@ -96,8 +97,9 @@ def test_dashboard_url_carries_the_token_of_the_key(tmp_path, no_key, capsys):
     key.write_text("s3cret\n")
     assert main(["dashboard-url", "--dashboard", "8082", "--key-file", str(key)]) == 0
     assert capsys.readouterr().out == f"http://127.0.0.1:8082/?token={dashboard_token('s3cret')}\n"
-    assert main(["dashboard-url", "--dashboard", "::1:8082", "--key-file", str(key)]) == 0
-    assert capsys.readouterr().out.startswith("http://[::1]:8082/?token=")
+    for written in ("::1:8082", "[::1]:8082"):  # bare, or in brackets as in a URL
+        assert main(["dashboard-url", "--dashboard", written, "--key-file", str(key)]) == 0
+        assert capsys.readouterr().out.startswith("http://[::1]:8082/?token=")
 
 
 def test_dashboard_url_names_the_key_it_cannot_read(tmp_path, no_key, capsys):

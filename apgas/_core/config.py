@@ -325,8 +325,11 @@ def is_wildcard(interface: str) -> bool:
 
 
 def parse_address(name: str, value: str) -> tuple[str, int]:
-    """Parse ``host:port`` (port 0 means any free port)."""
+    """Parse ``host:port`` (port 0 means any free port); an IPv6 host may be written in
+    brackets, ``[::1]:8082``, as in a URL (the host comes back without them)."""
     host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{name} must look like host:port, got {value!r}")
     return host, int(port)
