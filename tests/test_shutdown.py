@@ -22,7 +22,11 @@ pytestmark = pytest.mark.timeout(90)
 #: ends processes (the shutdown's speed is measured by benchmarks, not here)
 ENDS_WITHIN = 30.0
 
-PROGRAM = """
+#: what a test's program runs first: SIGUSR1 then writes every thread's stack to stderr
+#: (:func:`ended` asks for it when place 0 does not end)
+STACKS_ON_USR1 = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+
+PROGRAM = STACKS_ON_USR1 + """
 import os, sys, time
 import apgas
 
@@ -41,6 +45,21 @@ apgas.run(main, places=4)
 """
 
 
+def ended(proc: subprocess.Popen) -> int:
+    """Place 0's exit status, once it ends within :data:`ENDS_WITHIN`; else a failure that
+    shows where each of its threads waits and how it takes signals."""
+    try:
+        return proc.wait(ENDS_WITHIN)
+    except subprocess.TimeoutExpired:
+        with open(f"/proc/{proc.pid}/status") as f:
+            signals = [line for line in f.read().splitlines() if line.startswith(("Sig", "Shd"))]
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(1.0)  # faulthandler writes at once, from the signal handler
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"place 0 did not end in {ENDS_WITHIN} s; {signals}; it said:\n{err[-20000:]}")
+
+
 def read_pids(proc) -> list[int]:
     line = proc.stdout.readline()
     assert line.startswith("PIDS"), (line, proc.stderr.read() if proc.poll() is not None else "")
@@ -50,14 +69,14 @@ def read_pids(proc) -> list[int]:
 def test_all_places_exit_after_main_returns(script):
     proc = script(PROGRAM.replace("sys.argv[1]", "'return'"))
     pids = read_pids(proc)
-    assert proc.wait(ENDS_WITHIN) == 0
+    assert ended(proc) == 0
     assert wait_gone(pids, ENDS_WITHIN) == []
 
 
 def test_all_places_exit_after_main_raises(script):
     proc = script(PROGRAM.replace("sys.argv[1]", "'raise'"))
     pids = read_pids(proc)
-    assert proc.wait(ENDS_WITHIN) != 0
+    assert ended(proc) != 0
     assert "main failed" in proc.stderr.read()
     assert wait_gone(pids, ENDS_WITHIN) == []
 
@@ -68,11 +87,11 @@ def test_ctrl_c_or_term_at_place_zero_stops_every_place(script, sig):
     pids = read_pids(proc)
     time.sleep(0.3)  # the sleeping tasks have started
     os.kill(pids[0], sig)
-    assert proc.wait(ENDS_WITHIN) in (-sig, 128 + sig)  # ended by the signal, as a shell shows
+    assert ended(proc) in (-sig, 128 + sig)  # ended by the signal, as a shell shows
     assert wait_gone(pids, ENDS_WITHIN) == []
 
 
-CTRL_C_ON_ANOTHER_THREAD = """
+CTRL_C_ON_ANOTHER_THREAD = STACKS_ON_USR1 + """
 import os, signal, sys, threading, time
 import apgas
 
@@ -100,7 +119,7 @@ def test_ctrl_c_ends_a_wait_whenever_it_comes(script, wait):
     wait, not the 60 s the task would take."""
     proc = script(CTRL_C_ON_ANOTHER_THREAD.replace("sys.argv[1]", repr(wait)))
     pids = read_pids(proc)
-    assert proc.wait(ENDS_WITHIN) == -signal.SIGINT, proc.stderr.read()
+    assert ended(proc) == -signal.SIGINT, proc.stderr.read()
     assert "KeyboardInterrupt" in proc.stderr.read()
     assert wait_gone(pids, ENDS_WITHIN) == []
 
@@ -110,7 +129,7 @@ def test_places_exit_by_themselves_when_place_zero_is_killed(script):
     pids = read_pids(proc)
     time.sleep(0.3)
     os.kill(pids[0], signal.SIGKILL)
-    proc.wait(ENDS_WITHIN)
+    ended(proc)
     assert wait_gone(pids[1:], ENDS_WITHIN) == []
 
 
