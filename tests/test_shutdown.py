@@ -22,11 +22,15 @@ pytestmark = pytest.mark.timeout(90)
 #: ends processes (the shutdown's speed is measured by benchmarks, not here)
 ENDS_WITHIN = 30.0
 
-#: what a test's program runs first: SIGUSR1 then writes every thread's stack to stderr
-#: (:func:`ended` asks for it when place 0 does not end)
-STACKS_ON_USR1 = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+#: what a test's program runs first. Ctrl-C raises KeyboardInterrupt, as in a terminal,
+#: also when the tests run where SIGINT is ignored (a background job of a shell without
+#: job control: its children inherit that, and Python then installs no handler); and
+#: SIGUSR1 writes every thread's stack to stderr (:func:`ended` asks for it)
+PREAMBLE = ("import faulthandler, signal\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
 
-PROGRAM = STACKS_ON_USR1 + """
+PROGRAM = PREAMBLE + """
 import os, sys, time
 import apgas
 
@@ -91,7 +95,7 @@ def test_ctrl_c_or_term_at_place_zero_stops_every_place(script, sig):
     assert wait_gone(pids, ENDS_WITHIN) == []
 
 
-CTRL_C_ON_ANOTHER_THREAD = STACKS_ON_USR1 + """
+CTRL_C_ON_ANOTHER_THREAD = PREAMBLE + """
 import os, signal, sys, threading, time
 import apgas
 
