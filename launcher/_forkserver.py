@@ -367,6 +367,9 @@ class ForkedPlace:
                 except ChildProcessError:  # not ours after all: someone else has its status
                     if self._pidfd < 0 or _readable(self._pidfd, 0.0):
                         self.returncode = UNKNOWN_EXIT
+                if self.returncode is not None and self._pidfd >= 0:
+                    os.close(self._pidfd)  # ended: no signal goes to it any more
+                    self._pidfd = -1
             return self.returncode
 
     def poll(self) -> int | None:

@@ -941,8 +941,9 @@ def _reap(proc: PlaceProcess, grace: float, quiet: bool = False) -> bool:
             proc.wait(timeout=1.0)
         except Exception as e:
             gone = False
-            if not quiet:
-                log.error("place process %s could not be killed: %r", getattr(proc, "pid", "?"), e)
+            if not quiet:  # the text, not the exception: a kept record keeps no frame (nor proc)
+                log.error("place process %s did not end within 1 s of SIGKILL: %s",
+                          getattr(proc, "pid", "?"), repr(e))
     _close_stdin(proc)
     return gone
 
