@@ -10,6 +10,7 @@ import pickle
 import time
 
 import pytest
+from glb_bags import Total
 
 import apgas
 from glb import GLB, BagContractError, GLBConfig
@@ -23,21 +24,12 @@ pytestmark = pytest.mark.timeout(60)
 N = 120
 
 
-class Sum:
-    def __init__(self, total: int = 0, count: int = 0) -> None:
-        self.total, self.count = total, count
-
-    def fold(self, other: Sum) -> None:
-        self.total += other.total
-        self.count += other.count
-
-
 class SlowSquares(RangeBag):
     """The squares of a range, slowly enough that snapshots fall in the middle."""
 
-    def work(self, lo: int, hi: int) -> Sum:
+    def work(self, lo: int, hi: int) -> Total:
         time.sleep(0.004 * (hi - lo))
-        return Sum(sum(i * i for i in range(lo, hi)), hi - lo)
+        return Total(sum(i * i for i in range(lo, hi)), hi - lo)
 
 
 SQUARES = sum(i * i for i in range(N))
@@ -46,8 +38,8 @@ SQUARES = sum(i * i for i in range(N))
 def run_checkpointed(directory, bag: RangeBag) -> tuple[int, int, object]:
     def main():
         glb = GLB(GLBConfig(n=2, workers=1, checkpoint=directory, checkpoint_interval=0.03))
-        total = glb.compute_dynamic(bag, Sum())
-        return total.total, total.count, glb.checkpoints
+        total = glb.compute_dynamic(bag, Total())
+        return total.value, total.count, glb.checkpoints
     return apgas.run(main, places=1, threads=2)
 
 
@@ -69,7 +61,7 @@ def test_checkpointed_run_resumes_exactly_from_the_older_snapshot(tmp_path):
     older, newest = read(files[0]), read(files[1])
     assert newest.final and not newest.pieces and newest.seq == older.seq + 1
     assert not older.final
-    assert older.fingerprint == newest.fingerprint == fingerprint((SlowSquares(0, N), Sum()))
+    assert older.fingerprint == newest.fingerprint == fingerprint((SlowSquares(0, N), Total()))
 
     files[1].write_bytes(files[1].read_bytes()[:-5])  # torn
     total, count, stats = run_checkpointed(directory, SlowSquares(0, N))
@@ -108,7 +100,7 @@ class Plain(RangeBag):
 
 class Wrong(RangeBag):
     def work(self, lo: int, hi: int):
-        return Sum(lo, 1) if lo % 2 == 0 else lo
+        return Total(lo, 1) if lo % 2 == 0 else lo
 
 
 def test_range_bag_rules():
@@ -123,13 +115,13 @@ def test_range_bag_rules():
     assert (bag.ranges, piece.ranges, bag.remaining(), piece.remaining()) == (
         [(0, 1), (5, 6)], [(9, 10), (12, 13)], 2, 2)
     assert repr(piece) == "Plain(ranges=[(9, 10), (12, 13)], partial=None)"
-    wrong = Wrong(ranges=[(1, 2), (0, 1)])  # a Sum for index 0, then an int for index 1
+    wrong = Wrong(ranges=[(1, 2), (0, 1)])  # a Total for index 0, then an int for index 1
     with pytest.raises(BagContractError, match="Wrong.work.lo, hi. returned int 1"):
         wrong.process(2)
 
 
 class Same(RangeBag):
-    def work(self, lo: int, hi: int) -> Sum:
+    def work(self, lo: int, hi: int) -> Total:
         return Broken()
 
 
@@ -146,15 +138,15 @@ def test_a_result_type_that_breaks_its_own_fold_is_not_blamed_on_the_bag():
 
 
 class HandsOverAnInt:
-    def submit(self, result: Sum) -> None:
+    def submit(self, result: Total) -> None:
         result.fold(7)
 
 
 def test_submit_of_a_non_result_is_a_contract_error():
     """A ``submit`` that folds something other than a result into the result is a
     broken contract naming the bag and what it folded."""
-    with pytest.raises(BagContractError, match=r"HandsOverAnInt.submit\(result\) folded int 7 into the Sum"):
-        submit(HandsOverAnInt(), Sum())
+    with pytest.raises(BagContractError, match=r"HandsOverAnInt.submit\(result\) folded int 7 into the Total"):
+        submit(HandsOverAnInt(), Total())
 
 
 # -- configuration and statistics ----------------------------------------------------------------
