@@ -281,20 +281,27 @@ def test_the_simulator_makes_the_live_decisions_given_the_live_run_times(make_sc
     sched = make_scheduler(nodes=3, policy="easy")
     batch = [("a", 2, 2, 1.2), ("b", 3, 3, 0.4), ("c", 1, 1, 2.0), ("d", 1, 1, 0.3),
              ("e", 1, 2, 0.6), ("f", 2, 2, 0.3)]
+    # walltimes seconds apart from every estimate they are compared with: a launch's
+    # latency never turns a backfill decision
+    walltime = {name: 10 * d + 2 for name, _, _, d in batch}
     ids = [sched.submit(job(name, [PY, "-c", f"import time; time.sleep({d})"],
-                            "rigid" if lo == hi else "moldable", lo, hi, walltime=3 * d + 1))
+                            "rigid" if lo == hi else "moldable", lo, hi, walltime=walltime[name]))
            for name, lo, hi, d in batch]
     wait_ended(sched, ids, timeout=60)
     events = read_events(tmp_path / "events.jsonl")
     live = [(e["job"], len(e["nodes"])) for e in events if e["event"] == "start"]
-    # a run is timed from the decision, as the simulator starts a job at once: the live
-    # start line comes a launch later, and a late launch would shift every later end
-    decided = {e["job"]: e["t"] for e in events if e["event"] == "decision"}
-    ran = {e["job"]: e["t"] - decided[e["job"]] for e in events if e["event"] == "end"}
     submit = {e["job"]: e["t"] for e in events if e["event"] == "submit"}
+    ends = [e["t"] for e in events if e["event"] == "end"]
+    # The simulator starts a job at the event that let it start (its submit, or another
+    # job's end); the live scheduler a little later, by a latency that grows with the
+    # load. A run timed from that event ends in the simulation when it ended live, so
+    # both see the ends in one order, however close two of them came.
+    began = {e["job"]: max([submit[e["job"]], *(t for t in ends if t <= e["t"])])
+             for e in events if e["event"] == "decision"}
+    ran = {e["job"]: e["t"] - began[e["job"]] for e in events if e["event"] == "end"}
     # a sleep does not speed up with more nodes: rho = 1 makes the model say so
-    jobs = [SimJob(i, submit[i], "rigid" if lo == hi else "moldable", lo, hi, hi, ran[i], 3 * d + 1,
-                   rho=1.0) for i, (_, lo, hi, d) in zip(ids, batch, strict=True)]
+    jobs = [SimJob(i, submit[i], "rigid" if lo == hi else "moldable", lo, hi, hi, ran[i],
+                   walltime[name], rho=1.0) for i, (name, lo, hi, _) in zip(ids, batch, strict=True)]
     simulated = Simulator(3, get_policy("easy")).run(jobs)
     assert [(d.job, d.nodes) for _, d in simulated.decisions] == live
 
