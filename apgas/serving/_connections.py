@@ -55,6 +55,7 @@ BACKOFF_MAX = 1.0
 LOG_INTERVAL = 10.0  # s: a repeated complaint is logged at most this often
 LOG_TEXT = 200  # characters of a client's text that a log line shows
 BACKLOG = 4096  # connections the kernel queues for accept (Linux's default somaxconn)
+DRAIN = 1.0  # s the loop waits, when it ends, for requests being handled to be answered
 
 _CLOSED = {errno.EBADF, errno.EINVAL, errno.ENOTSOCK}  # the listening socket is gone or shut down
 _SKIP = {errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGAIN}  # one connection's trouble
@@ -276,7 +277,7 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
                       name: str, max_connections: int = 256, deadline: float = 10.0,
                       stopped: Callable[[], bool] = lambda: False, per_peer: int | None = None,
                       peer: Callable[[socket.socket], str] = peer_key,
-                      backlog: int = BACKLOG) -> None:
+                      backlog: int = BACKLOG, drain: float = DRAIN) -> None:
     """Accept connections on ``server`` in this thread until it is closed or ``stopped()``.
 
     Each connection is served by ``handle(conn, read_by)`` in a thread of its own:
@@ -293,7 +294,9 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
     not yet accepted is made ``backlog`` deep. ``name`` names the server in the
     log and the threads. To stop: set what ``stopped`` reads, then
     ``server.shutdown(socket.SHUT_RDWR)`` (which wakes a blocked accept) and
-    ``server.close()``.
+    ``server.close()``. Before returning, the loop waits up to ``drain`` s for the
+    connections being handled, so that a request that stopped the server (a
+    ``shutdown``) still gets its answer before the process may exit.
     """
     if max_connections < 1:
         raise ValueError(f"max_connections must be at least 1, got {max_connections}")
@@ -313,6 +316,7 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
     no_thread = _RateLimited()
     crashed = _RateLimited(logging.ERROR)
     backoff = BACKOFF_FIRST
+    handlers: set[threading.Thread] = set()  # under _lock
 
     def serve(conn: socket.socket, read_by: float) -> None:
         try:
@@ -324,69 +328,85 @@ def serve_connections(server: socket.socket, handle: Callable[[socket.socket, fl
                 slot = _slots.pop(conn, None)
                 if slot is not None:
                     slots.release(conn, slot)
+                handlers.discard(threading.current_thread())
             conn.close()  # after the release: a client that saw its end finds the slot free
 
-    while not stopped():
-        try:
-            accepted, _ = server.accept()
-        except TimeoutError:  # a server with a timeout: time to look at stopped()
-            continue
-        except OSError as e:
-            if stopped() or server.fileno() == -1 or e.errno in _CLOSED:
-                return
-            if e.errno in _SKIP:
-                skipped("%s: a connection was lost before it was accepted: %s", name, e)
+    try:
+        while not stopped():
+            try:
+                accepted, _ = server.accept()
+            except TimeoutError:  # a server with a timeout: time to look at stopped()
                 continue
-            failed_accept("%s: accepting a connection failed (%s); trying again in %g s and "
-                          "serving on", name, e, backoff)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
-            continue
-        backoff = BACKOFF_FIRST
-        conn = _Connection(accepted.family, accepted.type, accepted.proto, fileno=accepted.detach())
-        if stopped():
-            conn.close()
-            return
-        try:
-            who = peer(conn)
-        except Exception:
-            crashed("%s: cannot tell who a connection is from", name, exc_info=True)
-            who = "unknown"
-        with _lock:
-            admitted = slots.admit(conn, who)
-            if admitted.evicted is not None:
-                try:
-                    admitted.evicted.shutdown(socket.SHUT_RDWR)  # its reader wakes and gives up
-                except OSError:
-                    pass  # closed already
-        if admitted.evicted is not None:
-            evicted(admitted.evictee, "%s: %s", name,
-                        f"{who} holds {_count(share)}, the most one client may; its oldest "
-                        "unread one was closed for a new one" if admitted.capped else
-                        f"all {max_connections} connections are taken; the oldest unread one of "
-                        f"{admitted.evictee}, who has the most unread, was closed for one of {who}")
-        if not admitted.taken:
-            refused(who, "%s: %s", name,
-                        f"{who} holds {_count(share)}, the most one client may, all being "
-                        "served; a new one was closed at once" if admitted.capped else
-                        f"all {max_connections} connections are being served; a new one of "
-                        f"{who} was closed at once")
-            conn.close()
-            continue
-        read_by = time.monotonic() + deadline
-        try:
-            conn.settimeout(deadline)
-            threading.Thread(target=serve, args=(conn, read_by), name=f"{name}-conn",
-                             daemon=True).start()
-        except (RuntimeError, OSError) as e:  # no thread to be had (or the peer is gone)
+            except OSError as e:
+                if stopped() or server.fileno() == -1 or e.errno in _CLOSED:
+                    return
+                if e.errno in _SKIP:
+                    skipped("%s: a connection was lost before it was accepted: %s", name, e)
+                    continue
+                failed_accept("%s: accepting a connection failed (%s); trying again in %g s and "
+                              "serving on", name, e, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            backoff = BACKOFF_FIRST
+            conn = _Connection(accepted.family, accepted.type, accepted.proto, fileno=accepted.detach())
+            if stopped():
+                conn.close()
+                return
+            try:
+                who = peer(conn)
+            except Exception:
+                crashed("%s: cannot tell who a connection is from", name, exc_info=True)
+                who = "unknown"
             with _lock:
-                slot = _slots.pop(conn, None)
-                if slot is not None:
-                    slots.release(conn, slot)
-            conn.close()
-            no_thread("%s: cannot serve a connection (%s); closed it", name, e)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
+                admitted = slots.admit(conn, who)
+                if admitted.evicted is not None:
+                    try:
+                        admitted.evicted.shutdown(socket.SHUT_RDWR)  # its reader wakes and gives up
+                    except OSError:
+                        pass  # closed already
+            if admitted.evicted is not None:
+                evicted(admitted.evictee, "%s: %s", name,
+                            f"{who} holds {_count(share)}, the most one client may; its oldest "
+                            "unread one was closed for a new one" if admitted.capped else
+                            f"all {max_connections} connections are taken; the oldest unread one of "
+                            f"{admitted.evictee}, who has the most unread, was closed for one of {who}")
+            if not admitted.taken:
+                refused(who, "%s: %s", name,
+                            f"{who} holds {_count(share)}, the most one client may, all being "
+                            "served; a new one was closed at once" if admitted.capped else
+                            f"all {max_connections} connections are being served; a new one of "
+                            f"{who} was closed at once")
+                conn.close()
+                continue
+            read_by = time.monotonic() + deadline
+            handler = threading.Thread(target=serve, args=(conn, read_by), name=f"{name}-conn",
+                                       daemon=True)
+            try:
+                conn.settimeout(deadline)
+                with _lock:
+                    handlers.add(handler)
+                handler.start()
+            except (RuntimeError, OSError) as e:  # no thread to be had (or the peer is gone)
+                with _lock:
+                    handlers.discard(handler)
+                    slot = _slots.pop(conn, None)
+                    if slot is not None:
+                        slots.release(conn, slot)
+                conn.close()
+                no_thread("%s: cannot serve a connection (%s); closed it", name, e)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+    finally:
+        _drain(handlers, drain)
+
+def _drain(handlers: set[threading.Thread], within: float) -> None:
+    """Wait up to ``within`` s in all for ``handlers`` to end."""
+    until = time.monotonic() + within
+    with _lock:
+        waiting = list(handlers)
+    for handler in waiting:
+        handler.join(max(0.0, until - time.monotonic()))
 
 
 def _count(n: int) -> str:

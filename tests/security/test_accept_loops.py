@@ -87,6 +87,57 @@ def test_a_failing_handler_ends_its_connection_only():
         assert ask(address, b"hello") == b"fine\n"
 
 
+def test_the_loop_returns_only_after_the_request_that_stopped_it_is_answered():
+    """A ``shutdown`` request closes the server from its own handler; the process
+    may exit when the loop returns, so the answer must be out by then."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop, answered = threading.Event(), threading.Event()
+    release = threading.Event()
+
+    def handle(conn, read_by):
+        read_line(conn, MAX_LINE, read_by)
+        stop.set()
+        server.shutdown(socket.SHUT_RDWR)  # the accept loop ends now, the answer is still due
+        release.wait(10)
+        conn.sendall(b"stopped\n")
+        answered.set()
+
+    loop = threading.Thread(target=serve_connections, args=(server, handle),
+                            kwargs={"name": "test", "stopped": stop.is_set, "drain": 30.0})
+    loop.start()
+    try:
+        with socket.create_connection(server.getsockname()[:2], timeout=10) as conn:
+            conn.sendall(b"shutdown\n")
+            assert stop.wait(10)
+            loop.join(0.2)
+            assert loop.is_alive(), "the loop returned with a request still being answered"
+            release.set()
+            assert conn.recv(64) == b"stopped\n"
+        loop.join(10)
+        assert answered.is_set() and not loop.is_alive()
+    finally:
+        release.set()
+        server.close()
+        loop.join(10)
+
+
+def test_the_drain_is_bounded_by_a_handler_that_never_ends():
+    started, release = threading.Event(), threading.Event()
+
+    def handle(conn, read_by):
+        started.set()
+        release.wait(30)
+
+    with serving(handle, drain=0.2) as (address, thread):
+        conn = socket.create_connection(address, timeout=10)
+        assert started.wait(10)
+    try:
+        assert not thread.is_alive()  # serving() joined it within 5 s although the handler waits
+    finally:
+        release.set()
+        conn.close()
+
+
 def test_slow_clients_are_cut_at_the_total_deadline():
     """Slow-loris: one byte every 0.5 s, never a newline; cut at 2 s in all, while
     an ordinary request is answered at once."""
