@@ -6,17 +6,29 @@ crash at any moment (SIGKILL, a node losing power) leaves the old file or the
 new one, never a torn one. Its contents carry their own length and SHA-256,
 so a file damaged later (a full disk, a bad copy) is recognised and refused
 as well.
+
+The temporary name is unguessable and made exclusively, never through a link:
+in a directory others may write (a sticky ``/tmp``), nobody can take the name
+first to make the write fail, or plant a link to read or redirect the data. A
+file is read back never through a link and only if it is a regular file (not a
+named pipe or a device someone left there).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import secrets
+import sys
 from pathlib import Path
+
+from ..serving._trusted_paths import read_trusted
 
 __all__ = ["write_atomically", "read_sealed", "seal", "DamagedFile"]
 
 _MAGIC = b"apgas-sealed 1 "
+_TRIES = 8  # unguessable names taken in a row: someone is at it, not chance
 
 
 class DamagedFile(ValueError):
@@ -46,8 +58,11 @@ def _unseal(data: bytes, where: str) -> bytes:
 
 def read_sealed(path: str | os.PathLike[str]) -> bytes:
     """The payload of a file :func:`write_atomically` wrote with ``sealed=True``;
-    :class:`DamagedFile` if it is torn or damaged, OSError if it cannot be read."""
-    return _unseal(Path(path).read_bytes(), os.fspath(path))
+    :class:`DamagedFile` if it is torn or damaged, OSError if it cannot be read (a
+    symbolic link, a named pipe or a device are refused, not followed or read)."""
+    path = Path(path)
+    data = read_trusted(path.parent, path.name, sys.maxsize, "a sealed file")
+    return _unseal(data, os.fspath(path))
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes, *, sealed: bool = True,
@@ -55,8 +70,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, *, sealed: bool 
     """Write ``data`` (sealed with its length and checksum unless ``sealed=False``) to
     ``path`` so that after a crash ``path`` holds the old contents or the new ones."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    tmp, fd = _new_temporary(path, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(seal(data) if sealed else data)
@@ -70,6 +84,21 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, *, sealed: bool 
             pass
         raise
     sync_dir(path.parent)
+
+
+def _new_temporary(path: Path, mode: int) -> tuple[Path, int]:
+    """A new file beside ``path`` (``.NAME.<random>.tmp``), made exclusively and never
+    through a link, under a name nobody can guess or take first."""
+    for _ in range(_TRIES):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            continue  # taken (by chance, or by someone in a shared directory): another name
+    raise FileExistsError(errno.EEXIST, f"cannot write {path}: {_TRIES} random temporary names "
+                          f"beside it were all taken; is another user of {path.parent} "
+                          "making them? Write in a directory of your own")
 
 
 def sync_dir(directory: str | os.PathLike[str]) -> None:

@@ -20,6 +20,14 @@ whose manifest reads, whose checksum matches, and whose files are all there with
 their sizes and checksums; a torn one (a file missing, short or damaged, the
 manifest missing) is passed over with a warning, and the one before is loaded.
 
+DIR must be the user's own, and nobody else may write it or a directory above it
+(``apgas.serving.make_trusted_dir``): a commit's state is unpickled when it is
+loaded, and its checksums are no seal, so a DIR another user made first (in
+``/tmp``) would run their pickle. Its commits must be the user's directories too,
+and their files are read never through a link, only if regular, and bounded
+(``apgas.serving.read_trusted``): a manifest or state someone made a link to
+``/dev/zero`` or a named pipe is refused, neither read nor waited on.
+
 This module runs at place 0 and knows the arrays only through their
 ``_steps_write`` / ``_steps_read`` (``apgas.dist._disk``): ``import apgas`` does not
 import numpy.
@@ -36,6 +44,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import time
 import zlib
 from collections.abc import Sequence
@@ -43,6 +52,7 @@ from typing import Any, Protocol
 
 from .._core.durable import sync_dir
 from ..errors import ApgasError, MultipleException
+from ..serving._trusted_paths import UntrustedPath, make_trusted_dir, owner_name, read_trusted
 
 __all__ = ["Disk", "TornCommit", "MODES", "torn", "test_delay"]
 
@@ -51,6 +61,8 @@ FORMAT = "apgas.steps checkpoint 1"
 MODES = ("parallel", "gathered")
 _COMMIT = re.compile(r"commit-(\d{12})")
 _serial = itertools.count(1)
+_MANIFEST_MAX = 64 << 20  # far more than the manifest of any loop: its arrays' file list
+_WHAT = "the apgas.steps checkpoint directory"
 
 
 class TornCommit(ApgasError):
@@ -69,7 +81,7 @@ class _OnDisk(Protocol):
 
 
 def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(data)
         while len(view):
@@ -77,6 +89,25 @@ def _write_file(path: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _open_lock(path: str) -> int:
+    """The lock file, made if missing: never through a link, never a named pipe."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UntrustedPath(f"{_WHAT}: {path} is not a regular file; remove it")
+    return fd
+
+
+def _check_folder(folder: str) -> None:
+    """A commit is a directory of the user's own that nobody else may write (not a
+    link): its state is unpickled."""
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise UntrustedPath(f"{_WHAT}: {folder} (owned by {owner_name(st.st_uid)}, mode "
+                            f"{stat.S_IMODE(st.st_mode):04o}) is not a directory of "
+                            f"{owner_name(os.geteuid())}'s that only they may write; remove it")
 
 
 def torn(e: BaseException) -> TornCommit | None:
@@ -111,8 +142,10 @@ class Disk:
         self.kept: str | None = None  # the newest complete commit: loaded, or written last
         self.step: int | None = None  # its K
         try:
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
-            self._lock = os.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            self.path = os.fspath(make_trusted_dir(self.path, _WHAT))
+            self._lock = _open_lock(os.path.join(self.path, ".lock"))
+        except UntrustedPath:
+            raise  # says what to do
         except OSError as e:
             raise ApgasError(f"apgas.steps: cannot use the checkpoint directory {self.path}: "
                              f"{e.strerror or e}") from e
@@ -137,6 +170,7 @@ class Disk:
         touched = False
         for name in names:
             folder = os.path.join(self.path, name)
+            _check_folder(folder)
             try:
                 m = self._manifest(folder)
                 self._check_problem(folder, m)
@@ -167,8 +201,7 @@ class Disk:
     def _manifest(self, folder: str) -> dict[str, Any]:
         path = os.path.join(folder, "manifest.json")
         try:
-            with open(path, "rb") as f:
-                outer = json.loads(f.read())
+            outer = json.loads(read_trusted(folder, "manifest.json", _MANIFEST_MAX, _WHAT))
             body = outer["manifest"]
             ok = zlib.crc32(json.dumps(body, sort_keys=True).encode()) == outer["crc32"]
         except FileNotFoundError:
@@ -206,10 +239,11 @@ class Disk:
             return None
         path = os.path.join(folder, entry["name"])
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_trusted(folder, entry["name"], entry["size"], _WHAT)
         except FileNotFoundError:
             raise TornCommit(f"{path} is missing") from None
+        except OSError as e:  # a link, a pipe, a device, or larger than its manifest says
+            raise TornCommit(f"{path} cannot be read: {e}") from None
         if len(data) != entry["size"] or zlib.crc32(data) != entry["crc32"]:
             raise TornCommit(f"{path} is {len(data)} bytes, or fails its checksum")
         return data

@@ -27,6 +27,7 @@ from ._trusted_paths import (
     open_append,
     open_new_file,
     owner_name,
+    read_trusted,
     trusted_dir,
     trusted_file,
     trusted_location,
@@ -43,5 +44,5 @@ __all__ = [
     "render_page", "CONTENT_SECURITY_POLICY",
     # files and directories a daemon may trust (nobody else can change them)
     "UntrustedPath", "trusted_dir", "trusted_file", "trusted_location", "make_trusted_dir",
-    "open_new_file", "open_append", "owner_name",
+    "open_new_file", "open_append", "read_trusted", "owner_name",
 ]
