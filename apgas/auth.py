@@ -30,6 +30,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from launcher._digits import ascii_int
+
 from .serving._trusted_paths import make_trusted_dir, trusted_file
 
 __all__ = ["AuthError", "ReplayGuard", "Signed", "sign", "parse_signed", "is_signed", "accept",
@@ -87,9 +89,10 @@ def parse_signed(text: str) -> Signed:
         raise AuthError(f"not a signed line (expected '{TAG} <time> <nonce> <mac> <line>'): "
                         f"{text[:60]!r}")
     _, t, nonce, mac, line = parts
-    if not t.isdigit() or len(t) > 20 or len(nonce) != 16 or len(mac) != _MAC_HEX:
+    when = ascii_int(t, max_digits=20)
+    if when is None or len(nonce) != 16 or len(mac) != _MAC_HEX:
         raise AuthError(f"malformed signature on {line[:60]!r}")
-    return Signed(int(t), nonce, mac, line)
+    return Signed(when, nonce, mac, line)
 
 
 def accept(text: str, secret: str | None, guard: ReplayGuard, unsigned: str) -> str:

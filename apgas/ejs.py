@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from launcher import launcher_names, read_hostfile
 
 from .errors import ConfigError
-from .protocol import check_host
+from .protocol import ascii_int, check_host
 
 __all__ = ["ejs_environment", "shell_exports", "launcher_for", "started_by_ejs",
            "startup_line", "initialization_line", "SHRINK_BUDGET", "JAVA_LAUNCHERS"]
@@ -83,7 +83,7 @@ def ejs_environment(environ: Mapping[str, str]) -> dict[str, str]:
         raise ConfigError(f"not a job of the ElasticJobScheduler: {', '.join(missing)} not set "
                           f"(EJS's launcher sets {', '.join(REQUIRED)})")
     port = environ["SCHEDULER_PORT"]
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not 0 < (ascii_int(port) or 0) < 65536:
         raise ConfigError(f"SCHEDULER_PORT must be a TCP port, got {port!r}")
     try:
         scheduler = check_host(environ["SCHEDULER_IP"])
@@ -91,7 +91,7 @@ def ejs_environment(environ: Mapping[str, str]) -> dict[str, str]:
         raise ConfigError(f"SCHEDULER_IP must be the scheduler's address: {e}") from None
     launcher = launcher_for(environ.get("LAUNCHER") or "apgas.launcher.SshLauncher")
     workers = environ.get("WORKERS", "")
-    if workers and not (workers.isdigit() and int(workers) > 0):
+    if workers and not (ascii_int(workers) or 0) > 0:
         raise ConfigError(f"WORKERS must be a positive whole number, got {workers!r}")
     first, address = _first_node(environ["NODE_FILE"])
     local = [h.strip() for h in environ.get("APGAS_LOCAL_HOSTS", "").split(",") if h.strip()]

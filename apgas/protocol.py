@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from launcher._digits import ascii_int  # numbers in text: ASCII digits only
 from launcher._hostnames import MAX_HOST as MAX_HOST  # the grammar lives in the lower layer
 from launcher._hostnames import check_host
 
 __all__ = ["READY", "NOT_MALLEABLE", "PLACE_LOST", "STATUS", "JobMessage", "parse_message",
            "ready", "ready_port", "ejs_knows", "timing", "place_lost", "parse_timing", "request", "release", "check",
-           "parse_check", "grow", "shrink", "refuse", "Order", "parse_order", "check_host",
+           "parse_check", "grow", "shrink", "refuse", "Order", "parse_order", "check_host", "ascii_int",
            "status_reply", "grow_reply", "refuse_reply", "error_reply"]
 
 READY = "APGAS-Ready"
@@ -235,9 +236,10 @@ def parse_order(line: str) -> Order:
 
 
 def _positive(word: str) -> int:
-    if not word.isdigit() or int(word) < 1:
+    n = ascii_int(word)
+    if n is None or n < 1:
         raise ValueError(f"the count must be a positive integer, got {word!r}")
-    return int(word)
+    return n
 
 
 # -- the job's replies ------------------------------------------------------------------

@@ -29,6 +29,7 @@ import launcher as launchers
 from apgas import auth, protocol
 from apgas.errors import ConfigError
 from apgas.lowlevel import parse_address
+from apgas.protocol import ascii_int
 from apgas.serving import loggable
 
 from .client import SchedulerError, SchedulerUnreachable, request, submit
@@ -48,7 +49,7 @@ def _address(value: str) -> tuple[str, int]:
 
 def _dashboard_address(value: str) -> tuple[str, int]:
     """``HOST:PORT``, or ``PORT`` alone for this machine's loopback."""
-    return _address(f"127.0.0.1:{value}" if value.isdigit() else value)
+    return _address(f"127.0.0.1:{value}" if ascii_int(value) is not None else value)
 
 
 def _user(value: str) -> int:
@@ -56,7 +57,8 @@ def _user(value: str) -> int:
     import pwd
 
     try:
-        return pwd.getpwnam(value).pw_uid if not value.isdigit() else int(value)
+        uid = ascii_int(value)
+        return pwd.getpwnam(value).pw_uid if uid is None else uid
     except KeyError:
         raise argparse.ArgumentTypeError(f"no user {value!r} on this machine") from None
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ._base import Launcher, PlaceProcess, child_environment
+from ._digits import ascii_int
 
 log = logging.getLogger("apgas.launcher")
 
@@ -41,11 +42,11 @@ _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
 
 def mpi_rank_from_env(environ: Mapping[str, str]) -> tuple[int, int] | None:
     """``(rank, size)`` when this process was started by mpiexec, else ``None``."""
-    rank = next((environ[v] for v in _RANK_VARS if environ.get(v, "").isdigit()), None)
-    size = next((environ[v] for v in _SIZE_VARS if environ.get(v, "").isdigit()), None)
+    rank = next((n for v in _RANK_VARS if (n := ascii_int(environ.get(v, ""))) is not None), None)
+    size = next((n for v in _SIZE_VARS if (n := ascii_int(environ.get(v, ""))) is not None), None)
     if rank is None or size is None:
         return None
-    return int(rank), int(size)
+    return rank, size
 
 
 def load_mpi() -> Any:

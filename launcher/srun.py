@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ._base import LaunchedPlace, Launcher, PlaceProcess, checked_host, place_command, supervised
+from ._digits import ascii_int
 
 __all__ = ["SrunLauncher"]
 
@@ -59,7 +60,7 @@ def _companion(host: str) -> list[str]:
     (``APGAS_SLURM_COMPANIONS=node=jobid,...``, kept by the slurm communicator)."""
     for pair in os.environ.get("APGAS_SLURM_COMPANIONS", "").split(","):
         node, _, job = pair.partition("=")
-        if node == host and job.isdigit():
+        if node == host and ascii_int(job) is not None:
             return [f"--jobid={job}"]
     return []
 

@@ -23,6 +23,7 @@ from launcher import (
     read_hostfile,
     slurm_hosts,
 )
+from launcher._digits import ascii_int
 
 from ..errors import ConfigError
 
@@ -330,6 +331,7 @@ def parse_address(name: str, value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    number = ascii_int(port)
+    if not sep or not host or number is None or not 0 <= number <= 65535:
         raise ConfigError(f"{name} must look like host:port, got {value!r}")
-    return host, int(port)
+    return host, number

@@ -481,10 +481,10 @@ class Orders:
             return len(self._rt.places)
         if words[0] == "error":
             raise ApgasError(f"the scheduler refused check_status({low}, {high}): {answer[6:]}")
-        if len(words) != 2 or words[0] not in ("expand", "shrink") or not words[1].isdigit():
+        goal = protocol.ascii_int(words[1]) if len(words) == 2 else None
+        if goal is None or words[0] not in ("expand", "shrink"):
             raise ApgasError(f"the scheduler answered {line!r} with {answer!r}; expected "
                              "'expand <k>', 'shrink <k>', 'none' or 'error <reason>'")
-        goal = int(words[1])
         if self._rt.gate.held_here():
             log.info("check_status inside a step: %r is carried out at the step's end", answer)
             return len(self._rt.places)

@@ -33,6 +33,8 @@ import ipaddress
 import socket
 import struct
 
+from launcher._digits import ascii_int
+
 __all__ = ["peer_uid", "peer_key", "peer_is_local"]
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -219,7 +221,9 @@ def _proc_owner(peer: _IP, peer_port: int, local: _IP, local_port: int) -> int |
             end = text.find(b"\n", at)
             fields = text[at + len(key):end if end >= 0 else len(text)].split()
             # st, tx:rx queue, tr:when, retransmits, uid, timeout, inode
-            if len(fields) > 6 and fields[4].isdigit() and fields[6].isdigit():
-                return _owner(int(fields[4]), int(fields[6]))
+            uid, inode = (ascii_int(f.decode("ascii", "replace")) for f in fields[4:7:2]) \
+                if len(fields) > 6 else (None, None)
+            if uid is not None and inode is not None:
+                return _owner(uid, inode)
             return None
     return None

@@ -288,7 +288,7 @@ def children(parent: int) -> list[int]:
     """The processes whose parent is ``parent`` (from ``/proc/<pid>/stat``)."""
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not (name.isascii() and name.isdigit()):  # apgas.protocol.ascii_int's rule
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:

@@ -97,6 +97,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from apgas.protocol import ascii_int
+
 __all__ = ["Handle", "RunAs", "JobProcess", "Adopted", "StillRunning", "start", "alive", "kill", "adopt", "members",
            "outcome", "never_began", "forget", "new_tag", "step_name", "cgroup_base", "TAG_ENV", "STEP_ENV",
            "CGROUPS_ENV"]
@@ -424,7 +426,7 @@ def _hand_over(proc: subprocess.Popen, spec: dict[str, Any], spec_file: Any,
              "cwd": "the job's directory", "exec": "the job's program",
              "command": "the job's command, directory or environment"}.get(step, step)
     # OSError(errno, ...) is the subclass of that errno: FileNotFoundError, PermissionError...
-    return OSError(int(number) if number.isdigit() else 0, f"{where}: {text}", filename or None)
+    return OSError(ascii_int(number) or 0, f"{where}: {text}", filename or None)
 
 
 # -- finding the processes ---------------------------------------------------------------------------
@@ -463,7 +465,7 @@ def _scan(uids: set[int] | None) -> dict[int, list[str]]:
     mine = os.getpid()
     found: dict[int, list[str]] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == mine:
+        if ascii_int(name) in (None, mine):
             continue
         if uids is not None:
             try:

@@ -304,8 +304,9 @@ class Server:
         """The job a message's sender (``<ip>[:<job id>]``) names, if exactly one."""
         jobs = self.core.jobs
         ip, _, job_id = rest.rpartition(":")
-        if job_id.isdigit() and int(job_id) in jobs:
-            return jobs[int(job_id)]
+        number = protocol.ascii_int(job_id)
+        if number is not None and number in jobs:
+            return jobs[number]
         matches = [j for j in jobs.values()  # a foreign job without an id: by its address
                    if j.state == "running" and j.reports
                    and (ip or job_id) in (j.reports, j.listen[0] if j.listen else j.reports)]

@@ -45,6 +45,7 @@ from apgas import protocol
 from apgas.errors import ApgasError, ConfigError
 from apgas.lowlevel import Config
 from apgas.malleable import MalleableCommunicator, Orders
+from apgas.protocol import ascii_int
 
 from .._model import Grow, JobView, Shrink
 from ..policies.dmr import dmr_answer
@@ -133,7 +134,11 @@ class SlurmCommunicator(MalleableCommunicator):
         parsed = protocol.parse_message(message)
         answer: concurrent.futures.Future[str] = concurrent.futures.Future()
         if parsed.kind == "request":
-            n = int(parsed.fields[0])
+            n = ascii_int(";".join(parsed.fields)) or 0
+            if n < 1:
+                answer.set_exception(ApgasError(f"bad request {message!r}: the count must be a "
+                                                "positive integer"))
+                return answer
             answer.set_result(f"ok {n}")
             self._work.put(("grow", n, True, 0))
         elif parsed.kind == "check":
@@ -303,4 +308,5 @@ def _end_time(text: str) -> datetime.datetime | None:
 
 def _number(job_id: str) -> int:
     """A Slurm job id as a number for the policy (array tasks ``12_3`` hash apart)."""
-    return int(job_id) if job_id.isdigit() else abs(hash(job_id)) % 10**9 + 10**9
+    number = ascii_int(job_id, max_digits=9)
+    return number if number is not None else abs(hash(job_id)) % 10**9 + 10**9

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from apgas.errors import ApgasError
+from apgas.protocol import ascii_int
 from launcher import expand_hostlist
 
 __all__ = ["SlurmError", "JobInfo", "PartitionView", "show_job", "job_text", "set_comment", "expansion_permitted",
@@ -184,7 +185,7 @@ def _allocate(args: list[str], n: int, partition: str, timeout: float, *leftover
     except subprocess.TimeoutExpired:
         _cancel_named(*leftovers)
         raise SlurmError(f"salloc gave no node within {timeout + 15:g} s") from None
-    granted = re.search(r"Granted job allocation (\d+)", said)
+    granted = re.search(r"Granted job allocation ([0-9]+)", said)
     if done.returncode != 0 or granted is None:
         _cancel_named(*leftovers)
         raise SlurmError(f"Slurm gave no {n} node(s) within {timeout:g} s: "
@@ -272,10 +273,13 @@ def partition_view(partition: str, own: str) -> PartitionView:
     idle = total = 0
     for line in run("sinfo", "--noheader", f"--partition={partition}", "--format=%D %t").splitlines():
         count, state = line.split()
+        number = ascii_int(count)
+        if number is None:
+            raise SlurmError(f"sinfo gave a node count that is no number: {line!r:.200}")
         if state.rstrip("*~#$@^-") in ("idle", "alloc", "mix", "comp", "resv", "plnd"):
-            total += int(count)
+            total += number
             if state == "idle":
-                idle += int(count)
+                idle += number
     jobs: dict[str, list[SlurmJob]] = {"PD": [], "R": []}
     out = run("squeue", "--noheader", f"--partition={partition}", "--states=PD,R",
               "--format=%i|%t|%D|%l|%V|%S|%j|%r")
@@ -284,10 +288,12 @@ def partition_view(partition: str, own: str) -> PartitionView:
         if len(fields) != 8:
             continue
         job_id, state, nodes, limit, submit, start, name, reason = fields
-        if job_id == own or name.startswith((EXPANSION_NAME, COMPANION_NAME)) or state not in jobs:
+        size = ascii_int(nodes)
+        if job_id == own or name.startswith((EXPANSION_NAME, COMPANION_NAME)) or state not in jobs \
+                or size is None:
             continue
         when = _epoch(submit if state == "PD" else start)
-        jobs[state].append(SlurmJob(job_id, int(nodes), _seconds(limit), when, reason))
+        jobs[state].append(SlurmJob(job_id, size, _seconds(limit), when, reason))
     return PartitionView(idle, total, jobs["PD"], jobs["R"])
 
 
@@ -303,7 +309,7 @@ def _seconds(limit: str) -> float:
     if limit in ("UNLIMITED", "INFINITE", "NOT_SET", "N/A"):
         return 365 * 86400.0
     days, _, clock = limit.rpartition("-")
-    parts = [int(p) for p in clock.split(":") if p.isdigit()]
+    parts = [n for p in clock.split(":") if (n := ascii_int(p)) is not None]
     while len(parts) < 3:
         parts.insert(0, 0)
-    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+    return ((ascii_int(days) or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]

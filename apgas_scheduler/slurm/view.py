@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from apgas.protocol import ascii_int
 from launcher import expand_hostlist
 
 from .._model import Grow, Shrink
@@ -165,7 +166,8 @@ def _with_companions(jobs: list[SlurmJob]) -> list[SlurmJob]:
     merged = set()
     for job in jobs:
         prefix, _, of = job.name.rpartition("-")
-        owner = owners.get(int(of)) if prefix == COMPANION_NAME and of.isdigit() else None
+        number = ascii_int(of) if prefix == COMPANION_NAME else None
+        owner = owners.get(number) if number is not None else None
         if job.state == "RUNNING" and owner is not None and owner.user == job.user:
             extra.setdefault(owner.id, []).extend(job.nodes)
             merged.add(job.id)
