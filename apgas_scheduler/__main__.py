@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="minimum seconds between two resizes of one job")
     serve.add_argument("--register-timeout", type=float, default=60.0,
                        help=f"seconds a malleable job has to send {protocol.READY}")
+    serve.add_argument("--quarantine", type=float, default=300.0, metavar="SECONDS",
+                       help="seconds a node is out of service after one job lost its place there "
+                            "(down until node-up once a job of another user does too; 0: down "
+                            "until node-up at once)")
     serve.add_argument("--launcher", choices=["local", "ssh", "srun"], default=None,
                        help="how job commands start on their first node (default: detected)")
     serve.add_argument("--output-dir", default=None,
@@ -279,7 +283,7 @@ def _serve(ns: argparse.Namespace) -> int:
                           output_dir=ns.output_dir, node_addresses=addresses,
                           key_file=ns.key_file, socket_path=ns.socket, socket_mode=ns.socket_mode,
                           allow_plain_jobs=ns.allow_plain_jobs, state_dir=ns.state_dir,
-                          dashboard=ns.dashboard, **ports)
+                          dashboard=ns.dashboard, quarantine=ns.quarantine, **ports)
     except (OSError, ValueError, StateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -376,7 +380,8 @@ def _status_table(status: dict[str, Any]) -> str:
     def text(value: Any, limit: int = 1000) -> str:
         return loggable(str(value), limit)
 
-    down = [text(n["name"]) for n in status["nodes"] if n.get("down")]
+    down = [text(n["name"]) + (f" ({text(n['quarantine'])} s left)" if "quarantine" in n else "")
+            for n in status["nodes"] if n.get("down")]
     draining = [text(n["name"]) for n in status["nodes"] if n.get("draining")]
     idle = sum(n["job"] is None and not n.get("down") for n in status["nodes"])
     lines = [f"policy {text(status['policy'])}, t = {status['time']:.1f} s, "

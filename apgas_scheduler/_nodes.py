@@ -26,6 +26,8 @@ class NodePool(Generic[Node]):
         self._index: dict[Node, int] = {}
         self._free: list[int] = []  # a heap of pool indices: nodes go out in pool order
         self.down: set[Node] = set()  # out of service: neither free nor anybody's
+        self.quarantine: dict[Node, float] = {}  # down nodes free again at this time
+        self.reporters: dict[Node, set[Any]] = {}  # who lost places there, since its last node_up
         self.draining: set[Node] = set()  # held, and leaving the pool when given back
         self.left: list[Node] = []  # drained nodes gone from the pool, for the driver to record
         self.add_nodes(nodes)
@@ -92,6 +94,7 @@ class NodePool(Generic[Node]):
             raise ValueError(f"node {node} is not in the pool")
         if self.owner[node] is None:
             self.down.discard(node)
+            self.quarantine.pop(node, None)
             self._remove([node])
             return True
         self.draining.add(node)
@@ -109,18 +112,48 @@ class NodePool(Generic[Node]):
         for n in nodes:
             del self.owner[n]
             self.draining.discard(n)
+            self.reporters.pop(n, None)
         self.left.extend(nodes)
 
-    def set_down(self, node: Node) -> None:
+    def set_down(self, node: Node, until: float | None = None) -> None:
         """Take a free node out of service (a restarted scheduler takes up its earlier
-        state so); ValueError if it is not free."""
+        state so), until ``node_up`` or, given ``until``, until then (a quarantine);
+        ValueError if it is not free."""
         if self.owner.get(node, -1) is not None or node in self.down:
             raise ValueError(f"node {node} is not a free node of the pool")
         self._free = [i for i in self._free if self._pool[i] != node]
         heapq.heapify(self._free)
         self.down.add(node)
+        if until is not None:
+            self.quarantine[node] = until
+
+    def report_lost(self, node: Node, reporter: Any, until: float | None) -> None:
+        """A job of ``reporter`` (its owner) lost its place on ``node``, which is down
+        now. One job's word cannot take a node from everyone for good (any job may
+        say it, and for every node it holds): the node is quarantined until
+        ``until`` and then free again. Only when a second reporter has said so
+        since the node's last ``node_up`` (or ``until`` is None) does it stay down
+        until ``node_up``."""
+        seen = self.reporters.setdefault(node, set())
+        seen.add(reporter)
+        if until is None or len(seen) > 1:
+            self.quarantine.pop(node, None)
+        else:
+            self.quarantine[node] = until
+
+    def end_quarantines(self, now: float) -> list[Node]:
+        """The quarantined nodes whose time is over at ``now``: free again (returned).
+        Their reporters are remembered until ``node_up``."""
+        over = [n for n, until in self.quarantine.items() if until <= now]
+        for n in over:
+            del self.quarantine[n]
+            self.down.discard(n)
+        self._give(over)
+        return over
 
     def node_up(self, node: Node) -> None:
-        """A node that was down is back in service: free again."""
+        """A node that was down is back in service: free again, its reports forgotten."""
         self.down.remove(node)
+        self.quarantine.pop(node, None)
+        self.reporters.pop(node, None)
         self._give([node])

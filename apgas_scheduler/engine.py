@@ -16,8 +16,10 @@ them; ``begin_shrink`` counts the nodes as on their way back (the views no
 longer show them as the job's), ``finish_shrink`` frees those released.
 
 A node whose place a job lost without an order (``place_lost``) is *down*:
-it leaves the job and goes to nobody, since it may be broken, until
-``node_up``; policies see a cluster without it.
+it leaves the job and goes to nobody, since it may be broken; policies see a
+cluster without it. Given a quarantine's end, one job's report keeps it down
+only until then (``end_quarantines``), since any job may say it of any node it
+holds; a second reporter (another user's job) keeps it down until ``node_up``.
 
 A node may be *drained* (``drain``: a restarted live scheduler was not given it
 again): free, it leaves the pool at once; held, it stays its job's while the job
@@ -186,10 +188,14 @@ class Engine(NodePool[Node]):
 
     def requeue(self, job: Tracked, now: float, counted: bool = True) -> None:
         """The job (running, or ended) goes back to the queue: its nodes come back as
-        at an end, and it waits to start again with its id and submit time; one
-        more of its requeues unless not ``counted`` (its program never began)."""
+        at an end, and it waits to start again with its id, behind the jobs already
+        queued: its submit time is ``now``, as a new submit's (an old one would let a
+        job bank its place: cancelled at once and requeued later, or killing itself
+        and coming back first, ahead of every job submitted since); one more of its
+        requeues unless not ``counted`` (its program never began)."""
         self.end(job, "queued", now)
         job.start = job.end = None
+        job.submit = now
         job.requeues, job.lost, job.stopping = job.requeues + counted, 0, ""
         job.ready = job.disabled = job.busy = False
         self.submit(job)
@@ -341,12 +347,14 @@ class Engine(NodePool[Node]):
         return kind
 
     # -- nodes that are down ------------------------------------------------------------
-    def place_lost(self, job: Tracked, host: Node) -> bool:
+    def place_lost(self, job: Tracked, host: Node, reporter: Any = None,
+                   until: float | None = None) -> bool:
         """The job lost its place on ``host`` without an order (it died or fell
         silent): the node leaves the job, held or reserved for a grow in flight, and
         goes down, not back to the pool, since it may be broken (a draining one
-        leaves the pool). False, and nothing
-        changes, if the job does not hold it."""
+        leaves the pool): until ``until`` if ``reporter`` (the job's owner) is the
+        first to say so, else until ``node_up`` (:meth:`report_lost`). False, and
+        nothing changes, if the job does not hold it."""
         if self.owner.get(host) != job.id:
             return False
         job.nodes = [h for h in job.nodes if h != host]
@@ -356,6 +364,7 @@ class Engine(NodePool[Node]):
         else:
             self.owner[host] = None
             self.down.add(host)
+            self.report_lost(host, reporter, until)
         job.lost += 1
         job.cached = None
         return True

@@ -105,6 +105,7 @@ def test_a_malleable_job_loses_a_place_its_node_goes_down_and_the_job_grows_else
     time.sleep(1.0)  # several passes (every 0.2 s): the job of 4 cannot start
     assert jobs_of(sched)[big]["state"] == "queued"
     status = nodes_of(sched)
+    assert 0 < status[victim].pop("quarantine") <= 300  # one job's word: out for 300 s at most
     assert status[victim] == {"name": victim, "job": None, "down": True}
     assert [n for n, s in status.items() if s["down"]] == [victim]
 

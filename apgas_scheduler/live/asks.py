@@ -54,21 +54,43 @@ class Asks:
 
     def place_lost(self, job: Job, host: str) -> None:
         """The job lost its place on ``host`` without an order (the process died, or
-        fell silent): the node leaves the job and is marked down, not given to
-        another job, since it may be broken, until the operator's ``node-up``. A
-        host the job does not hold is refused (logged), and nothing changes. The
-        caller holds ``core.lock``."""
-        event = self.core.event
-        if not self.core.engine.place_lost(job, host):
+        fell silent): the node leaves the job and is not given to another job, since
+        it may be broken. Any job may say so of every node it holds, so one job's
+        word takes the node from everyone only for ``core.quarantine`` seconds; once
+        a job of another user has said it too (since the node's last ``node-up``),
+        the node is down until the operator's ``node-up``. A host the job does not
+        hold is refused (logged), and nothing changes. The caller holds ``core.lock``."""
+        core, event, engine = self.core, self.core.event, self.core.engine
+        until = core.now() + core.quarantine if core.quarantine > 0 else None
+        if not engine.place_lost(job, host, job.owner, until):
             event("place_lost_refused", job=job.id, host=host)
             log.warning("job %d says it lost its place on %s, which it does not hold; refused, "
                         "nothing changed", job.id, loggable(host))
             return
-        reason = f"job {job.id} lost its place there"
-        event("node_down", nodes=[host], job=job.id, reason=reason)  # with the job, at once
+        if until is not None and host in engine.quarantine:
+            event("node_down", nodes=[host], job=job.id, owner=job.owner, until=round(until, 6),
+                  reason=f"job {job.id} lost its place there; out of service for "
+                         f"{core.quarantine:g} s (a quarantine)")
+            log.warning("job %d lost its place on %s: the node is out of service for %g s, then "
+                        "free again; down until node-up only if a job of another user loses a "
+                        "place there too", job.id, host, core.quarantine)
+        else:
+            agree = len(engine.reporters.get(host, ())) > 1
+            event("node_down", nodes=[host], job=job.id, owner=job.owner,
+                  reason=f"job {job.id} lost its place there"
+                         + (", as a job of another user had" if agree else ""))
+            log.warning("job %d lost its place on %s%s: the node is down until an operator "
+                        "brings it back (python -m apgas_scheduler node-up)", job.id, host,
+                        ", as a job of another user had" if agree else "")
         event("shrink", job=job.id, nodes=[host], lost=True)  # an unplanned one
-        log.warning("job %d lost its place on %s: the node is down until an operator brings it "
-                    "back (python -m apgas_scheduler node-up)", job.id, host)
+
+    def end_quarantines(self) -> None:
+        """Put the nodes whose quarantine is over back in service (each scheduling
+        pass). The caller holds ``core.lock``."""
+        over = self.core.engine.end_quarantines(self.core.now())
+        if over:
+            self.core.event("node_up", nodes=over, quarantine=True)
+            log.info("node(s) %s free again: their quarantine is over", ",".join(over))
 
     def answer(self, job: Job, parsed: protocol.JobMessage) -> str:
         """The one-line answer to an evolving request or check."""

@@ -21,9 +21,14 @@ from ..engine import Engine
 from ..policies.planning import Policy
 from .records import Job
 from .state import StateStore
-from .views import down_nodes
+from .views import lost_places
 
-__all__ = ["SchedulerCore", "log", "EscapeFilter"]
+__all__ = ["SchedulerCore", "log", "EscapeFilter", "QUARANTINE"]
+
+QUARANTINE = 300.0
+"""Seconds a node is out of service after one job said it lost its place there
+(``APGAS-PlaceLost``), unless a job of another user says so too (then it is
+down until ``node-up``). Any job may say it of every node it holds."""
 
 
 class EscapeFilter(logging.Filter):
@@ -63,9 +68,14 @@ class SchedulerCore:
         asked = [n for n in known if n in nodes] + [n for n in nodes if n not in known]
         self.engine: Engine[str] = Engine(
             asked + [n for n in dict.fromkeys(held) if n not in nodes], policy, log)
-        for node in down_nodes(self.store.events()):  # down stays down across a restart
+        down, reporters = lost_places(self.store.events())  # down stays down across a restart
+        for node, until in down.items():
             if node in nodes:
-                self.engine.set_down(node)
+                self.engine.set_down(node, until)  # a quarantine ends when it would have
+        for node, seen in reporters.items():
+            if node in self.engine.owner:
+                self.engine.reporters[node] = set(seen)
+        self.quarantine = QUARANTINE  # the daemon's --quarantine
         self.lock = threading.RLock()
         self.ready_cv = threading.Condition(self.lock)  # a job's ready message came
         self.wake = threading.Event()

@@ -37,7 +37,7 @@ from ..jobs import JobSpec
 from ..policies.planning import Policy
 from . import access, containment
 from .asks import READY_WAIT, Asks
-from .core import SchedulerCore, log
+from .core import QUARANTINE, SchedulerCore, log
 from .dashboard import Dashboard
 from .orders import ORDER_TIMEOUT, Orders
 from .processes import KILL_GRACE, NEVER_BEGAN, ORDER_PORT_BASE, ORDER_PORT_COUNT, Processes, ending
@@ -62,7 +62,8 @@ class Scheduler:
                  key_file: str | Path | None = None, socket_path: str | Path | None = None,
                  socket_mode: int = 0o600, allow_plain_jobs: bool = False,
                  state_dir: str | Path | None = None,
-                 dashboard: tuple[str, int] | None = None) -> None:
+                 dashboard: tuple[str, int] | None = None,
+                 quarantine: float = QUARANTINE) -> None:
         """``node_addresses``: where to reach a node that is not this machine, when
         its name does not resolve to it (default: the name, resolved here);
         ``order_port_base``: see ``ORDER_PORT_BASE``; ``key_file``: the
@@ -83,7 +84,11 @@ class Scheduler:
         directory, named like it plus ``.state``); a scheduler started on the state of an
         earlier one resumes it on the ``nodes`` given now (see :meth:`_resume`);
         ``dashboard``: serve the
-        live page (:mod:`.dashboard`) at this address (off by default)."""
+        live page (:mod:`.dashboard`) at this address (off by default);
+        ``quarantine``: seconds a node is out of service after one job lost its
+        place there (0: until ``node-up``; see :meth:`.asks.Asks.place_lost`)."""
+        if not 0 <= quarantine <= 365 * 86400:
+            raise ValueError(f"the quarantine is 0 to {365 * 86400} s, got {quarantine!r}")
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError(f"the node names must be distinct and at least one, got {nodes}")
         _check_nodes(nodes)
@@ -120,6 +125,7 @@ class Scheduler:
             claim_output_dir(self._output_fd, self.output_dir, core.store.directory)
             undo.pop_all()
         self.policy, self.engine = policy, core.engine
+        core.quarantine = quarantine
         self.now = core.now  # the scheduler's clock, from its first start
         # where each job's first process records how its program ended: root's alone, as
         # the state is (a job's end read from a file others could write would be theirs to say)
@@ -447,6 +453,7 @@ class Scheduler:
         that the engine admits."""
         with self.core.lock:
             now = self.now()
+            self.asks.end_quarantines()
             for job, _ in self.engine.overdue(now, self.register_timeout):
                 self.processes.kill(job)  # type: ignore[arg-type]
             self.orders.refuse_excess()

@@ -17,8 +17,11 @@ state.
 
 A job with ``requeue = N`` goes back to the queue instead of ending, at
 most N times (:meth:`Processes.requeue_reason` says when; docs/scheduler.md,
-"Requeue"): it keeps its id, spec and submit time, and its next start appends
-to its ``job-N.out``/``.err``.
+"Requeue"): it keeps its id and spec, takes a fresh submit time (behind the
+jobs queued meanwhile), and its next start appends to its ``job-N.out``/``.err``.
+A job lost :data:`QUICK_ENDS` runs in a row, each within :data:`QUICK_RUN` s of
+its start, is not requeued again by itself but ends failed (held back), and a
+job that ended more than :data:`REQUEUE_WINDOW` s ago is not requeued on request.
 
 A job's start is in the state before its program begins: its first process
 waits, ready, for a go that is sent once the ``start`` event is recorded
@@ -51,9 +54,19 @@ from .core import SchedulerCore, log
 from .records import Job
 
 __all__ = ["Processes", "ORDER_PORT_BASE", "ORDER_PORT_COUNT", "KILL_GRACE", "ending",
-           "LOST_SIGNALS", "NEVER_BEGAN"]
+           "LOST_SIGNALS", "NEVER_BEGAN", "REQUEUE_WINDOW", "QUICK_RUN", "QUICK_ENDS"]
 
 KILL_GRACE = 3.0
+REQUEUE_WINDOW = 600.0
+"""Seconds after its end within which an ended job may be requeued on request; later it
+is refused (submit it again): a requeue is for a run that just went wrong, not a
+place in the queue kept for later."""
+QUICK_RUN = 60.0
+QUICK_ENDS = 3
+"""A job whose runs were lost ``QUICK_ENDS`` times in a row, each within ``QUICK_RUN``
+s of its start, is not requeued by itself again (it ends failed, held back, and its
+owner may requeue it): a job that keeps dying (or kills itself) does not hold nodes
+over and over while other jobs wait."""
 LOST_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT,
                           signal.SIGPWR})
 """Signals that, when they end a job's program (its place 0) and the scheduler did not
@@ -297,13 +310,19 @@ class Processes:
             return job.requeue_asked
         if job.kill_reason or job.requeues >= job.spec.requeue:
             return ""
-        if code is not None and code < 0 and -code in LOST_SIGNALS:
-            return f"its program (place 0) was killed by signal {-code} ({signal.Signals(-code).name})"
-        if gone:
-            return "its first process was gone, with no exit status, when the scheduler restarted"
-        if code and job.lost:
-            return f"it failed ({_code(code)}) after losing {job.lost} place(s) on nodes now down"
-        return ""
+        why = _lost(job, code, gone)
+        if why and self._keeps_dying(job):
+            job.held_back = (f"not requeued again: its last {job.quick_ends} runs each ended within "
+                        f"{QUICK_RUN:g} s of their start (the last: {why}); its owner may "
+                        "requeue it")
+            return ""
+        return why
+
+    def _keeps_dying(self, job: Job) -> bool:
+        """Count a run lost soon after its start; whether ``QUICK_ENDS`` came in a row."""
+        quick = job.start is not None and self.core.now() - job.start < QUICK_RUN
+        job.quick_ends = job.quick_ends + 1 if quick else 0
+        return job.quick_ends >= QUICK_ENDS
 
     def requeue(self, job: Job, reason: str, counted: bool = True) -> None:
         """Put ``job`` (running, with every process ended, or ended) back in the queue:
@@ -312,7 +331,7 @@ class Processes:
         ``requeue`` is not used (nor its last reason changed). The caller holds
         ``core.lock``."""
         self.core.drop_requests(job, "the job was requeued")
-        job.requeue_asked = ""
+        job.requeue_asked = job.held_back = ""
         if counted:
             job.requeue_reason = reason
             job.reason = f"requeued ({job.requeues + 1} of {job.spec.requeue}): {reason}"
@@ -339,8 +358,13 @@ class Processes:
             raise ValueError(f"job {job.id} may go back to the queue {job.spec.requeue} time(s) "
                              f"(requeue = {job.spec.requeue} in its job file) and has "
                              f"{'used them' if job.requeues else 'none'}")
+        ago = self.core.now() - job.end if job.end is not None else 0.0
+        if job.state != "running" and ago > REQUEUE_WINDOW:
+            raise ValueError(f"job {job.id} ended ({job.state}) {ago:.0f} s ago; a job is requeued "
+                             f"within {REQUEUE_WINDOW:g} s of its end: submit it again")
         reason = f"requeued by {who}"
         if job.state != "running":
+            job.quick_ends = 0  # its owner asked: counted afresh
             self.requeue(job, reason)
             return job.state
         if job.requeue_asked or job.kill_reason:
@@ -373,7 +397,7 @@ class Processes:
         if requeue:
             self.requeue(job, requeue)
             return
-        job.reason = reason
+        job.reason = f"{reason}; {job.held_back}" if reason and job.held_back else reason or job.held_back
         self.core.drop_requests(job, f"the job ended ({state})")
         self.core.engine.end(job, state, self.core.now())
         self.core.event("end", job=job.id, state=state, reason=reason)
@@ -406,6 +430,17 @@ def ending(code: int, err: str) -> tuple[str, str]:
             name = ""
         return "failed", f"killed by signal {-code}{name}; see {err}"
     return "failed", f"exit code {code}; see {err}"
+
+
+def _lost(job: Job, code: int | None, gone: bool) -> str:
+    """Why ``job``'s run, ended with ``code``, was lost rather than failed, or ""."""
+    if code is not None and code < 0 and -code in LOST_SIGNALS:
+        return f"its program (place 0) was killed by signal {-code} ({signal.Signals(-code).name})"
+    if gone:
+        return "its first process was gone, with no exit status, when the scheduler restarted"
+    if code and job.lost:
+        return f"it failed ({_code(code)}) after losing {job.lost} place(s) on nodes now down"
+    return ""
 
 
 def _code(code: int) -> str:

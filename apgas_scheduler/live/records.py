@@ -34,6 +34,8 @@ class Job(Tracked):
         self.request: str | None = None  # the client's key of its submit: a repeat is this job
         self.requeue_reason = ""  # why it last went back to the queue (requeues counts them)
         self.requeue_asked = ""  # a requeue asked for while it runs: it goes back once ended
+        self.quick_ends = 0  # runs in a row that were lost soon after their start (processes.py)
+        self.held_back = ""  # why it was not requeued although it might have been
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Any change shows in the next view (the daemon's threads set fields)."""

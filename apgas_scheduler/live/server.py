@@ -295,10 +295,14 @@ class Server:
 
     def _with_down(self, status: dict[str, Any]) -> dict[str, Any]:
         """The status with each node's ``down``: out of service since a job lost its
-        place there (until ``node-up``)."""
+        place there (until ``node-up``), and for a quarantined one ``quarantine``,
+        the seconds left before it is free again."""
         with self.core.lock:
-            down = set(self.core.engine.down)
-        return {**status, "nodes": [{**n, "down": n["name"] in down} for n in status["nodes"]]}
+            down, now = set(self.core.engine.down), self.core.now()
+            left = {n: round(max(0.0, t - now), 1) for n, t in self.core.engine.quarantine.items()}
+        return {**status, "nodes": [{**n, "down": n["name"] in down,
+                                     **({"quarantine": left[n["name"]]} if n["name"] in left else {})}
+                                    for n in status["nodes"]]}
 
     def find_job(self, rest: str) -> Job | None:
         """The job a message's sender (``<ip>[:<job id>]``) names, if exactly one."""

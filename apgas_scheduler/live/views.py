@@ -30,7 +30,7 @@ from apgas.serving import loggable
 
 from ..metrics import Interval, _ordered, compute_metrics, node_intervals
 
-__all__ = ["dashboard_model", "down_nodes", "TIMING_WINDOW"]
+__all__ = ["dashboard_model", "down_nodes", "lost_places", "TIMING_WINDOW"]
 
 TIMING_WINDOW = 2.0  # s: a timing line this long after an order's reply still belongs to it
 MAX_BARS = 20_000  # beyond, the chart shows the latest ones (the page says so)
@@ -105,19 +105,39 @@ def _jobs(ordered: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def down_nodes(events: Iterable[dict[str, Any]]) -> list[str]:
     """The nodes the log leaves down: a job lost its place there (``node_down``), and
-    no ``node_up`` came since, nor a ``pool`` without it (it left the pool: added
-    again later, it comes free). The live scheduler takes them up again at a restart."""
-    down: dict[str, None] = {}
+    no ``node_up`` came since (the operator's, or a quarantine's end), nor a ``pool``
+    without it (it left the pool: added again later, it comes free)."""
+    return list(lost_places(events)[0])
+
+
+def lost_places(events: Iterable[dict[str, Any]]) -> tuple[dict[str, float | None],
+                                                            dict[str, set[Any]]]:
+    """What the log says of the nodes where jobs lost places, for a restart to take
+    up: the nodes down, each with the end of its quarantine (None: down until
+    ``node-up``, as every ``node_down`` of an older log), and who (the jobs'
+    owners) reported each since the operator last brought it up (a quarantine's
+    end, ``node_up`` with ``quarantine``, forgets nobody)."""
+    down: dict[str, float | None] = {}
+    reporters: dict[str, set[Any]] = {}
     for e in events:
-        if e.get("event") == "pool":
-            pool = {str(n) for n in e.get("nodes", ())}
-            down = {n: None for n in down if n in pool}
-        for node in e.get("nodes", ()) if e.get("event") in ("node_down", "node_up") else ():
-            if e["event"] == "node_down":
-                down[str(node)] = None
-            else:
-                down.pop(str(node), None)
-    return list(down)
+        kind = e.get("event")
+        if kind not in ("pool", "node_down", "node_up"):
+            continue  # others' "nodes" may be a count
+        nodes = [str(n) for n in e.get("nodes", ())]
+        if kind == "pool":
+            down = {n: until for n, until in down.items() if n in nodes}
+            reporters = {n: seen for n, seen in reporters.items() if n in nodes}
+        elif kind == "node_down":
+            until = e.get("until")
+            for node in nodes:
+                down[node] = float(until) if isinstance(until, int | float) else None
+                reporters.setdefault(node, set()).add(e.get("owner"))
+        elif kind == "node_up":
+            for node in nodes:
+                down.pop(node, None)
+                if not e.get("quarantine"):
+                    reporters.pop(node, None)
+    return down, reporters
 
 
 def _node_rows(ordered: list[dict[str, Any]]) -> list[str]:

@@ -16,6 +16,13 @@ minimum (``tres_req_str``'s ``node=``) but not its maximum, so the planner keeps
 the range of every job it saw pending; for a job that started before it saw
 it, the maximum is the size it had when the planner first saw it (the range
 is never widened by what the job's user writes).
+
+A pending job that asks for more than a node count and a time (a node list,
+excluded nodes, features, a reservation, a dependency, licenses, contiguous
+nodes: :data:`UNMODELLED`) is left to Slurm: the planner cannot tell which
+nodes would let it start, and a shrink for it could free the wrong ones and
+keep another user's job small while it still pends. It is not planned for
+(said once per job in the log).
 """
 
 from __future__ import annotations
@@ -45,6 +52,11 @@ STARTABLE = ("Resources", "Priority", "None")
 USABLE_STATES = ("idle", "allocated", "mixed", "completing")
 """Node states (``sinfo --json``'s ``state``) of nodes jobs may run on."""
 
+UNMODELLED = ("required_nodes", "excluded_nodes", "features", "reservation", "dependency",
+              "licenses", "contiguous", "burst_buffer", "batch_features")
+"""``squeue --json`` fields of a pending job that say where or when it may start,
+which the planner cannot model: such a job is not planned for (module docstring)."""
+
 UNLIMITED = 365 * 86400.0
 MAX_JOBS = 100_000
 """More jobs than this in one ``squeue`` answer are not read (the rest is skipped)."""
@@ -71,6 +83,7 @@ class SlurmJob:
     reason: str
     comment: str
     admin_comment: str
+    constraints: tuple[str, ...] = ()  # what of UNMODELLED it asks (pending jobs)
 
 
 def _int(entry: Mapping[str, Any], key: str, default: int | None = None) -> int:
@@ -130,7 +143,18 @@ def _job(entry: Mapping[str, Any]) -> SlurmJob:
         submit=float(_int(entry, "submit_time", 0)), start=float(_int(entry, "start_time", 0)),
         resize_time=float(_int(entry, "resize_time", 0)), reason=_text(entry, "state_reason", 200),
         comment=_text(entry, "comment", mailbox.MAX_TEXT + 1),
-        admin_comment=_text(entry, "admin_comment", mailbox.MAX_TEXT + 1))
+        admin_comment=_text(entry, "admin_comment", mailbox.MAX_TEXT + 1),
+        constraints=tuple(k for k in UNMODELLED if _asks(entry.get(k))))
+
+
+def _asks(value: Any) -> bool:
+    """Whether a constraint field of ``squeue --json`` asks anything: text other than
+    empty or ``(null)``, a non-empty list, true, or a set number (newer parsers)."""
+    if isinstance(value, str):
+        return value.strip() not in ("", "(null)")
+    if isinstance(value, dict):
+        return bool(value.get("set", True)) and _asks(value.get("number", value.get("value")))
+    return bool(value)
 
 
 def parse_nodes(document: Mapping[str, Any], partition: str | None) -> list[str]:
@@ -193,6 +217,7 @@ class Planner:
         self.order_timeout = order_timeout
         self.ranges: dict[int, tuple[int, int]] = {}
         self._sent: dict[int, _Sent] = {}
+        self._unmodelled: set[int] = set()  # pending jobs left to Slurm, said once each
 
     def plan(self, now: float, jobs: Iterable[SlurmJob],
              nodes: list[str]) -> list[tuple[SlurmJob, mailbox.Order]]:
@@ -205,6 +230,7 @@ class Planner:
         live = {j.id for j in jobs}
         self.ranges = {k: v for k, v in self.ranges.items() if k in live}
         self._sent = {k: v for k, v in self._sent.items() if k in live}
+        self._unmodelled &= live
         engine: Engine[str] = Engine(nodes, self.policy, log)
         by_id: dict[int, SlurmJob] = {}
         pool = set(nodes)
@@ -235,6 +261,9 @@ class Planner:
         if job.state == "PENDING":
             if job.reason not in STARTABLE or job.name.startswith((EXPANSION_NAME, COMPANION_NAME)):
                 return None
+            if job.constraints:
+                self._leave_to_slurm(job)
+                return None
             cls = "moldable" if job.max_nodes > job.min_nodes else "rigid"
             tracked = Tracked(job.id, cls, job.min_nodes, max(job.min_nodes, job.max_nodes),
                               job.time_limit, job.submit)
@@ -255,6 +284,15 @@ class Planner:
         engine.submit(tracked)
         engine.resume(tracked, held, job.start or now)
         return tracked
+
+    def _leave_to_slurm(self, job: SlurmJob) -> None:
+        """Say once that a pending job with constraints the planner cannot model is not
+        planned for: no job is shrunk for it."""
+        if job.id not in self._unmodelled:
+            self._unmodelled.add(job.id)
+            log.info("pending job %d asks for %s, which the planner cannot model: no job is "
+                     "resized for it (Slurm starts it where it may)", job.id,
+                     ", ".join(job.constraints))
 
     def _opted_in(self, job: SlurmJob, now: float, low: int, high: int) -> tuple[bool, bool]:
         """Whether the job takes orders, and whether one is in flight (or unanswered
