@@ -21,6 +21,8 @@ import zlib
 from collections.abc import Iterator
 from os import PathLike
 
+from apgas.protocol import ascii_int
+
 __all__ = ["WorkloadError", "SWF_FIELDS", "open_binary", "trace_lines", "swf_header",
            "trace_cluster", "job_records", "compression_of"]
 
@@ -97,11 +99,8 @@ def swf_header(path: str | PathLike[str]) -> dict[str, str]:
 
 
 def _positive(header: dict[str, str], key: str) -> int | None:
-    try:
-        value = int(header.get(key, ""))
-    except ValueError:
-        return None
-    return value if value > 0 else None
+    value = ascii_int(header.get(key, ""))
+    return value if value is not None and value > 0 else None
 
 
 def trace_cluster(header: dict[str, str], procs_per_node: int | None = None

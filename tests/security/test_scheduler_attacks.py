@@ -26,6 +26,7 @@ from apgas_scheduler.live.server import Server
 from apgas_scheduler.live.views import lost_places
 from apgas_scheduler.metrics import read_events
 from apgas_scheduler.policies import get_policy
+from apgas_scheduler.sim import swf
 from apgas_scheduler.slurm import mailbox
 from apgas_scheduler.slurm.commands import _seconds
 from apgas_scheduler.slurm.view import Planner, parse_jobs
@@ -92,8 +93,10 @@ def test_slurm_time_limits_read_ascii_digits_only():
     assert _seconds("²-00:00:10") == 10  # the odd day count is no number: no crash
 
 
-def test_order_texts_keep_their_ascii_grammar():
+def test_order_texts_and_trace_headers_keep_their_ascii_grammar():
     assert mailbox.parse_order("apgas-order 1 shrink ²") is None
+    assert swf._positive({"MaxNodes": "٣"}, "MaxNodes") is None
+    assert swf._positive({"MaxNodes": "144"}, "MaxNodes") == 144
 
 
 # -- in-process scheduler parts, on a clock of the test's ------------------------------------
