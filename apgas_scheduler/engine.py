@@ -192,10 +192,12 @@ class Engine(NodePool[Node]):
         queued: its submit time is ``now``, as a new submit's (an old one would let a
         job bank its place: cancelled at once and requeued later, or killing itself
         and coming back first, ahead of every job submitted since); one more of its
-        requeues unless not ``counted`` (its program never began)."""
+        requeues. Not ``counted``: its program never began (the scheduler stopped
+        before its go), so it keeps its requeues and its place."""
         self.end(job, "queued", now)
         job.start = job.end = None
-        job.submit = now
+        if counted:
+            job.submit = now
         job.requeues, job.lost, job.stopping = job.requeues + counted, 0, ""
         job.ready = job.disabled = job.busy = False
         self.submit(job)
