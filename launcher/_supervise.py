@@ -52,6 +52,8 @@ from typing import Any, NoReturn
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from apgas._core.zmtp_auth import CurveKeys, keys_of
+
 __all__ = ["GRACE_S", "heartbeat_of", "PlaceZeroLink", "supervise", "watch", "main"]
 
 GRACE_S = 1.0
@@ -84,13 +86,15 @@ class PlaceZeroLink:
     reports that. ``deadline`` is when a link still without handshake counts as lost.
     """
 
-    def __init__(self, endpoint: str, heartbeat: tuple[float, float] | None) -> None:
+    def __init__(self, endpoint: str, heartbeat: tuple[float, float] | None,
+                 keys: CurveKeys) -> None:
         self.endpoint = endpoint
         self.heartbeat = heartbeat
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, 1)
+        keys.connect_as_client(self._sock)  # place 0 takes the run's own only
         self.deadline: float | None = None
         if heartbeat is not None:
             interval, timeout = heartbeat
@@ -144,12 +148,18 @@ def _boot(line: bytes) -> dict[str, Any]:
 
 
 def _link_for(boot: dict[str, Any]) -> PlaceZeroLink | None:
-    endpoint = boot.get("parent_endpoint")
+    endpoint, secret = boot.get("parent_endpoint"), boot.get("secret")
     if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
         return None
+    try:
+        keys = keys_of(bytes.fromhex(secret)) if isinstance(secret, str) else None
+    except ValueError:
+        keys = None
+    if keys is None:
+        return None  # no secret, no link: place 0 would refuse it (the place itself says why)
     config = boot.get("config")
     return PlaceZeroLink(endpoint, heartbeat_of(config.get("heartbeat") if isinstance(config, dict)
-                                                 else None))
+                                                 else None), keys)
 
 
 def _sleep_until_news(pidfd: int, stdin: int | None, link: PlaceZeroLink | None,

@@ -131,6 +131,7 @@ def start_watchdog(bootstrap: Mapping[str, Any]) -> subprocess.Popen[bytes] | No
     None (and a warning) if it cannot start: the rank serves unwatched."""
     line = json.dumps({"place": bootstrap.get("place"),
                        "parent_endpoint": bootstrap.get("parent_endpoint"),
+                       "secret": bootstrap.get("secret"),  # its link proves it (CURVE); stdin only
                        "config": {"heartbeat": bootstrap.get("config", {}).get("heartbeat")}})
     env = child_environment()  # not a rank itself
     root = str(Path(__file__).resolve().parent.parent)  # where this package is found

@@ -128,10 +128,11 @@ def test_a_start_past_the_descriptor_limit_fails_at_once_and_leaves_nothing():
 #: two sizes: what place 0 holds per place is the difference between them, whatever it
 #: holds besides; 8 more places tell three sockets a place from a constant
 SIZES = (8, 16)
-#: place 0's eventfds beside its links: its ROUTER's and stop socket's mailboxes (the two
-#: sockets check_start counts beside SOCKETS_PER_PLACE) and its ZeroMQ context's own three
-#: (the context's mailbox, its I/O thread's and its reaper's)
-PLACE_ZERO_EVENTFDS = 2 + 3
+#: place 0's eventfds beside its links: the mailboxes of its ROUTER, stop socket and ZAP
+#: handler (a socket and a pipe pair: the five sockets check_start counts beside
+#: SOCKETS_PER_PLACE) and its ZeroMQ context's own three (the context's mailbox, its I/O
+#: thread's and its reaper's)
+PLACE_ZERO_EVENTFDS = 5 + 3
 OWN = ("fds", "tcp", "eventfds")
 
 

@@ -46,7 +46,12 @@ sys.exit(3)
 PLACE_ZERO = """
 import sys, time, zmq
 from zmq.utils.monitor import recv_monitor_message
-router = zmq.Context().socket(zmq.ROUTER)
+from apgas._core.zmtp_auth import Gatekeeper, keys_of
+ctx = zmq.Context()
+keys = keys_of(bytes.fromhex(sys.argv[1]))
+Gatekeeper(ctx, keys, "zap").start()
+router = ctx.socket(zmq.ROUTER)
+keys.serve(router)  # as place 0's: the run's key only
 monitor = router.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
 print(router.bind_to_random_port("tcp://127.0.0.1"), flush=True)
 while True:
@@ -58,7 +63,8 @@ while True:
 @contextlib.contextmanager
 def place_zero() -> Iterator[tuple[subprocess.Popen, str]]:
     """A process whose ROUTER stands for place 0's; its endpoint."""
-    proc = subprocess.Popen([sys.executable, "-c", PLACE_ZERO], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", PLACE_ZERO, SECRET], stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT)
     try:
         yield proc, f"tcp://127.0.0.1:{int(proc.stdout.readline())}"
     finally:

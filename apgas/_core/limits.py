@@ -140,7 +140,8 @@ def check_start(new: int, total: int, local: int, threads: int) -> None:
             "that starts the run (or in /etc/security/limits.conf, LimitNOFILE= under systemd), "
             "or start fewer places")
     sockets_limit = max_sockets()  # as place 0's context was made with (the soft limit is kept)
-    sockets_needed = 2 + (total - 1) * SOCKETS_PER_PLACE  # its ROUTER and stop socket
+    # its ROUTER, stop socket, and the ZAP handler's socket and pipe pair (zmtp_auth)
+    sockets_needed = 5 + (total - 1) * SOCKETS_PER_PLACE
     if sockets_needed > sockets_limit:
         raise LimitError(
             "ZMQ_MAX_SOCKETS", sockets_limit,

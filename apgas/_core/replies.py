@@ -81,6 +81,7 @@ class Channel:
         sock.setsockopt(zmq.ROUTING_ID, routing_id(self.token))
         sock.setsockopt(zmq.RCVTIMEO, LOOK_MS)
         sock.setsockopt(zmq.MAXMSGSIZE, transport.max_message_bytes)
+        transport.secure(sock)
         self.endpoint = f"inproc://apgas-reply-{id(transport)}-{self.token}"
         sock.bind(self.endpoint)  # replies that came by the link are routed on to here
         self._sock = sock

@@ -126,6 +126,7 @@ from .config import is_wildcard
 from .heartbeat import LinkWatcher
 from .heartbeat import configure as configure_heartbeat
 from .limits import zmq_context
+from .zmtp_auth import Gatekeeper, keys_of
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
 
@@ -260,7 +261,11 @@ class Transport:
         self._unlogged: collections.Counter[str] = collections.Counter()
         self._summary_at = 0.0
         self._ctx = zmq_context()  # MAX_SOCKETS from RLIMIT_NOFILE: libzmq's 1,023 ends near 340 places
+        self._keys = keys_of(secret)
+        self._gatekeeper = Gatekeeper(self._ctx, self._keys, f"apgas-zap-{place_id}")
+        self._gatekeeper.start()  # before the ROUTER binds: no connection without its check
         self._router = self._ctx.socket(zmq.ROUTER)
+        self._keys.serve(self._router)  # nobody without the run's key gets a frame buffered
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # per frame
@@ -333,6 +338,7 @@ class Transport:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 0)
+        self._keys.connect_as_client(sock)
         if self._heartbeat is not None:
             configure_heartbeat(sock, self._heartbeat)
             if self._watcher is not None and self._watched(place_id):
@@ -384,6 +390,11 @@ class Transport:
         """The endpoint of the link to a place, if there is one."""
         link = self._links.get(place_id)
         return None if link is None else link.endpoint
+
+    def secure(self, sock: zmq.Socket[bytes]) -> None:
+        """Make ``sock`` (before it connects to a place) a client of the run's CURVE key
+        (:mod:`apgas._core.zmtp_auth`): the reply channels' sockets."""
+        self._keys.connect_as_client(sock)
 
     @property
     def context(self) -> zmq.Context[zmq.Socket[bytes]]:
@@ -479,6 +490,7 @@ class Transport:
         for hook in self.on_close:
             hook()
         self._router.close(linger=0)
+        self._gatekeeper.stop()
         self._ctx.term()
         if self._unlogged:
             self._log_summary(time.monotonic())

@@ -9,13 +9,11 @@ needs a running runtime.
 
 from __future__ import annotations
 
+from ._complaints import LOG_TEXT, PeerLog, loggable
 from ._connections import (
-    LOG_TEXT,
     LineTooLong,
-    PeerLog,
     connection_peer,
     discard_rest,
-    loggable,
     read_head,
     read_line,
     serve_connections,

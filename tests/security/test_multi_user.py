@@ -276,6 +276,7 @@ def squatter(shared_dir):
         proc.stdout.close()
 
 
+OPERATOR_KEY = "5e" * 32  # a key of its own: the test does not depend on another's key file
 SECRET_JOB = {"name": "mine", "command": ["/bin/true"], "class": "rigid", "nodes": 1,
               "walltime": 30, "env": {"API_TOKEN": "do-not-leak"}}
 
@@ -300,7 +301,7 @@ def test_the_client_refuses_a_local_port_another_user_took(squatter):
     got = squatter("tcp", str(port))
     with pytest.raises(SchedulerError, match=r"refusing to talk to .*the process listening there "
                                              r"runs as nobody \(uid 65534\)"):
-        request((host, port), "submit", job=SECRET_JOB)  # signed with the operator's key
+        request((host, port), "submit", key=OPERATOR_KEY, job=SECRET_JOB)  # signed, over TCP
     assert got.read_bytes() == b""
 
 

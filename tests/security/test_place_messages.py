@@ -4,7 +4,11 @@ Each test plays one attack against real places and checks both that it is
 refused and that the computation goes on unharmed. Messages are captured by
 wrapping the DEALER of a link at place 0 (what the transport puts on the
 wire) and sent again from a fresh ZeroMQ socket, as an attacker on the
-machine would.
+machine would. Since places speak CURVE (:mod:`apgas._core.zmtp_auth`), a
+socket without the run's key is refused at the handshake (see
+test_zmtp_auth.py); so the injecting socket here holds the key: these tests
+show what the MAC and the sequence numbers still refuse from a peer past the
+handshake.
 """
 
 from __future__ import annotations
@@ -104,10 +108,16 @@ def tap(place: int) -> Wiretap:
     return wiretap
 
 
-def inject(endpoint: str, *messages: list[bytes]) -> None:
-    """Send ``messages`` from a fresh socket, as an attacker would."""
+def keyed(sock: zmq.Socket, transport: Transport | None = None) -> zmq.Socket:
+    """``sock``, made a client of the run's CURVE key (``transport``'s, else this place's)."""
+    (transport or current().transport).secure(sock)
+    return sock
+
+
+def inject(endpoint: str, *messages: list[bytes], transport: Transport | None = None) -> None:
+    """Send ``messages`` from a fresh socket past the handshake (see the module)."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
+    sock = keyed(ctx.socket(zmq.DEALER), transport)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.connect(endpoint)
     for frames in messages:
@@ -203,7 +213,7 @@ def test_d_oversize_frames_are_cut_off_before_they_are_read():
         ctx = zmq.Context()
         socks, monitors = [], []
         for _ in range(2):
-            sock = ctx.socket(zmq.DEALER)
+            sock = keyed(ctx.socket(zmq.DEALER))
             sock.setsockopt(zmq.LINGER, 0)
             monitors.append(sock.get_monitor_socket(zmq.EVENT_DISCONNECTED))
             sock.connect(endpoint)
@@ -362,7 +372,7 @@ def test_dropped_messages_are_logged_then_summarized():
     handler = _Lines()
     logger.addHandler(handler)
     try:
-        inject(receiver.endpoint, *[[b"junk", b"x", b"y"]] * 50)
+        inject(receiver.endpoint, *[[b"junk", b"x", b"y"]] * 50, transport=receiver)
         deadline = time.monotonic() + 10
         while receiver.rejected < 50:
             assert time.monotonic() < deadline
