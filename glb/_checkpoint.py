@@ -27,7 +27,8 @@ the same run started again returns the result at once.
 
 Bags, pieces and results must pickle (cloudpickle) to be written, as the bag
 contract already asks. The directory must be the user's own and not writable
-by others (a snapshot is unpickled when it is read).
+by others, nor reached through another user's symbolic link (a snapshot is
+unpickled when it is read; ``apgas.serving.make_trusted_dir``).
 """
 
 from __future__ import annotations

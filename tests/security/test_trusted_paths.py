@@ -27,15 +27,9 @@ import pytest
 from test_authentication import SYSTEM_PY
 
 import apgas
+from apgas import serving
 from apgas.lowlevel import read_sealed, write_atomically
-from apgas.serving import (
-    UntrustedPath,
-    make_trusted_dir,
-    read_trusted,
-    trusted_dir,
-    trusted_file,
-    trusted_location,
-)
+from apgas.serving import UntrustedPath, make_trusted_dir, trusted_dir, trusted_file, trusted_location
 
 pytestmark = pytest.mark.timeout(90)
 AS_ROOT = os.geteuid() == 0
@@ -266,6 +260,7 @@ def test_in_ones_own_directory_a_commit_that_is_no_regular_file_is_passed_over(
 
 
 def test_read_trusted_refuses_what_is_not_a_small_regular_file(tmp_path):
+    read_trusted = serving.read_trusted
     (tmp_path / "ok").write_bytes(b"12345")
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
