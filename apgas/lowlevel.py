@@ -2,7 +2,7 @@
 
 Hooks into a running runtime: calls that skip the task queue, finishes spawned
 into from any thread, deaths and resizes to watch, the timeline, and the pause
-and the files a checkpoint needs. ``glb`` and ``apgas.dist`` use these instead of
+and the files a checkpoint needs. ``glb`` and ``apgas.arrays`` use these instead of
 the runtime's private modules; they stay stable where the ``_``-prefixed ones may
 change. Programs need only ``import apgas``; servers and daemons find their
 utilities in :mod:`apgas.serving`.

@@ -14,7 +14,7 @@ import numpy as np
 
 import apgas
 from apgas import lowlevel
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 from apgas.order import send_order
 from benchmarks._dist_common import COLS, ROW_BYTES, check, fill_here, mib
 

@@ -26,9 +26,9 @@ def jacobi_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None
 
 
 def app_sweep(u: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> None:
-    """The same sweep with the kernel of ``python -m apgas.dist.apps jacobi`` (numba
+    """The same sweep with the kernel of ``python -m apgas.arrays.apps jacobi`` (numba
     when installed: one pass over memory where numpy makes four)."""
-    from apgas.dist.apps import jacobi
+    from apgas.arrays.apps import jacobi
     jacobi.sweep(u, v[1:-1], 1, len(u))
 
 

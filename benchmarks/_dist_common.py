@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 
 __all__ = ["MiB", "GiB", "COLS", "ROW_BYTES", "CHECK_MAX", "mib", "fill_here", "check",
            "side_by_side"]

@@ -1,6 +1,6 @@
 """Part 4 of :mod:`benchmarks.dist`: the data-parallel applications' efficiency on 2 places.
 
-Jacobi, CG and N-body (:mod:`apgas.dist.apps`) at sizes where an iteration's
+Jacobi, CG and N-body (:mod:`apgas.arrays.apps`) at sizes where an iteration's
 compute dominates, each timed as ``sequential(...)`` (numpy, or numba for
 N-body's kernels, in one process) and as ``run(...)`` over 2 places, taking
 turns, ``repeats`` times. Both run inside one ``apgas.run(places=2)``, at place
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 import apgas
-from apgas.dist.apps import cg, jacobi, nbody
+from apgas.arrays.apps import cg, jacobi, nbody
 from benchmarks._dist_common import side_by_side
 
 __all__ = ["SIZES", "efficiency", "compute_ceiling", "compute_once", "ratios", "render_efficiency"]

@@ -5,7 +5,7 @@
 Writes ``DIR/dmr_fit.json`` (default ``bench-results``); the models of
 :mod:`apgas_scheduler.sim.dmr_workload` copy its figures (from ``--out docs/results``).
 
-What is measured, per application (:mod:`apgas.dist.apps`, at the problem sizes
+What is measured, per application (:mod:`apgas.arrays.apps`, at the problem sizes
 ``n`` of :data:`FIT_PROBLEMS`, the largest of ``benchmarks.dist``'s efficiency
 study), inside one ``apgas.run(places=2)`` at place 0, ``repeats`` times:
 
@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 import apgas
-from apgas.dist.apps import cg, jacobi, nbody
+from apgas.arrays.apps import cg, jacobi, nbody
 from apgas.order import send_order
 from benchmarks._dist_ceiling import bandwidth_once
 from benchmarks._dist_efficiency import SIZES, compute_once

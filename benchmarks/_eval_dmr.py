@@ -25,10 +25,10 @@ each run fixed and then flexible on 8 virtual nodes of this machine (every
 node is this machine), with Table 1 divided by 8 as the cluster is (CG and
 Jacobi 1-4 nodes preferring 1, N-body 1-2 preferring 1) and a mean of 0.5 s
 between arrivals (all come within seconds, so that a queue forms, as in
-DMR's workloads). The jobs are the real applications of :mod:`apgas.dist.apps`
+DMR's workloads). The jobs are the real applications of :mod:`apgas.arrays.apps`
 at small sizes (:data:`LIVE_PROBLEMS`) under an in-process live scheduler, as
 ``benchmarks.jobbatch`` runs its batches (whose helpers it uses). Fixed jobs
-run ``python -m apgas.dist.apps APP ... --json`` rigid; flexible jobs the same
+run ``python -m apgas.arrays.apps APP ... --json`` rigid; flexible jobs the same
 with ``--check``: they call ``apgas.check_status`` every few iterations with
 their sizes (the app's Table 1 sizes divided by 8: :func:`job_main` sets them
 and runs the app's own command line), each call at most once a second
@@ -241,9 +241,9 @@ def main_sim(run: Run, out: Path) -> int:
 
 def job_main(argv: Sequence[str]) -> int:
     """``python -m benchmarks._eval_dmr job APP MIN,MAX,PREFERRED,FACTOR ARGS...``: the
-    app's own command line (``python -m apgas.dist.apps APP ARGS...``) with its
+    app's own command line (``python -m apgas.arrays.apps APP ARGS...``) with its
     ``--check`` sizes set to the ones given (Table 1 scaled to the pool)."""
-    from apgas.dist.apps import _cli
+    from apgas.arrays.apps import _cli
 
     if len(argv) < 2:
         raise SystemExit("usage: python -m benchmarks._eval_dmr job APP MIN,MAX,PREFERRED,FACTOR ARGS...")
@@ -262,7 +262,7 @@ def job_main(argv: Sequence[str]) -> int:
 def _command(job: SimJob, flexible: bool, problem: Mapping[str, int]) -> tuple[str, ...]:
     args = [x for k, v in problem.items() for x in (f"--{k}", str(v))]
     if not flexible:
-        return (sys.executable, "-m", "apgas.dist.apps", job.name, *args, "--json")
+        return (sys.executable, "-m", "apgas.arrays.apps", job.name, *args, "--json")
     sizes = f"{job.min_nodes},{job.max_nodes},{job.preferred},{FACTOR}"
     return (sys.executable, "-m", "benchmarks._eval_dmr", "job", job.name, sizes, *args, "--check",
             "--check-every", str(LIVE_CHECK_EVERY[job.name]), "--json")
@@ -303,7 +303,7 @@ def live_batch(jobs: Sequence[SimJob], flexible: bool, *, nodes: int = LIVE_NODE
     """Run ``jobs`` (from :func:`dmr_workload`, their ``name`` the app) on ``nodes``
     virtual nodes under a fresh live scheduler with policy ``dmr``; the figures of the
     event log, each job's row and verdict, and the failures (none when all is well)."""
-    from apgas.dist.apps import _cli
+    from apgas.arrays.apps import _cli
     from apgas_scheduler.jobs import JobSpec
     from apgas_scheduler.live.daemon import Scheduler
     from apgas_scheduler.metrics import compute_metrics, node_intervals, read_events

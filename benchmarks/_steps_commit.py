@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 import apgas
-from apgas.dist import BlockArray, at_each
-from apgas.dist._blocks import CHUNK_BYTES
+from apgas.arrays import BlockArray, at_each
+from apgas.arrays._blocks import CHUNK_BYTES
 from benchmarks._steps_common import (
     COLS,
     ROW_BYTES,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 import apgas
-from apgas.dist import BlockArray, at_each
+from apgas.arrays import BlockArray, at_each
 from benchmarks._common import available_bytes, scheduler_env_aside
 from benchmarks._dist_common import COLS, ROW_BYTES, GiB, MiB, mib
 
@@ -113,7 +113,7 @@ def loopback_bytes() -> int | None:
 # -- the loop's arrays, timed ---------------------------------------------------------------------
 
 class Timed:
-    """Stands for a resilient :class:`~apgas.dist.BlockArray` in the ``arrays`` of
+    """Stands for a resilient :class:`~apgas.arrays.BlockArray` in the ``arrays`` of
     ``apgas.steps`` and records when the loop commits, forgets and restores it.
 
     The loop reads ``resilient`` and calls these three methods of each listed array

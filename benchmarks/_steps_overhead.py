@@ -6,7 +6,7 @@ repetition (rotated from one repetition to the next), on the same places.
 
 - **Empty step**: ``for i in range(N): pass`` against ``for step in apgas.steps(N):
   with step: pass`` (no arrays): seconds per step of each, and their difference.
-- **Jacobi** (``apgas.dist.apps.jacobi``'s kernels): two ``n x n`` float64 grids made
+- **Jacobi** (``apgas.arrays.apps.jacobi``'s kernels): two ``n x n`` float64 grids made
   with ``follow=True, resilient=True``; an iteration is one ``finish`` in which each
   owner sweeps its rows of the new grid from ``halo(1, copy=False)`` of the old one
   (as the app does); the grids swap by the iteration's parity. Three loops of
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 import apgas
-from apgas.dist import BlockArray
-from apgas.dist.apps import jacobi
+from apgas.arrays import BlockArray
+from apgas.arrays.apps import jacobi
 from benchmarks._steps_common import owners
 
 __all__ = ["empty_steps", "jacobi_loops", "JACOBI_VARIANTS", "EMPTY_VARIANTS"]

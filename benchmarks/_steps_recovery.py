@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import apgas
-from apgas.dist import at_each
-from apgas.dist._layout import even, overlaps
+from apgas.arrays import at_each
+from apgas.arrays._layout import even, overlaps
 from apgas.lowlevel import watch_deaths
 from benchmarks._steps_common import (
     ROW_BYTES,

@@ -5,7 +5,7 @@
                               [--no-efficiency]
 
 A malleable job's resize is only as cheap as moving its data: this measures
-that, for :class:`apgas.dist.BlockArray`, beside the floors it is judged by.
+that, for :class:`apgas.arrays.BlockArray`, beside the floors it is judged by.
 
 1. **Redistribution bandwidth.** One ``apgas.run(places=8)``: the 8 places are
    started once, at the beginning, and the arrays are laid over the first P of
@@ -105,8 +105,8 @@ from typing import Any
 import numpy as np
 
 import apgas
-from apgas.dist import BlockArray
-from apgas.dist._layout import Layout, even, overlaps
+from apgas.arrays import BlockArray
+from apgas.arrays._layout import Layout, even, overlaps
 from benchmarks._common import available_bytes
 from benchmarks._dist_actions import DMR_PAPER, DMR_TABLE2, actions, render_actions
 from benchmarks._dist_ceiling import bandwidth_ceiling, bandwidth_once, render_ceiling

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import apgas
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 from benchmarks._common import positive_ints, scheduler_env_aside
 from benchmarks._harness import Run, harness, show
 from benchmarks._steps_common import MiB, expected_sum, make_arrays, mib

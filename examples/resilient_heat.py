@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 import apgas
-from apgas.dist import BlockArray, at_each
+from apgas.arrays import BlockArray, at_each
 
 ALPHA = 0.2  # the diffusion number, kappa * dt / dx**2 (stable up to 0.25)
 DT = 0.01    # seconds of the plate's time per step

@@ -30,7 +30,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "glb": ("test_glb", "test_synthetic", "test_apps_layout"),
     "launcher": ("test_launcher", "test_run_hosts", "test_cross_host", "test_vcluster", "test_supervisor",
                  "test_process_titles", "test_heartbeat"),
-    "elastic": ("test_steps", "test_dist", "test_evolving", "test_malleability", "test_place_lost",
+    "elastic": ("test_steps", "test_arrays", "test_evolving", "test_malleability", "test_place_lost",
                 "test_communicator_plugin", "test_timeline", "test_chaos"),
     "docs": ("test_docs", "test_dependency_docs", "test_static_checks", "test_layout", "test_module_size",
              "test_wheel_contents", "test_without_services", "test_error_messages"),

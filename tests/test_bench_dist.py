@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from apgas.dist._layout import even
+from apgas.arrays._layout import even
 from benchmarks import _dist_actions, dist
 
 pytestmark = pytest.mark.timeout(120)

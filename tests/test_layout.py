@@ -255,9 +255,9 @@ def test_lowlevel_is_the_runtimes_face_alone():
 
 def test_no_cycle_inside_apgas_even_for_annotations():
     """The runtime core and malleability can be read apart: no two modules of ``apgas``
-    name each other, not even under TYPE_CHECKING (``apgas.dist``'s modules name the
+    name each other, not even under TYPE_CHECKING (``apgas.arrays``'s modules name the
     array of their package's face, which is theirs)."""
     known = {n: p for n, p in modules().items() if n == "apgas" or n.startswith("apgas.")}
     graph = {n: {t for t in imports(n, p, known, annotations=True) if t in known} for n, p in known.items()}
-    found = [c for c in cycles(graph) if not all(m.startswith("apgas.dist") for m in c)]
+    found = [c for c in cycles(graph) if not all(m.startswith("apgas.arrays") for m in c)]
     assert found == []

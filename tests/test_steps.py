@@ -21,7 +21,7 @@ from orders import order
 
 import apgas
 from apgas._core.runtime import current
-from apgas.dist import BlockArray, _blocks
+from apgas.arrays import BlockArray, _blocks
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -341,7 +341,7 @@ def test_steps_say_what_was_wrong(malleable_address):
             (dict(n=-1), ValueError, "n must be an integer >= 0, got -1"),
             (dict(n=3, start=4), ValueError, "start 4 is beyond n 3"),
             (dict(n=3, commit_every=1.5), ValueError, "commit_every must be an integer"),
-            (dict(n=3, arrays=[np.zeros(3)]), TypeError, "arrays must be a list of apgas.dist"),
+            (dict(n=3, arrays=[np.zeros(3)]), TypeError, "arrays must be a list of apgas.arrays"),
             (dict(n=3, state=[1]), TypeError, "state must be a dict"),
             (dict(n=3, checkpoint="ckpt", checkpoint_mode="fast"), ValueError,
              "checkpoint_mode must be one of parallel, gathered"),

@@ -25,7 +25,7 @@ import pytest
 from conftest import fast_first
 
 import apgas
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,7 +65,7 @@ def update(h, out):
 PROGRAM = KERNEL + '''
 import json, sys
 import apgas
-from apgas.dist import BlockArray, at_each
+from apgas.arrays import BlockArray, at_each
 
 def sweep_at(old, new):
     return update(old.halo(1, copy=False), new.local())

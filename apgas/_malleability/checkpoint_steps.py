@@ -7,7 +7,7 @@ after step ``K - 1``, before step ``K``; ``K = n`` once the loop is done)::
     DIR/commit-<K, 12 digits>/   a complete commit; at most two are kept
         manifest.json            written last: the problem, K, each file's size and CRC-32s
         state.pickle             the loop's ``state``, pickled (absent without state)
-        a<k>.<start>-<stop>.bin  rows start .. stop of array k, raw (apgas.dist._disk)
+        a<k>.<start>-<stop>.bin  rows start .. stop of array k, raw (apgas.arrays._disk)
     DIR/.tmp-<K>-<pid>-<i>/      a commit being written (left by a killed program)
     DIR/.old-<K>-<pid>-<i>/      a torn commit of the same K, being replaced
 
@@ -29,7 +29,7 @@ and their files are read never through a link, only if regular, and bounded
 ``/dev/zero`` or a named pipe is refused, neither read nor waited on.
 
 This module runs at place 0 and knows the arrays only through their
-``_steps_write`` / ``_steps_read`` (``apgas.dist._disk``): ``import apgas`` does not
+``_steps_write`` / ``_steps_read`` (``apgas.arrays._disk``): ``import apgas`` does not
 import numpy.
 """
 
@@ -70,7 +70,7 @@ class TornCommit(ApgasError):
 
 
 class _OnDisk(Protocol):
-    """What a commit on disk needs of an array (``apgas.dist.BlockArray`` keeps it)."""
+    """What a commit on disk needs of an array (``apgas.arrays.BlockArray`` keeps it)."""
 
     shape: tuple[int, ...]
     dtype: Any

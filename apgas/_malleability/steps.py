@@ -40,7 +40,7 @@ _tags = itertools.count(1)  # commit tags, distinct within the process
 
 
 class _Resilient(Protocol):
-    """What a loop needs of an array it rolls back (``apgas.dist.BlockArray`` keeps it)."""
+    """What a loop needs of an array it rolls back (``apgas.arrays.BlockArray`` keeps it)."""
 
     resilient: bool
 
@@ -383,7 +383,7 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
     need = ("_steps_commit",) if checkpoint is None else ("_steps_commit", "_steps_write")
     for a in arrays:
         if not all(callable(getattr(a, name, None)) for name in need):
-            raise TypeError(f"apgas.steps: arrays must be a list of apgas.dist.BlockArray, got "
+            raise TypeError(f"apgas.steps: arrays must be a list of apgas.arrays.BlockArray, got "
                             f"{type(a).__name__}: {a!r:.80}")
     if state is not None and not isinstance(state, dict):
         raise TypeError(f"apgas.steps: state must be a dict (updated in place), got "

@@ -24,14 +24,14 @@ import numpy as np
 import numpy.typing as npt
 
 import apgas
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners
 
 __all__ = ["CHECK", "CHECK_EVERY", "COMMIT_EVERY", "GiB", "parse_bytes", "fill", "expected", "intact",
            "sequential", "run", "add_arguments", "parameters"]
 
-log = logging.getLogger("apgas.dist.apps.sleep")
+log = logging.getLogger("apgas.arrays.apps.sleep")
 
 GiB = 1 << 30
 #: DMR's Table 1 for FS: 1 to 20 processes, no preferred size; resizes by a factor of 2
@@ -104,7 +104,7 @@ def run(steps: int, seconds: float, nbytes: int = GiB,
         commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The steps over the places, at place 0 inside ``apgas.run``; the options as for
-    :func:`apgas.dist.apps.jacobi.run`."""
+    :func:`apgas.arrays.apps.jacobi.run`."""
     check(steps, seconds, nbytes)
     session = Session(malleable, check_sizes, check_every, on_iteration)
     follow = session.follows(places)

@@ -16,7 +16,7 @@ from them alone). Each place computes the accelerations of its own bodies
 against all positions, which place 0 gathers and sends to every place once a
 step. A body's acceleration is computed by the same expressions whatever the
 places (chunks of rows, elementwise products, a sum along each row), and the
-final sums add the rows' sums in row order (:func:`~apgas.dist.apps.total`), so
+final sums add the rows' sums in row order (:func:`~apgas.arrays.apps.total`), so
 the values are the same bit for bit on any places and through any resizes.
 
 The kernels (:func:`accelerations`, :func:`potential_rows`) are compiled with
@@ -40,14 +40,14 @@ import numpy as np
 import numpy.typing as npt
 
 import apgas
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners, row_sums, total
 
 __all__ = ["CHECK", "CHECK_EVERY", "COMMIT_EVERY", "EPS", "DT", "KERNELS", "positions", "accelerations",
            "potential_rows", "kick", "drift", "sequential", "run", "add_arguments", "parameters"]
 
-log = logging.getLogger("apgas.dist.apps.nbody")
+log = logging.getLogger("apgas.arrays.apps.nbody")
 
 Array = npt.NDArray[np.float64]
 
@@ -226,7 +226,7 @@ def run(n: int, steps: int, seed: int = 0, places: Sequence[apgas.Place | int] |
         commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The steps over the places, at place 0 inside ``apgas.run``; the options as for
-    :func:`apgas.dist.apps.jacobi.run`."""
+    :func:`apgas.arrays.apps.jacobi.run`."""
     check(n, steps, seed)
     session = Session(malleable, check_sizes, check_every, on_iteration)
     follow = session.follows(places)

@@ -10,12 +10,12 @@ recurrence).
 The vectors are BlockArrays of shape (N, N): a matrix-vector product is a
 stencil on the rows with their halos. Every element is updated by the same
 expression whatever the places, and the inner products add the rows' sums in
-row order (:func:`~apgas.dist.apps.total`), so the values are the same bit for
+row order (:func:`~apgas.arrays.apps.total`), so the values are the same bit for
 bit on any places and through any resizes, as :func:`sequential`'s.
 
 An iteration is three rounds of tasks, not five: the matrix-vector product
 returns the row sums of ``p * q``, the update of x and r those of ``r * r``
-(:func:`~apgas.dist.apps.at_owners_sum`); p's halo is ``halo(1, copy=False)``,
+(:func:`~apgas.arrays.apps.at_owners_sum`); p's halo is ``halo(1, copy=False)``,
 which moves two rows, not the block. The iterations are the steps of
 :func:`apgas.steps`, with the four vectors and ``rho`` (the state) kept at its
 commits.
@@ -33,14 +33,14 @@ import numpy as np
 import numpy.typing as npt
 
 import apgas
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners, at_owners_sum, row_sums, total
 
 __all__ = ["CHECK", "CHECK_EVERY", "COMMIT_EVERY", "laplacian", "step_size", "update_x_r", "update_p",
            "inner", "residual_rows", "sequential", "run", "add_arguments", "parameters"]
 
-log = logging.getLogger("apgas.dist.apps.cg")
+log = logging.getLogger("apgas.arrays.apps.cg")
 
 Vector = npt.NDArray[np.float64]
 
@@ -91,7 +91,7 @@ def update_p(p: Vector, r: Vector, beta: float) -> None:
 
 
 def inner(u: Vector, v: Vector) -> float:
-    """u . v as :func:`~apgas.dist.apps.total` adds it: row by row, then the rows."""
+    """u . v as :func:`~apgas.arrays.apps.total` adds it: row by row, then the rows."""
     return float(row_sums(u, v).sum())
 
 
@@ -157,7 +157,7 @@ def run(n: int, iterations: int, places: Sequence[apgas.Place | int] | None = No
         commit_every: int = COMMIT_EVERY, resilient: bool = False,
         on_iteration: Callable[[int], None] | None = None) -> Outcome:
     """The iterations over the places, at place 0 inside ``apgas.run``; the options
-    as for :func:`apgas.dist.apps.jacobi.run`."""
+    as for :func:`apgas.arrays.apps.jacobi.run`."""
     check(n, iterations)
     session = Session(malleable, check_sizes, check_every, on_iteration)
     follow = session.follows(places)

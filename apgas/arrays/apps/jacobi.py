@@ -12,7 +12,7 @@ each place fetches its halo rows and sweeps its own rows. The halo is ``halo(1, 
 rows travel, the block is not copied. The sweep is compiled with numba when it
 is installed (one pass over memory where numpy makes four: about 6 times
 faster; :data:`KERNELS` says which), with the same additions in the same order.
-A point is computed by the same expression whatever the places, and the sum adds the rows' sums in row order (:func:`~apgas.dist.apps.total`),
+A point is computed by the same expression whatever the places, and the sum adds the rows' sums in row order (:func:`~apgas.arrays.apps.total`),
 so the value is the same bit for bit on any places and through any resizes.
 """
 
@@ -27,14 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 import apgas
-from apgas.dist import BlockArray
+from apgas.arrays import BlockArray
 
 from . import CheckSizes, Outcome, Session, at_owners, row_sums, total
 
 __all__ = ["CHECK", "CHECK_EVERY", "COMMIT_EVERY", "KERNELS", "initial", "sweep", "sequential", "run",
            "add_arguments", "parameters"]
 
-log = logging.getLogger("apgas.dist.apps.jacobi")
+log = logging.getLogger("apgas.arrays.apps.jacobi")
 
 Grid = npt.NDArray[np.float64]
 

@@ -1,4 +1,4 @@
-"""The DMR applications on apgas.dist (issue 31): the references against independent
+"""The DMR applications on apgas.arrays (issue 31): the references against independent
 computations, the distributed runs against the references, rigid, under orders and
 under orders with a lost place (issue 39: the apps' iterations are apgas.steps, their
 arrays resilient)."""
@@ -21,8 +21,8 @@ import pytest
 from orders import order, random_orders
 
 import apgas
-from apgas.dist import BlockArray
-from apgas.dist.apps import Outcome, Session, _cli, cg, jacobi, nbody, sleep
+from apgas.arrays import BlockArray
+from apgas.arrays.apps import Outcome, Session, _cli, cg, jacobi, nbody, sleep
 
 
 @pytest.fixture(autouse=True)
@@ -417,7 +417,7 @@ def test_check_asks_with_dmrs_sizes_and_the_answers_resize_the_run(fake_schedule
 # --- the command line --------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_the_command_line_prints_json_and_the_values_last():
-    proc = subprocess.run([sys.executable, "-m", "apgas.dist.apps", "cg", "--n", "20", "--iterations",
+    proc = subprocess.run([sys.executable, "-m", "apgas.arrays.apps", "cg", "--n", "20", "--iterations",
                            "15", "--places", "2", "--json"], capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -452,7 +452,7 @@ def test_bad_input_is_refused_with_a_clear_message(argv, message, capsys):
 def test_jacobi_kernels_numba_and_numpy_give_the_same_bits() -> None:
     """The compiled sweep (when numba is there) makes the numpy form's additions in
     the same order: results must not depend on which kernel a machine has."""
-    from apgas.dist.apps import jacobi
+    from apgas.arrays.apps import jacobi
 
     rng = np.random.default_rng(3)
     h = rng.random((40, 33))

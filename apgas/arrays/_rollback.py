@@ -5,7 +5,7 @@ to a *buddy*, the next place holding rows (a block of place 0, which dies
 only with the program, has no buddy). A restore puts the rows back as they
 were at a commit, evenly over the live places: each block from its place's
 own copy, or from its buddy's if its place was lost. The copies themselves
-live in :mod:`apgas.dist._blocks` (``save``, ``push_copy``, ``forget``).
+live in :mod:`apgas.arrays._blocks` (``save``, ``push_copy``, ``forget``).
 Everything here runs at place 0, while the step loop keeps orders out.
 """
 

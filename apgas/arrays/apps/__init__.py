@@ -1,10 +1,10 @@
-"""The DMR study's applications on :mod:`apgas.dist`: Jacobi, CG, N-body and Flexible Sleep.
+"""The DMR study's applications on :mod:`apgas.arrays`: Jacobi, CG, N-body and Flexible Sleep.
 
-    python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [options] [--places P]
+    python -m apgas.arrays.apps {jacobi,cg,nbody,sleep} [options] [--places P]
                               [--malleable] [--check] [--resilient] [--commit-every K] [--json]
 
 Each module has ``sequential(...)`` (plain numpy in one process, the reference),
-``run(...)`` (the same problem over :class:`~apgas.dist.BlockArray`\\ s, called
+``run(...)`` (the same problem over :class:`~apgas.arrays.BlockArray`\\ s, called
 at place 0 inside ``apgas.run``) and its per-place kernels as plain functions.
 They use the public API only, as a user's program would: every array follows
 the places (``follow=True``), so no application has redistribution code of its
@@ -36,14 +36,14 @@ import numpy.typing as npt
 
 import apgas
 from apgas import lowlevel
-from apgas.dist import BlockArray, at_each
+from apgas.arrays import BlockArray, at_each
 
 __all__ = ["APPS", "CheckSizes", "Resize", "Outcome", "Session", "Timed", "owners", "at_owners",
            "at_owners_sum", "mark", "row_sums", "total"]
 
 APPS = ("jacobi", "cg", "nbody", "sleep")
 
-log = logging.getLogger("apgas.dist.apps")
+log = logging.getLogger("apgas.arrays.apps")
 
 #: ``apgas.check_status``'s (min, max, preferred, factor)
 CheckSizes = tuple[int, int, int | None, int]
@@ -129,7 +129,7 @@ def total(a: BlockArray, b: BlockArray | None = None) -> float:
     """The sum of all elements of ``a`` (of ``a * b``: a dot product), the same whatever
     the layout: each place sums its rows one by one, and place 0 adds the row sums in
     row order, as ``row_sums(whole a).sum()`` does. (``BlockArray.sum`` and
-    ``apgas.dist.dot`` add one partial sum per block, so their last bits depend on the
+    ``apgas.arrays.dot`` add one partial sum per block, so their last bits depend on the
     layout; a converged CG's residual would then differ from one run to another in its
     fourth digit.) Sends one float per row to place 0."""
     if b is not None and b.layout != a.layout:

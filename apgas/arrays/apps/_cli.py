@@ -1,6 +1,6 @@
 """Run one of the DMR applications.
 
-    python -m apgas.dist.apps {jacobi,cg,nbody,sleep} [app options] [--places P]
+    python -m apgas.arrays.apps {jacobi,cg,nbody,sleep} [app options] [--places P]
                               [--malleable] [--check] [--commit-every K]
                               [--resilient] [--sequential] [--json]
 
@@ -28,15 +28,15 @@ from . import APPS, Outcome, mark
 
 __all__ = ["load", "build_parser", "main"]
 
-log = logging.getLogger("apgas.dist.apps")
+log = logging.getLogger("apgas.arrays.apps")
 
 
 def load(name: str) -> ModuleType:
     """The module of application ``name`` (one of :data:`APPS`)."""
-    return importlib.import_module(f"apgas.dist.apps.{name}")
+    return importlib.import_module(f"apgas.arrays.apps.{name}")
 
 
-def build_parser(prog: str = "python -m apgas.dist.apps") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m apgas.arrays.apps") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n")[0])
     sub = parser.add_subparsers(dest="app", required=True, metavar="{" + ",".join(APPS) + "}")
     for name in APPS:
@@ -81,7 +81,7 @@ def _distributed(module: ModuleType, params: dict[str, Any], ns: argparse.Namesp
     return apgas.run(main, places=ns.places)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m apgas.dist.apps") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m apgas.arrays.apps") -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = build_parser(prog)
     ns = parser.parse_args(argv)

@@ -11,8 +11,8 @@ import pytest
 from orders import order
 
 import apgas
-from apgas.dist import BlockArray, _blocks
-from apgas.dist._layout import even
+from apgas.arrays import BlockArray, _blocks
+from apgas.arrays._layout import even
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""apgas.dist: block-distributed arrays over real place processes (issue 31)."""
+"""apgas.arrays: block-distributed arrays over real place processes (issue 31)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import apgas
 from apgas._core import serialization as ser
-from apgas.dist import BlockArray, _blocks, dot
-from apgas.dist._layout import even
+from apgas.arrays import BlockArray, _blocks, dot
+from apgas.arrays._layout import even
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -328,6 +328,6 @@ def test_a_contiguous_slice_travels_uncopied():
 
 def test_apgas_imports_without_numpy():
     code = ("import sys; sys.modules['numpy'] = None; import apgas; "
-            "assert 'apgas.dist' not in sys.modules; print('ok')")
+            "assert 'apgas.arrays' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
