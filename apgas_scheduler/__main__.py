@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--resize-interval", type=float, default=10.0,
                        help="minimum seconds between two resizes of one job")
     serve.add_argument("--register-timeout", type=float, default=60.0,
-                       help=f"seconds a malleable job has to send {protocol.READY}")
+                       help=f"seconds a malleable job has to send {protocol.READY} "
+                            f"(or {protocol.NOT_MALLEABLE}: it went rigid)")
     serve.add_argument("--quarantine", type=float, default=300.0, metavar="SECONDS",
                        help="seconds a node is out of service after one job lost its place there "
                             "(down until node-up once a job of another user does too; 0: down "

@@ -204,14 +204,17 @@ class Engine(NodePool[Node]):
 
     def overdue(self, now: float, register_timeout: float) -> list[tuple[Tracked, str]]:
         """Running jobs to stop: past their walltime, or malleable ones that never
-        registered; each is marked ``stopping`` with the reason."""
+        answered (neither registered nor said they went rigid: a job that
+        registered and then disabled its handler is ``disabled``, not ``ready``,
+        and runs on); each is marked ``stopping`` with the reason."""
         out = []
         for job in self.running.values():
             if job.stopping or job.start is None:
                 continue
             if now - job.start > job.walltime:
                 job.stopping = f"killed: ran past its walltime of {job.walltime:g} s"
-            elif job.malleable and not job.ready and now - job.start > register_timeout:
+            elif (job.malleable and not (job.ready or job.disabled)
+                  and now - job.start > register_timeout):
                 job.stopping = (f"killed: never sent {protocol.READY} within "
                                 f"{register_timeout:g} s")
             else:
