@@ -61,13 +61,34 @@ def _key_of(port: int) -> str:
         return ""
 
 
+def _found_key(port: int) -> str:
+    """The key a job started by hand keeps for ``port``; else "" after saying on
+    stderr that none was found, where, and what to pass: an order sent unsigned
+    without a word is refused by a signing job with no hint why."""
+    path = auth.order_key_path(port)
+    try:
+        return auth.read_secret(path)
+    except FileNotFoundError:
+        problem = "there is no such file"
+    except (OSError, auth.AuthError) as e:
+        problem = f"it cannot be read ({e})"
+    print(f"python -m apgas.order: no key found for the job on port {port}: looked in {path} "
+          f"(where a job started by hand on this machine by this user keeps its key: "
+          f"$APGAS_RUNTIME_DIR/orders, else ~/.apgas/orders), and {problem}. Sending the order unsigned, "
+          f"which only a job in APGAS_PLAIN_PROTOCOL mode takes: pass --key-file PATH with the "
+          f"job's key (a scheduler's job: the key it was given in APGAS_JOB_SECRET), or --plain "
+          f"to send unsigned without this note.", file=sys.stderr)
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apgas.order", description=__doc__.split("\n")[0])
     parser.add_argument("--to", required=True, metavar="HOST:PORT", help="where the job listens for orders")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the reply")
     parser.add_argument("--key-file", metavar="PATH",
-                        help="the job's secret (default: the key file of a job started by hand "
-                             "on that port, ~/.apgas/orders/PORT.key)")
+                        help="the job's secret (default: the key a job started by hand on that "
+                             f"port keeps in {auth.runtime_dir() / 'orders' / 'PORT.key'}; "
+                             "$APGAS_RUNTIME_DIR decides the directory, else ~/.apgas)")
     parser.add_argument("--plain", action="store_true",
                         help="send the order unsigned (for a job in APGAS_PLAIN_PROTOCOL mode)")
     parser.add_argument("order", nargs=argparse.REMAINDER, help="grow N HOST..., shrink N, or status")
@@ -82,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         secret = "" if ns.plain else auth.read_secret(ns.key_file) if ns.key_file else None
     except (OSError, auth.AuthError) as e:
         parser.error(f"cannot read the key file {ns.key_file}: {e}")
+    if secret is None:
+        secret = _found_key(address[1])
     try:
         lines = send_order(address, ns.order, ns.timeout, secret=secret)
     except OSError as e:

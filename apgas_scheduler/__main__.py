@@ -81,7 +81,16 @@ def _node_address(value: str) -> dict[str, str]:
     return {n: address for n in _nodes(names)}
 
 
+def _key_default() -> str:
+    """The operator's key file as --help shows it: the real path, which
+    ``$APGAS_RUNTIME_DIR`` decides (``~/.apgas`` without it)."""
+    from .live.access import default_key_file
+
+    return f"{default_key_file()}: $APGAS_RUNTIME_DIR/scheduler.key, else ~/.apgas/scheduler.key"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    key = _key_default()
     parser = argparse.ArgumentParser(prog="python -m apgas_scheduler",
                                      description="An elastic batch job scheduler for APGAS jobs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "kernel gives it, which it reports")
     serve.add_argument("--key-file", default=None, metavar="PATH",
                        help="the operator's key, which TCP requests must be signed with; made "
-                            "(mode 0600) if missing (default: ~/.apgas/scheduler.key)")
+                            f"(mode 0600) if missing (default: {key})")
     serve.add_argument("--socket", default=None, metavar="PATH",
                        help="the Unix socket for clients on this machine (default: "
                             "/run/apgas-scheduler/PORT.sock for root, else "
@@ -152,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--to", type=_address, required=True, metavar="HOST:PORT")
         p.add_argument("--key-file", default=None, metavar="PATH",
-                       help="sign with this key (default: ~/.apgas/scheduler.key if readable)")
+                       help=f"sign with this key (default: {key}, if readable)")
         p.add_argument("--socket", default=None, metavar="PATH",
                        help="use this Unix socket (default, without a readable key: PORT.sock "
                             "in your own socket directory, else in /run/apgas-scheduler)")
@@ -186,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     url.add_argument("--dashboard", type=_dashboard_address, required=True, metavar="[HOST:]PORT",
                      help="where serve --dashboard listens")
     url.add_argument("--key-file", default=None, metavar="PATH",
-                     help="the operator's key (default: ~/.apgas/scheduler.key)")
+                     help=f"the operator's key (default: {key})")
     from .sim import compare as cmp
     simulate = sub.add_parser("simulate", help="simulate one policy on a trace or a generated workload")
     cmp.add_workload_arguments(simulate)

@@ -91,3 +91,35 @@ def test_orders_to_a_listening_job(capsys, monkeypatch, tmp_path):
     assert "error bad signature on 'status'" in out
     assert first[0] == "status malleable 1" and seen == [1] and key_kept
     assert not auth.order_key_path(port).exists()  # the job removed its key at its end
+
+
+def test_without_a_key_it_says_where_it_looked_and_what_to_pass(capsys, monkeypatch, tmp_path):
+    """No key for the port: the CLI says so on stderr (the file it looked for, under
+    APGAS_RUNTIME_DIR) and what to pass, then sends unsigned; the signing job's
+    refusal names the key to sign with, not the command the user just ran."""
+    port = free_port()
+    monkeypatch.setenv("APGAS_MALLEABLE_LISTEN", f"127.0.0.1:{port}")
+    elsewhere = tmp_path / "elsewhere"
+
+    def main_at_place_0():
+        apgas.define_malleable_handler(Newest())  # its key goes to the real runtime dir
+        with monkeypatch.context() as m:
+            m.setenv("APGAS_RUNTIME_DIR", str(elsewhere))
+            return main(["--to", f"127.0.0.1:{port}", "status"])
+
+    assert apgas.run(main_at_place_0, places=1) == 1
+    out, err = capsys.readouterr()
+    assert (f"no key found for the job on port {port}: looked in "
+            f"{elsewhere / 'orders' / f'{port}.key'}") in err
+    assert "there is no such file" in err and "pass --key-file PATH" in err and "--plain" in err
+    assert out.startswith("error this job takes signed orders only, signed with its key "
+                          "(python -m apgas.order --key-file PATH")
+
+
+def test_help_shows_the_real_default_key_file(capsys, monkeypatch, tmp_path):
+    """The default key file under --help is the one APGAS_RUNTIME_DIR gives."""
+    monkeypatch.setenv("APGAS_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "1000")  # no line breaks inside the path
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert f"keeps in {tmp_path / 'orders' / 'PORT.key'};" in capsys.readouterr().out

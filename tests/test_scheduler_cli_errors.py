@@ -85,6 +85,27 @@ def test_serve_outside_slurm_asks_for_nodes(monkeypatch, capsys):
     assert "error: SLURM_JOB_NODELIST: bad range '9-x'" in fails(["serve"], capsys)
 
 
+def test_serve_names_the_missing_directory_of_its_socket(tmp_path, no_key, monkeypatch, capsys):
+    """A --socket whose directory does not exist: the directory is named with what to
+    do, and the ports and state opened before are closed again (the leak check)."""
+    monkeypatch.setenv("APGAS_LOCAL_HOSTS", "*")  # serve adds its nodes to it
+    missing = tmp_path / "no-such-dir"
+    err = fails(["serve", "--nodes", "n0", "--port", "0", "--state-dir", str(tmp_path / "state"),
+                 "--socket", str(missing / "s.sock")], capsys)
+    assert err == (f"error: the Unix socket {missing / 's.sock'}: its directory {missing} does "
+                   f"not exist; make it (mkdir -m 0711 {missing}) or give --socket a path in an "
+                   "existing directory\n")
+
+
+@pytest.mark.parametrize("command", ["serve", "status", "requeue", "dashboard-url"])
+def test_help_shows_the_real_default_key_file(command, tmp_path, no_key, monkeypatch, capsys):
+    """The operator's key file --help names is the one APGAS_RUNTIME_DIR gives."""
+    monkeypatch.setenv("COLUMNS", "1000")  # no line breaks inside the path
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert f"(default: {tmp_path / 'runtime' / 'scheduler.key'}:" in capsys.readouterr().out
+
+
 def test_slurm_controller_refuses_a_non_positive_interval(capsys):
     err = fails(["slurm-controller", "--policy", "easy", "--interval", "0"], capsys)
     assert err == "error: --interval must be above 0 seconds, got 0\n"

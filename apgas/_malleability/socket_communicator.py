@@ -268,9 +268,9 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     def _authentic(self, line: str) -> str:
         """The order in a signed line; a plain one only in plain mode."""
         return auth.accept(line, None if self._plain else self._secret, self._guard,
-                           "this job takes signed orders only (see apgas.auth; python -m "
-                           "apgas.order signs them); plain orders need APGAS_PLAIN_PROTOCOL=1 "
-                           "on the job's side")
+                           "this job takes signed orders only, signed with its key (python -m "
+                           "apgas.order --key-file PATH; see apgas.auth); plain orders need "
+                           "APGAS_PLAIN_PROTOCOL=1 on the job's side")
 
     def _read_line(self, conn: socket.socket, read_by: float) -> str | None:
         try:

@@ -169,6 +169,10 @@ def listen_unix(path: Path, mode: int) -> socket.socket:
     make nothing there); a stale socket there is replaced, anything else refused."""
     if path.parent == socket_dir():  # ours: its mode is ours to set
         os.chmod(make_trusted_dir(path.parent, "the socket's directory", 0o711), 0o711)
+    elif not path.parent.exists():  # a given one is not made: a typo would go unnoticed
+        raise OSError(f"the Unix socket {path}: its directory {path.parent} does not exist; "
+                      f"make it (mkdir -m 0711 {path.parent}) or give --socket a path in an "
+                      "existing directory")
     path = trusted_location(path, "the Unix socket")
     if path.is_socket() or path.is_symlink():
         path.unlink()

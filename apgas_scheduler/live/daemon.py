@@ -113,7 +113,7 @@ class Scheduler:
         if allow_plain_jobs:
             log.warning("plain jobs allowed: their messages and orders are unsigned, so anyone who "
                         "can reach this port or their order ports can speak for them")
-        with contextlib.ExitStack() as undo:  # a refused state or output directory holds nothing
+        with contextlib.ExitStack() as undo:  # a refused state, output directory or socket holds nothing
             self._output_fd = os.open(self.output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             undo.callback(os.close, self._output_fd)
             tcp = socket.create_server((host, port))
@@ -123,6 +123,9 @@ class Scheduler:
             self.core = core = SchedulerCore(nodes, policy, events, state_dir)
             undo.callback(core.close)
             claim_output_dir(self._output_fd, self.output_dir, core.store.directory)
+            self.address: tuple[str, int] = (host, tcp.getsockname()[1])
+            self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
+            unix = access.listen_unix(self.socket_path, socket_mode)
             undo.pop_all()
         self.policy, self.engine = policy, core.engine
         core.quarantine = quarantine
@@ -134,9 +137,6 @@ class Scheduler:
         earlier = core.store.nodes()  # an earlier run's pool, before this run records its own
         self._ids = itertools.count(core.store.last_id() + 1)  # ids are never reused
         self._requests: dict[tuple[int, str], int] = {}  # (owner, the client's key) -> job id
-        self.address: tuple[str, int] = (host, tcp.getsockname()[1])
-        self.socket_path = Path(socket_path or access.default_socket_path(self.address[1]))
-        unix = access.listen_unix(self.socket_path, socket_mode)
         self.processes = Processes(
             core, self.launcher, local=launcher == "local", address=self.address,
             # what jobs on other machines are told to send to: a wildcard is no address
