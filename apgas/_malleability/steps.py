@@ -4,9 +4,10 @@ A step is the unit that orders respect and losses undo. Each step holds place
 0's gate (:mod:`apgas._core.gate`), so a grow, a shrink, ``release_places`` or the
 answer to ``check_status`` that comes during a step is carried out at its end
 (a grow starts its places meanwhile). The loop *commits* before its first
-step, after every ``commit_every``-th step, inside every shrink (between two
-steps, once the arrays are re-spread, so that no copy leaves with a leaving
-place) and after a roll-back: each resilient array listed
+step, after every ``commit_every``-th step, inside every grow and shrink
+(between two steps, once the arrays are re-spread; a shrink so that no copy
+leaves with a leaving place, a grow so that a later loss undoes no step before
+it) and after a roll-back: each resilient array listed
 keeps a copy of every block at its place and at a buddy place, and ``state``
 is pickled at place 0. A place lost during a step or between steps (not place
 0) rolls the arrays and ``state`` back to the last commit, spreads the arrays
@@ -101,12 +102,13 @@ class Step:
 class _Loop:
     """The state of one loop at place 0: the last commit, the places lost since.
 
-    It listens to the shrinks (``apgas.lowlevel.on_resize``, after the arrays'
+    It listens to the orders (``apgas.lowlevel.on_resize``, after the arrays'
     follower, so the arrays are re-spread already): a shrink runs between two steps,
     and the loop commits inside it, with copies on the places that stay; the leaving
     places would otherwise take the copies they hold away with them. If a place was
     lost meanwhile, the shrink is refused (its places keep their copies for the
-    roll-back). A grow needs no commit: every copy stays where it was.
+    roll-back). A grow commits too, once the arrays are re-spread, so that a loss
+    after it undoes no step before it.
     """
 
     def __init__(self, n: int, start: int, commit_every: int, arrays: list[_Array],
@@ -245,7 +247,15 @@ class _Loop:
         self._commit(self._next)
 
     def after_grow(self, added: list[Any]) -> None:
-        """Nothing: every copy stays where it was, and the next loss restores from them."""
+        """Commit: a loss after the grow should undo no step before it (a loop without
+        ``commit_every`` would go back to step 0), and the arrays were re-spread anyway."""
+        if self._committed is None or self._losses():
+            return  # before the first step (its commit comes next), or a roll-back is due
+        try:
+            self._commit(self._next)
+        except (DeadPlaceError, MultipleException):
+            if not self._losses():
+                raise  # else the next step's end rolls back to the commit before
 
     # -- commits and roll-back (the gate held) ---------------------------------------------
     def _resilient(self) -> list[_Resilient]:
@@ -338,8 +348,9 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
       end (a grow starts its places while the step runs; one that fails never stops
       the loop). ``apgas.places()`` is stable inside a step.
     - **Commits.** Before the first step, after every ``commit_every``-th step
-      (``index + 1`` a multiple of it; 0: never again), inside every shrink
-      (between two steps) and after a roll-back, each array of ``arrays``
+      (``index + 1`` a multiple of it; 0: never again), inside every grow and
+      every shrink (between two steps, once the arrays are re-spread: a loss after
+      an order undoes no step before it) and after a roll-back, each array of ``arrays``
       made with ``resilient=True`` keeps a
       copy of every block at its place and at a buddy place, and ``state`` (a dict
       of picklable values the program updates in place) is kept at place 0.
