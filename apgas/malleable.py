@@ -46,7 +46,7 @@ def communicator_class(name: str) -> type[MalleableCommunicator]:
         return _class_named(name)
     found = importlib.metadata.entry_points(group="apgas.communicators", name=name)
     for entry in found:
-        return _communicator(name, entry.value, entry.load())
+        return _communicator(name, entry.value, _load(entry))
     known = ["socket"] + [e.name for e in importlib.metadata.entry_points(group="apgas.communicators")]
     raise ConfigError(f"unknown communicator {name!r} (APGAS_COMMUNICATOR); known: {known}, "
                       "or module:Class")
@@ -72,6 +72,20 @@ def _class_named(name: str) -> type[MalleableCommunicator]:
         raise ConfigError(f"the communicator {name!r} (APGAS_COMMUNICATOR): module "
                           f"{module_name!r} has no {class_name!r}") from None
     return _communicator(name, name, cls)
+
+
+def _load(entry: importlib.metadata.EntryPoint) -> object:
+    """What the entry point names; ConfigError (not the raw ImportError or
+    AttributeError) naming it, its value and the distribution that declared it,
+    whose author is the one to tell."""
+    try:
+        return entry.load()
+    except Exception as e:
+        dist = entry.dist.name if entry.dist is not None else "an unknown distribution"
+        raise ConfigError(f"the communicator {entry.name!r} (APGAS_COMMUNICATOR), the entry point "
+                          f"{entry.name} = {entry.value!r} of apgas.communicators in {dist}, cannot "
+                          f"be loaded: {type(e).__name__}: {e}; fix or reinstall {dist}, or "
+                          "choose another communicator") from e
 
 
 def _communicator(name: str, where: str, cls: object) -> type[MalleableCommunicator]:

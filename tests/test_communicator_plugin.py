@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import eventually
+from conftest import eventually, install_distribution
 
 import apgas
 from apgas.malleable import MalleableCommunicator, SocketMalleableCommunicator, communicator_class
@@ -169,6 +169,22 @@ def test_a_communicator_is_chosen_as_module_colon_class(monkeypatch):
         communicator_class("file communicator:x")
     with pytest.raises(apgas.ConfigError, match="known: .*or module:Class"):
         communicator_class("carrier-pigeon")
+
+
+def test_an_entry_point_that_cannot_be_loaded_is_a_config_error(tmp_path, monkeypatch):
+    """A registered communicator whose class is missing or whose module does not
+    import: ConfigError naming the entry point, its value and its distribution."""
+    install_distribution(tmp_path, "pigeon-post", "pigeon_post", "X = 1\n",
+                         "[apgas.communicators]\nghost = pigeon_post:Missing\n"
+                         "gone = no_such_pigeon_module:Post\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(apgas.ConfigError, match=r"the entry point ghost = 'pigeon_post:Missing' "
+                       r"of apgas.communicators in pigeon-post, cannot be loaded: AttributeError"):
+        communicator_class("ghost")
+    with pytest.raises(apgas.ConfigError, match=r"'no_such_pigeon_module:Post' .* in pigeon-post, "
+                       r"cannot be loaded: ModuleNotFoundError"):
+        communicator_class("gone")
+    sys.modules.pop("pigeon_post", None)
 
 
 class Quiet(MalleableCommunicator):

@@ -135,7 +135,7 @@ def plugin(tmp_path, monkeypatch):
     """A launcher installed the way a package would: a dist-info with an entry point."""
     install_distribution(tmp_path, "recording-launcher", "recording_launcher", PLUGIN,
                          "[apgas.launchers]\nrecording = recording_launcher:Recording\n"
-                         "broken = os:getcwd\n")
+                         "broken = os:getcwd\nmissing = recording_launcher:Missing\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("LAUNCH_LOG", str(tmp_path / "launches"))
@@ -147,6 +147,10 @@ def test_plugin_launcher_is_found_and_used(plugin, script):
     assert type(launcher.get_launcher("recording")).__name__ == "Recording"
     with pytest.raises(ValueError, match="must name a Launcher subclass"):
         launcher.get_launcher("broken")
+    with pytest.raises(ValueError, match=r"entry point 'missing' of apgas.launchers "
+                       r"\(recording_launcher:Missing\) cannot be loaded: AttributeError: .*"
+                       "declared by recording-launcher"):
+        launcher.get_launcher("missing")
     prog = script("""
         import apgas
         print(apgas.run(lambda: [p.id for p in apgas.places()]))

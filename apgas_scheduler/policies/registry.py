@@ -48,8 +48,10 @@ def get_policy(name: str, **options: Any) -> Policy:
         try:
             factory = ep.load()
         except Exception as e:
+            dist = ep.dist.name if ep.dist is not None else "an unknown distribution"
             raise ValueError(f"entry point {name!r} of {GROUP} ({ep.value}) cannot be loaded: "
-                             f"{type(e).__name__}: {e}") from e
+                             f"{type(e).__name__}: {e}; it is declared by {dist}: fix or "
+                             "reinstall that distribution") from e
         if not callable(factory):
             raise ValueError(f"entry point {name!r} of {GROUP} ({ep.value}) must name a Policy "
                              f"subclass, got {factory!r}")
