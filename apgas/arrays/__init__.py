@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import operator
 import threading
 import weakref
@@ -52,10 +53,10 @@ from apgas import lowlevel
 from apgas._core import runtime as _runtime
 from apgas._core.pool import on_pool_thread
 
-from . import _blocks, _disk, _rollback
+from . import _blocks, _disk, _exact, _rollback
 from ._layout import Layout, even, find, overlaps
 
-__all__ = ["BlockArray", "dot", "at_each"]
+__all__ = ["BlockArray", "dot", "exact_sum", "at_each"]
 
 _serial = itertools.count(1)
 _serial_lock = threading.Lock()
@@ -187,6 +188,7 @@ def _made(f: _Follower | None, make: Callable[[], BlockArray]) -> BlockArray:
     # (a task at place 0 belongs to a computation that holds it already)
     with gate.hold() if not on_pool_thread() else contextlib.nullcontext(), f.lock:
         a = make()
+        a.follow = True
         f.arrays[a.id] = a
         gate.guards = len(f.arrays)  # top-level finishes keep orders out from now on
     return a
@@ -212,15 +214,17 @@ class BlockArray:
     Make one with :meth:`from_array` or :meth:`zeros`, not with the constructor.
     """
 
-    __slots__ = ("id", "shape", "dtype", "resilient")
+    __slots__ = ("id", "shape", "dtype", "resilient", "follow")
 
     def __init__(self, aid: tuple[int, int], shape: tuple[int, ...], dtype: np.dtype[Any],
-                 resilient: bool = False) -> None:
+                 resilient: bool = False, follow: bool = False) -> None:
         self.id = aid
         self.shape = shape
         self.dtype = dtype
         #: copies are kept at the commits of ``apgas.steps`` (a buddy place holds each block)
         self.resilient = resilient
+        #: re-spread by the runtime on every order (made with ``follow=True``)
+        self.follow = follow
 
     # -- making ---------------------------------------------------------------------
     @classmethod
@@ -330,11 +334,35 @@ class BlockArray:
 
     def local(self) -> npt.NDArray[Any]:
         """This place's block, shape ``(len(rows()), *shape[1:])``: the block itself, not a
-        copy, so writes to it are writes to the array (an empty array where none is held)."""
+        copy, so writes to it are writes to the array (an empty array where none is held).
+
+        ApgasError for a followed array in a task that no finish waits for
+        (``uncounted_async_at``, ``immediate_async_at``): no order waits for such a task,
+        so the block could move under it and its writes be lost; use :meth:`writing`."""
+        if self.follow and on_pool_thread() and lowlevel.current_finish() is None:
+            raise apgas.ApgasError(
+                f"{self!r}.local() in a task that no finish waits for (uncounted_async_at, "
+                "immediate_async_at): orders do not wait for it, so the array may be re-spread "
+                "under it and its writes lost. Write with `with a.writing(rows) as block:`, "
+                "which holds the rows at this place, or spawn the task inside a finish")
         e = _blocks.entry(self.id)
         if e is None or e.block is None:
             return np.empty((0, *self.shape[1:]), self.dtype)
         return e.block
+
+    def writing(self, rows: int | slice | range) -> contextlib.AbstractContextManager[npt.NDArray[Any]]:
+        """``with a.writing(rows) as block:``: the global ``rows`` (an int: that row
+        alone) of this place's block, a writable view, which no order moves until the
+        ``with`` ends. The way to write a followed array from a task that no finish
+        waits for (``uncounted_async_at``, a thread of its own): a re-spread waits for
+        the writes under way, and a write that comes during one waits for its end.
+
+        ApgasError (naming the array) if the rows are not at this place: an order
+        re-spread the array since the task was sent, or it was sent to another place
+        than the rows' owner. Keep the ``with`` short: a re-spread waits for it (at most
+        30 s, then the order fails)."""
+        lo, hi = _span(rows, self.shape[0])
+        return _blocks.lend(self.id, lo, hi)
 
     # -- collectives ---------------------------------------------------------------------
     def gather(self) -> npt.NDArray[Any]:
@@ -357,13 +385,16 @@ class BlockArray:
         if new == old:
             return
         involved = list(dict.fromkeys([b[0] for b in old] + ids + [self.home]))
-        with apgas.finish():
-            for pid, start, stop in old:
-                if stop > start:
-                    apgas.async_at(pid, _blocks.push, self.id, new)
-        with apgas.finish():
-            for pid in involved:
-                apgas.async_at(pid, _blocks.commit, self.id, new, self.home, self.shape[1:], self.dtype)
+        try:
+            _everywhere(involved, _blocks.freeze, self.id)  # writes under way end first
+            with apgas.finish():
+                for pid, start, stop in old:
+                    if stop > start:
+                        apgas.async_at(pid, _blocks.push, self.id, new)
+        except BaseException:
+            _thaw(self.id, involved)
+            raise
+        _everywhere(involved, _blocks.commit, self.id, new, self.home, self.shape[1:], self.dtype)
 
     def halo(self, width: int, *, copy: bool = True) -> npt.NDArray[Any]:
         """This place's block with ``width`` rows of the array above and below it, for
@@ -444,7 +475,7 @@ class BlockArray:
 
     # -- a value ---------------------------------------------------------------------------
     def __reduce__(self) -> tuple[Any, ...]:
-        return (BlockArray, (self.id, self.shape, self.dtype, self.resilient))
+        return (BlockArray, (self.id, self.shape, self.dtype, self.resilient, self.follow))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BlockArray) and self.id == other.id
@@ -454,6 +485,34 @@ class BlockArray:
 
     def __repr__(self) -> str:
         return f"BlockArray(id={self.id}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _span(rows: int | slice | range, n: int) -> tuple[int, int]:
+    """``[lo, hi)`` of the global rows ``rows`` (contiguous, within ``range(n)``)."""
+    if isinstance(rows, slice):
+        rows = range(n)[rows]
+    elif not isinstance(rows, range):
+        i = operator.index(rows)
+        rows = range(i, i + 1)
+    if rows.step != 1 and len(rows) > 1:
+        raise ValueError(f"writing takes contiguous rows, got {rows}")
+    if rows and not (0 <= rows[0] and rows[-1] < n):
+        raise IndexError(f"rows {rows.start}:{rows.stop} out of range for {n} rows")
+    return (rows.start, rows.start + len(rows)) if rows else (0, 0)
+
+
+def _everywhere(ids: list[int], fn: Callable[..., Any], *args: Any) -> None:
+    """``fn(*args)`` at every place of ``ids``, in one finish."""
+    with apgas.finish():
+        for pid in ids:
+            apgas.async_at(pid, fn, *args)
+
+
+def _thaw(aid: tuple[int, int], ids: list[int]) -> None:
+    """After a redistribution failed before its swap: writes go on where the places live."""
+    live = {p.id for p in apgas.places()}
+    with contextlib.suppress(apgas.MultipleException):
+        _everywhere([pid for pid in ids if pid in live], _blocks.thaw, aid)
 
 
 def _owners(layout: Layout) -> list[int]:
@@ -485,6 +544,31 @@ def dot(a: BlockArray, b: BlockArray) -> Any:
     for value in partials:
         total = total + value
     return total
+
+
+def exact_sum(a: BlockArray, axis: int | None = None) -> Any:
+    """The sum of all elements of ``a`` (``axis=None``), or of its rows (``axis=0``: an
+    array of shape ``a.shape[1:]``, e.g. the sum of an array of vectors, as a k-means
+    needs), *exact*: rounded once, at the end, so the same whatever the layout (on 1
+    place or 8, after any resize) and equal to ``math.fsum`` of the same numbers.
+
+    Each place sums its block without rounding (into integers) and place 0 adds those;
+    this costs a few times :meth:`BlockArray.sum` (one Python integer per column and
+    place travels). Floats give float64 (inf or nan if an element is); ints and bools
+    give ints (an int64 array for ``axis=0``); other dtypes raise TypeError."""
+    if not isinstance(a, BlockArray):
+        raise TypeError(f"exact_sum needs a BlockArray, got {type(a).__name__}")
+    if axis not in (None, 0):
+        raise ValueError(f"exact_sum sums over all elements (axis=None) or the rows (axis=0), "
+                         f"got axis={axis!r}")
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"exact_sum adds real numbers, not {a.dtype}")
+    width = 1 if axis is None else math.prod(a.shape[1:])
+    parts = [[0] * width] + _blocks.each(_owners(a.layout), _exact.at_place, a.id, axis is None)
+    sums = _exact.rounded(parts, a.dtype.kind == "f")
+    if axis is None:
+        return sums[0]
+    return np.array(sums, np.float64 if a.dtype.kind == "f" else np.int64).reshape(a.shape[1:])
 
 
 def at_each(places: Sequence[apgas.Place | int], fn: Callable[..., Any], *args: Any) -> list[Any]:

@@ -6,30 +6,36 @@ copied to every place of the layout and to the home, and only a
 redistribution changes it, at all of them in one ``finish``; so a handle,
 wherever it was sent, finds the current layout at its place (or at the home).
 
-A redistribution runs in two ``finish`` blocks: in the first every old owner
-pushes the slices of its block to their new owners (in messages of at most
-about :data:`CHUNK_BYTES`), which assemble them in a staging buffer (nobody's
-current block changes, so the pushes can run in any order); in the second
-every place swaps its staging buffer in.
+A redistribution runs in three ``finish`` blocks: in the first every place
+concerned *freezes* its entry (writes through ``BlockArray.writing`` wait from
+then until the swap, and those under way end first: a task no finish waits
+for may write while an order re-spreads the array); in the second every old
+owner pushes the slices of its block to their new owners (in messages of at
+most about :data:`CHUNK_BYTES`), which assemble them in a staging buffer
+(nobody's current block changes, so the pushes can run in any order); in the
+third every place swaps its staging buffer in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 import apgas
+from apgas import lowlevel
 
 from ._layout import Layout, find, overlaps
 
 __all__ = ["Entry", "ArrayId", "entry", "each", "install", "adopt", "make_zeros", "rows_of",
            "push", "receive", "commit", "drop", "stage", "unstage", "padded", "send_rows",
-           "partial_sum", "partial_dot", "save", "forget", "push_copy", "ReSpread"]
+           "partial_sum", "partial_dot", "save", "forget", "push_copy", "ReSpread", "freeze",
+           "thaw", "lend", "HOLD_TIMEOUT_S"]
 
 ArrayId = tuple[int, int]  # (home place id, serial number at the home)
 Array = npt.NDArray[Any]
@@ -39,20 +45,29 @@ class Entry:
     """One place's part of one array; ``broken``, at the home of a followed array,
     says why the array cannot be used any more (a place holding rows was lost);
     ``padded``, once ``halo(width, copy=False)`` was called here, the buffer whose
-    middle rows are ``block`` (``width`` spare rows above and below it)."""
+    middle rows are ``block`` (``width`` spare rows above and below it);
+    ``writers``, the writes under way through :func:`lend`; ``moving``, set while a
+    redistribution moves the block (from its freeze to its swap)."""
 
-    __slots__ = ("layout", "block", "broken", "padded")
+    __slots__ = ("layout", "block", "broken", "padded", "writers", "moving")
 
     def __init__(self, layout: Layout, block: Array | None) -> None:
         self.layout = layout
         self.block = block
         self.broken: str | None = None
         self.padded: Array | None = None
+        self.writers = 0
+        self.moving = False
 
 
 _entries: dict[ArrayId, Entry] = {}
 _staging: dict[ArrayId, Array] = {}  # blocks being assembled by a redistribution
 _lock = threading.Lock()
+#: notified when an entry is swapped, dropped or thawed, and when its last writer is done
+_moved = threading.Condition(_lock)
+#: a redistribution waits at most this long for the writes under way at a place, and a
+#: write at most this long for a redistribution there; then it fails (never a hang)
+HOLD_TIMEOUT_S = 30.0
 
 
 def entry(aid: ArrayId) -> Entry | None:
@@ -155,7 +170,8 @@ def receive(aid: ArrayId, rows: int, offset: int, piece: Array) -> None:
 
 
 def commit(aid: ArrayId, new: Layout, home: int, tail: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-    """Phase two: the assembled block becomes current; a place left out drops its block."""
+    """Last phase: the assembled block becomes current; a place left out drops its block.
+    Writes that waited for the move go on with the new entry (or find none)."""
     me = apgas.here().id
     with _lock:
         staged = _staging.pop(aid, None)
@@ -165,13 +181,95 @@ def commit(aid: ArrayId, new: Layout, home: int, tail: tuple[int, ...], dtype: n
             _entries[aid] = Entry(new, None)
         else:
             _entries.pop(aid, None)
+        _moved.notify_all()
 
 
 def drop(aid: ArrayId) -> None:
     with _lock:
         _entries.pop(aid, None)
         _staging.pop(aid, None)
+        _moved.notify_all()
     forget(aid, None)
+
+
+# -- writes that no finish waits for (BlockArray.writing) ---------------------------------
+def freeze(aid: ArrayId) -> None:
+    """First phase of a redistribution at a place: new writes wait for the swap, and
+    the writes under way end first, so none lands in a block already sent. ApgasError
+    (and the entry thawed) if they take more than :data:`HOLD_TIMEOUT_S`."""
+    with lowlevel.blocking(), _moved:
+        e = _entries.get(aid)
+        if e is None:
+            return
+        e.moving = True
+        _moved.notify_all()
+        if not _moved.wait_for(lambda: e.writers == 0, HOLD_TIMEOUT_S):
+            e.moving = False
+            _moved.notify_all()
+            raise apgas.ApgasError(
+                f"array {aid} was not re-spread: a task at place {apgas.here().id} has been "
+                f"writing it (BlockArray.writing) for more than {HOLD_TIMEOUT_S:g} s; keep "
+                "each writing() block short")
+
+
+def thaw(aid: ArrayId) -> None:
+    """Undo :func:`freeze` at a place (a redistribution that failed before its swap)."""
+    with _moved:
+        e = _entries.get(aid)
+        if e is not None and e.moving:
+            e.moving = False
+            _moved.notify_all()
+
+
+def _settled(aid: ArrayId) -> bool:
+    e = _entries.get(aid)
+    return e is None or not e.moving
+
+
+def _writer(aid: ArrayId) -> Entry | None:
+    """This place's entry of ``aid`` once no redistribution moves it, counted as one
+    more writer (None: no entry)."""
+    with _moved:
+        if _settled(aid):
+            return _count_writer(aid)
+    with lowlevel.blocking(), _moved:  # a spare thread may start: not under the lock
+        if not _moved.wait_for(lambda: _settled(aid), HOLD_TIMEOUT_S):
+            raise ReSpread(aid, apgas.here().id, f"a write waited {HOLD_TIMEOUT_S:g} s for a "
+                                                 "re-spread that did not end")
+        return _count_writer(aid)
+
+
+def _count_writer(aid: ArrayId) -> Entry | None:  # holds _lock
+    e = _entries.get(aid)
+    if e is not None:
+        e.writers += 1
+    return e
+
+
+def _done_writing(e: Entry) -> None:
+    with _moved:
+        e.writers -= 1
+        if not e.writers:
+            _moved.notify_all()
+
+
+@contextlib.contextmanager
+def lend(aid: ArrayId, lo: int, hi: int) -> Iterator[Array]:
+    """The global rows ``[lo, hi)`` of this place's block (a view), which no
+    redistribution moves until the ``with`` ends; ReSpread if they are not here."""
+    me = apgas.here().id
+    e = _writer(aid)
+    try:
+        mine = None if e is None else find(e.layout, me)
+        if e is None or e.block is None or mine is None or not mine[1] <= lo <= hi <= mine[2]:
+            held = "none" if mine is None else f"{mine[1]}:{mine[2]}"
+            raise ReSpread(aid, me, f"writing rows {lo}:{hi}, which are not at this place, "
+                                    f"holding rows {held}; send the write to their owner in "
+                                    "the array's layout now")
+        yield e.block[lo - mine[1]:hi - mine[1]]
+    finally:
+        if e is not None:
+            _done_writing(e)
 
 
 def stage(aid: ArrayId, block: Array) -> None:
