@@ -31,8 +31,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from launcher._digits import ascii_int
-
-from .serving._trusted_paths import make_trusted_dir, trusted_file
+from launcher._trusted_paths import make_trusted_dir, trusted_file
 
 __all__ = ["AuthError", "ReplayGuard", "Signed", "sign", "parse_signed", "is_signed", "accept",
            "new_secret",
@@ -149,7 +148,7 @@ def read_secret(path: str | os.PathLike[str]) -> str:
 
 def load_or_create_secret(path: str | os.PathLike[str]) -> str:
     """The secret in ``path``; a new one (mode 0600, directory 0700) if the
-    file does not exist. Refuses (:class:`~apgas.serving._trusted_paths.UntrustedPath`)
+    file does not exist. Refuses (:class:`~apgas.serving.UntrustedPath`)
     a key file that another user owns, that others may read, or that lies in a
     directory others could change: whoever can write it chooses the key."""
     path = Path(path)

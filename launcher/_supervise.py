@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from apgas._core.zmtp_auth import CurveKeys, keys_of
+from ._curve import CurveKeys, keys_of
 
 __all__ = ["GRACE_S", "heartbeat_of", "PlaceZeroLink", "supervise", "watch", "main"]
 

@@ -197,7 +197,8 @@ def test_the_scheduler_root_imports_no_part_but_the_policies_and_the_event_log()
 
 
 APGAS_PARTS = {"_core": "the runtime core", "_malleability": "malleability",
-               "serving": "the daemon utilities", "_timeline": "the timeline", "dist": "dist"}
+               "serving": "the daemon utilities", "_timeline": "the timeline", "arrays": "the distributed arrays",
+               "dist": "the arrays' old name, deprecated"}
 """The folders of ``apgas``: each one part of the architecture (docs/design.md)."""
 
 MALLEABILITY = ("apgas._malleability", "apgas.malleable", "apgas.order", "apgas.evolving",

@@ -23,7 +23,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from ..serving._trusted_paths import read_trusted
+from launcher._trusted_paths import read_trusted
 
 __all__ = ["write_atomically", "read_sealed", "seal", "DamagedFile"]
 

@@ -50,9 +50,10 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from launcher._trusted_paths import UntrustedPath, make_trusted_dir, owner_name, read_trusted
+
 from .._core.durable import sync_dir
 from ..errors import ApgasError, MultipleException
-from ..serving._trusted_paths import UntrustedPath, make_trusted_dir, owner_name, read_trusted
 
 __all__ = ["Disk", "TornCommit", "MODES", "torn", "test_delay"]
 

@@ -9,17 +9,7 @@ needs a running runtime.
 
 from __future__ import annotations
 
-from ._complaints import LOG_TEXT, PeerLog, loggable
-from ._connections import (
-    LineTooLong,
-    connection_peer,
-    discard_rest,
-    read_head,
-    read_line,
-    serve_connections,
-)
-from ._peers import peer_is_local, peer_key, peer_uid
-from ._trusted_paths import (
+from launcher._trusted_paths import (
     UntrustedPath,
     make_trusted_dir,
     open_append,
@@ -30,6 +20,17 @@ from ._trusted_paths import (
     trusted_file,
     trusted_location,
 )
+
+from ._complaints import LOG_TEXT, PeerLog, loggable
+from ._connections import (
+    LineTooLong,
+    connection_peer,
+    discard_rest,
+    read_head,
+    read_line,
+    serve_connections,
+)
+from ._peers import peer_is_local, peer_key, peer_uid
 from ._webview import CONTENT_SECURITY_POLICY, render_page
 
 __all__ = [
