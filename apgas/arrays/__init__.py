@@ -28,7 +28,12 @@ an array made at place 0 follows the places: on every grow or shrink order (and
 ``apgas.release_places``) the runtime re-spreads it evenly over the places that
 stay, before the leaving ones are removed, and over all live places once new ones
 have joined (before the handler's ``post_grow``). See docs/malleability.md,
-"Arrays that follow the places".
+"Arrays that follow the places". A task that no finish waits for
+(``uncounted_async_at``) writes such an array through
+:meth:`BlockArray.writing`, which a re-spread waits for; its ``local()`` raises.
+
+:func:`exact_sum` adds elements, or rows (vectors), exactly: the same bits on
+any layout.
 
 This is the only part of ``apgas`` that needs numpy; ``import apgas`` does not
 import it.
