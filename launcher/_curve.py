@@ -64,6 +64,10 @@ class CurveKeys:
 
 def keys_of(secret: bytes) -> CurveKeys:
     """The CURVE key pair of the run whose secret is ``secret``."""
+    if not zmq.has("curve"):
+        raise RuntimeError(f"this libzmq ({zmq.zmq_version()}) was built without CURVE, which "
+                           "the places' connections need; install pyzmq from its wheel (pip "
+                           "install --force-reinstall pyzmq), which bundles a libzmq with it")
     raw = hashlib.blake2b(b"apgas zmtp curve key", key=secret[:64], digest_size=32).digest()
     private = z85.encode(raw)
     return CurveKeys(zmq.curve_public(private), private)
