@@ -52,6 +52,7 @@ from apgas.lowlevel import DamagedFile, Gate, read_sealed, write_atomically
 from apgas.serving import make_trusted_dir
 
 from . import _worker as w
+from ._contract import submit
 from ._resilience import BAG, STATIC, Blob, Store, _Piece, _Static
 
 __all__ = ["Snapshot", "SnapshotDir", "Checkpointer", "Disk", "fingerprint", "CheckpointStats"]
@@ -91,6 +92,9 @@ class CheckpointStats:
     write_s: float = 0.0        # pickling and writing, in all (the workers run meanwhile)
     resumed_from: int | None = None  # the sequence number a run resumed from
     resume_s: float = 0.0       # reading that snapshot and handing its work out
+    #: the work that snapshot had done (its result and its bags' partial results), which
+    #: a throughput of this run leaves out (None without a resume)
+    resumed_result: Any = dataclasses.field(default=None, repr=False)
 
 
 class SnapshotDir:
@@ -255,10 +259,21 @@ class Disk:
         self.snapshot = self.directory.load(self.fingerprint, self.problem)
         if self.snapshot is not None:
             self.stats.resumed_from = self.snapshot.seq
+            self.stats.resumed_result = self._done_before(prototype)
             self.stats.resume_s = time.perf_counter() - t0
             log.info("GLB checkpoint: resuming from snapshot %d in %s (%d bags and pieces)",
                      self.snapshot.seq, self.directory.path, len(self.snapshot.pieces))
         self.checkpointer: Checkpointer | None = None
+
+    def _done_before(self, prototype: Any) -> Any:
+        """The work the snapshot had done: its result, and the partial results its bags
+        still hold (a bag may count as it goes, and submit only at its end)."""
+        assert self.snapshot is not None
+        total = self.result(prototype)
+        for kind, data in self.snapshot.pieces:
+            if kind != STATIC:  # a static share not yet made: nothing done
+                submit(cloudpickle.loads(data), total)
+        return total
 
     def result(self, prototype: Any) -> Any:
         """The result of the snapshot's finished work, folded into a copy of ``prototype``."""

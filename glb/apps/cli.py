@@ -98,8 +98,7 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
                            checkpoint_interval=ns.checkpoint_interval)
         glb = GLB(config)
         if ns.malleable:
-            log.warning("malleable: orders to the address in APGAS_MALLEABLE_LISTEN (%s)",
-                        os.environ.get("APGAS_MALLEABLE_LISTEN", "a free port; set it to choose"))
+            log.warning("malleable: %s", _where_orders_go())
         start = time.perf_counter()
         if ns.static:
             result = glb.compute_static(lambda i, k: app.make_static_bag(params, i, k), app.make_result(params))
@@ -109,8 +108,9 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
         stats = glb.stats()
         print(stats, file=sys.stderr)
         resilience = dataclasses.asdict(glb.resilience) if glb.resilience is not None else None
-        checkpoints = dataclasses.asdict(glb.checkpoints) if glb.checkpoints is not None else None
-        return {"result_obj": result, "seconds": seconds, "warm_up_seconds": warm,
+        checkpoints, resumed = _checkpoint_record(glb)
+        return {"result_obj": result, "resumed_obj": resumed, "seconds": seconds,
+                "warm_up_seconds": warm,
                 "init_seconds": start - begin, "resilience": resilience,
                 "checkpoints": checkpoints,
                 "glb_stats": [dataclasses.asdict(s) for s in stats],
@@ -119,6 +119,38 @@ def run_glb(app: App, params: Params, ns: argparse.Namespace) -> dict[str, Any]:
     # forked places (those a grow adds too) come with the app imported and its kernels loaded
     preload = os.environ.get("APGAS_PRELOAD") or f"glb.apps.{app.name}:warm_up"
     return apgas.run(main, places=ns.places, threads=ns.workers + 1, preload=preload)
+
+
+def _where_orders_go() -> str:
+    """Where the job listens for orders: the port it bound, not APGAS_MALLEABLE_LISTEN's
+    request (port 0, as a scheduler asks, is any free port). Starts the communicator
+    GLB would start a moment later."""
+    from apgas._malleability.orders import current
+
+    address = current("glb.apps").listen().address
+    if address is None:
+        return "orders come through the communicator of APGAS_COMMUNICATOR"
+    return "orders to {}:{} (APGAS_MALLEABLE_LISTEN chooses it)".format(*address)
+
+
+def _checkpoint_record(glb: GLB) -> tuple[dict[str, Any] | None, Any]:
+    """The checkpoints' statistics for the JSON record, and the result of the snapshot
+    the run resumed from (None if it did not): the work done before this run."""
+    stats = glb.checkpoints
+    if stats is None:
+        return None, None
+    fields = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)
+              if f.name != "resumed_result"}
+    return fields, stats.resumed_result
+
+
+def _resumed_line(record: dict[str, Any], before: int, units: int) -> str | None:
+    """``resumed from snapshot K (X% done)``, if the run resumed from one."""
+    seq = (record.get("checkpoints") or {}).get("resumed_from")
+    if seq is None:
+        return None
+    share = 100.0 * before / units if units else 100.0
+    return f"resumed from snapshot {seq} ({share:.1f}% done)"
 
 
 def claim_checkpoint_dir(directory: Path, app: str, params: Params, static: bool) -> None:
@@ -171,6 +203,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         except (ValueError, OSError) as e:
             parser.error(str(e))
     total_start = time.perf_counter()
+    before = 0  # units done before this run (a resume's snapshot)
     if ns.sequential:
         warm = {"sequential": app.warm_up()}
         start = time.perf_counter()
@@ -180,6 +213,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
     else:
         record = run_glb(app, params, ns)
         result, seconds, warm = record["result_obj"], record["seconds"], record["warm_up_seconds"]
+        if record["resumed_obj"] is not None:
+            before = app.units(record["resumed_obj"])
         places, workers, final = record["places"], ns.workers, record["final_places"]
         if ejs.started_by_ejs(os.environ):
             # as the Java GLB prints it after the computation: the set-up from the places'
@@ -188,6 +223,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
     value = app.value(result)
     units = app.units(result)
     correct = app.check(params, value)
+    done = units - before  # this run's work: a resume's snapshot had done the rest
     out = {
         "benchmark": app.name, "params": params, "places": places, "final_places": final,
         "workers": workers,
@@ -200,10 +236,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m glb.apps") -> int
         "result": value, "correct": correct,
         "seconds": seconds, "total_seconds": time.perf_counter() - total_start,
         "units": units, "unit_name": app.unit_name,
-        "throughput": units / seconds if seconds > 0 else None,
+        "units_before_resume": before, "units_this_run": done,
+        "throughput": done / seconds if seconds > 0 else None,
         "warm_up_seconds": warm,
     }
     print(f"{app.name} {params}: result {value}  correct {correct}")
+    resumed = None if ns.sequential else _resumed_line(record, before, units)
+    if resumed:
+        print(f"{resumed}; the throughput counts this run's {done:,} {app.unit_name} alone")
     print(f"time {seconds:.3f} s (computation), {out['total_seconds']:.3f} s (whole run); "
           f"{out['throughput']:,.0f} {app.unit_name}/s on {places} place(s)"
           f"{f' (at the end {final})' if final != places else ''} x {workers} worker(s)")

@@ -55,7 +55,7 @@ REFERENCE_SEED = 19
 
 #: published node counts of the geometric fixed b0 = 4 trees of seed 19 (depth -> nodes)
 REFERENCE = {1: 6, 2: 65, 5: 3_987, 8: 257_042, 9: 1_031_269, 10: 4_130_071, 11: 16_526_523,
-             12: 66_106_929, 13: 264_459_392, 15: 4_230_646_601}
+             12: 66_106_929, 13: 264_459_392, 14: 1_057_675_516, 15: 4_230_646_601}
 
 
 @dataclasses.dataclass(frozen=True)
