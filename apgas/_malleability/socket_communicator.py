@@ -59,6 +59,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     MAX_LINE = 4096
     READ_TIMEOUT = 10.0
     ANSWER_TIMEOUT = 10.0  # for the scheduler's answer to an evolving request
+    KEEP_FOR = 120.0  # s a report the scheduler cannot take (a restart) is kept to send again
 
     def __init__(self, orders: Orders, config: Config) -> None:
         super().__init__(orders, config)
@@ -86,6 +87,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
             log.info("orders must be signed with the key in %s", self._key_file)
         self._guard = auth.ReplayGuard()
         self._closed = False
+        self._retry = _Retry(self.config.scheduler, self.KEEP_FOR)  # of the kept reports
         self._outbox: queue.SimpleQueue[tuple[str, concurrent.futures.Future[str] | None] | None] = \
             queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_reports, name="apgas-reports", daemon=True)
@@ -176,28 +178,66 @@ class SocketMalleableCommunicator(MalleableCommunicator):
     def _send_reports(self) -> None:
         """Send each message on a connection of its own, in order. The answer to an
         ask is awaited on a thread of its own, so an unanswered ask holds back no
-        later message; no connection is opened without a whole line to write."""
-        while (item := self._outbox.get()) is not None:
+        later message; no connection is opened without a whole line to write.
+
+        A report the scheduler cannot take (it restarts, say) is kept, with the
+        reports after it, and sent again every few seconds and before each ask,
+        for up to KEEP_FOR s: a lost ``APGAS-Ready`` would have the job killed as
+        one that never registered. An ask is never kept: it fails at once."""
+        held: list[str] = []
+        while True:
+            try:
+                item = self._outbox.get(timeout=self._retry.delay if held else None)
+            except queue.Empty:
+                self._flush(held)
+                continue
+            if item is None:
+                self._flush(held, last=True)
+                return
             message, answer = item
-            try:
-                conn = socket.create_connection(self._scheduler, timeout=2.0)  # type: ignore[arg-type]
-            except OSError as e:
-                self._not_sent(message, answer, e)
-                continue
-            try:
-                line = self._line(message, conn.getsockname()[0])
-                signed = line if self._plain else auth.sign(self._secret, line)  # as it leaves
-                log.info("to scheduler%s: %s", ", awaiting an answer" if answer else "", line)
-                conn.sendall(signed.encode() + b"\n")
-            except OSError as e:
-                conn.close()
-                self._not_sent(message, answer, e)
-                continue
             if answer is None:
-                conn.close()
+                held.append(message)
+                self._flush(held)
+                continue
+            self._flush(held)
+            try:
+                self._tell(message, answer)
+            except OSError as e:
+                self._not_sent(message, answer, e)
+
+    def _tell(self, message: str, answer: concurrent.futures.Future[str] | None) -> None:
+        """One message on a connection of its own; OSError if it did not leave."""
+        conn = socket.create_connection(self._scheduler, timeout=2.0)  # type: ignore[arg-type]
+        try:
+            line = self._line(message, conn.getsockname()[0])
+            signed = line if self._plain else auth.sign(self._secret, line)  # as it leaves
+            log.info("to scheduler%s: %s", ", awaiting an answer" if answer else "", line)
+            conn.sendall(signed.encode() + b"\n")
+        except OSError:
+            conn.close()
+            raise
+        if answer is None:
+            conn.close()
+        else:
+            threading.Thread(target=self._await_answer, args=(conn, line, answer),
+                             name="apgas-answer", daemon=True).start()
+
+    def _flush(self, held: list[str], last: bool = False) -> None:
+        """Send the kept reports in order, up to the first the scheduler does not
+        take; drop them all (saying which) once they were kept KEEP_FOR s, or when
+        the program ends (``last``) and the scheduler still cannot be reached."""
+        while held:
+            try:
+                self._tell(held[0], None)
+            except OSError as e:
+                if self._retry.failed(e, held[0]) and not last:
+                    return
+                log.warning("could not tell the scheduler at %s, gave up: %s", self.config.scheduler,
+                            "; ".join(repr(m) for m in held))
+                held.clear()
             else:
-                threading.Thread(target=self._await_answer, args=(conn, line, answer),
-                                 name="apgas-answer", daemon=True).start()
+                held.pop(0)
+        self._retry.reset()
 
     def _not_sent(self, message: str, answer: concurrent.futures.Future[str] | None,
                   e: OSError) -> None:
@@ -342,3 +382,27 @@ def _error_line(e: Exception) -> str:
 
 
 SocketMalleableCommunicator.__module__ = "apgas.malleable"  # its public name (docs, pickles)
+
+
+class _Retry:
+    """When to try the kept reports again: every ``delay`` s (0.1 doubling to 2),
+    until ``keep_for`` s after the first failure; warns once per outage."""
+
+    def __init__(self, scheduler: str | None, keep_for: float) -> None:
+        self.scheduler, self.keep_for = scheduler, keep_for
+        self.delay, self.since = 0.1, None  # type: float, float | None
+
+    def failed(self, e: OSError, message: str) -> bool:
+        """One more failure to send ``message``: whether to keep it still."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            log.warning("the scheduler at %s cannot be reached (%s): %r and the reports after it "
+                        "are kept and sent again for up to %g s", self.scheduler, e, message,
+                        self.keep_for)
+        else:
+            self.delay = min(2 * self.delay, 2.0)
+        return now - self.since < self.keep_for
+
+    def reset(self) -> None:
+        self.delay, self.since = 0.1, None
