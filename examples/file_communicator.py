@@ -10,8 +10,9 @@ runs the job can write:
 - the job appends to ``DIR/replies``: for the order on line ``k`` of the orders
   file (1 = the first) exactly one final line, ``<k> ok ...`` or ``<k> error
   <reason>``, after, for a shrink, ``<k> released <host>...`` as soon as the
-  places have left; ``report <message>`` for each message of the runtime
-  (``report APGAS-Ready``: orders are welcome from now on); ``ask <id>
+  places have left; ``report <message>`` for each message of the runtime,
+  the lines of ``apgas.protocol`` as the runtime builds them (``report``
+  and ``protocol.READY`` first: orders are welcome from now on); ``ask <id>
   <message>`` for a question of an evolving program.
 
 The job makes both files anew when its communicator starts. Run a malleable
@@ -107,6 +108,9 @@ class FileCommunicator(MalleableCommunicator):
         self._watcher.start()
 
     def report(self, message: str) -> None:
+        """``message`` is a line the runtime built with ``apgas.protocol``
+        (``protocol.READY`` first): written as it is, never spelled here, so that
+        the plugin follows the protocol wherever it changes."""
         self._write(f"report {message}")
 
     @property

@@ -182,7 +182,7 @@ class SocketMalleableCommunicator(MalleableCommunicator):
 
         A report the scheduler cannot take (it restarts, say) is kept, with the
         reports after it, and sent again every few seconds and before each ask,
-        for up to KEEP_FOR s: a lost ``APGAS-Ready`` would have the job killed as
+        for up to KEEP_FOR s: a lost ready line (``protocol.READY``) would have the job killed as
         one that never registered. An ask is never kept: it fails at once."""
         held: list[str] = []
         while True:
