@@ -98,6 +98,14 @@ class Tracked:
         return len(self.nodes) + len(self.reserved)
 
     @property
+    def takes_orders(self) -> bool:
+        """Whether it may be resized now: a malleable job that registered, with no
+        order in flight (``busy``) and no shrink whose nodes are still on their
+        way back (a driver may not hold it ``busy`` then: the simulator's free
+        shrink ends at its release event, after the passes of its instant)."""
+        return self.malleable and self.ready and not self.busy and not self.shrinking
+
+    @property
     def size(self) -> int:
         """What policies see it hold: a shrink in flight counts as done, so that
         no pass shrinks twice for one need."""
@@ -108,7 +116,7 @@ class Tracked:
         if view is None:
             view = self.cached = JobView(self.id, self.cls, self.min_nodes, self.max_nodes,  # type: ignore[arg-type]
                            self.walltime, self.submit, self.size, self.start, self.last_resize,
-                           self.malleable and self.ready and not self.busy, self.preferred,
+                           self.takes_orders, self.preferred,
                            self.rho, self.expected_end, self.requested, self.requested_since,
                            self.priority, self.asks, self.serial)
         return view
@@ -264,15 +272,31 @@ class Engine(NodePool[Node]):
             return f"job {job.id} is {job.state}{' and stopping' if job.stopping else ''}"
         if not job.malleable:
             return f"job {job.id} is {job.cls}; only malleable and evolving jobs are resized"
-        if not job.ready or job.busy:
+        if not job.takes_orders:
             return f"job {job.id} takes no order now (not registered, or one in flight)"
         if d.nodes < 1:
             return f"a resize by {d.nodes} node(s)"
-        new = job.size + (d.nodes if isinstance(d, Grow) else -d.nodes)
-        if not job.min_nodes <= new <= job.max_nodes:
-            return f"{new} node(s) outside its [{job.min_nodes}, {job.max_nodes}]"
+        if (reason := self._range_refusal(job, d, job.min_nodes, job.max_nodes)) is not None:
+            return reason
         if isinstance(d, Grow) and d.nodes > len(self._free):
             return f"{d.nodes} node(s) asked, {len(self._free)} free"
+        return None
+
+    @staticmethod
+    def _range_refusal(job: Tracked, d: Grow | Shrink, low: int, high: int) -> str | None:
+        """Why resizing ``job`` by ``d`` would take it out of ``[low, high]``, or
+        None. A grow counts every node the job holds, those a shrink in flight
+        gives back included (they are its until they are back), so that it never
+        holds more than ``high``, whatever the policy saw; a shrink counts them
+        as gone already."""
+        if isinstance(d, Grow):
+            if job.held + d.nodes > high:
+                back = (f" ({job.shrinking} of the {job.held} it holds on their way back)"
+                        if job.shrinking else "")
+                return f"{job.held + d.nodes} node(s) outside its [{low}, {high}]{back}"
+            return None
+        if job.size - d.nodes < low:
+            return f"{job.size - d.nodes} node(s) outside its [{low}, {high}]"
         return None
 
     def admit(self, d: Decision, now: float) -> bool:
@@ -418,6 +442,10 @@ class Engine(NodePool[Node]):
         d = self.policy.answer(now, view, queue, running, len(self._free), self.usable, factor)
         job.last_resize = now
         job.cached = None
+        if isinstance(d, Grow | Shrink) and d.nodes > 0 and (
+                reason := self._range_refusal(job, d, lo, hi)) is not None:
+            self.log.warning("ignored %s (check of job %d) at t=%.1f: %s", d, job.id, now, reason)
+            return None, [], 0
         if isinstance(d, Grow) and 0 < d.nodes <= len(self._free):
             hosts, counted = self.begin_grow(job, d.nodes, now)
             return d, hosts, counted
