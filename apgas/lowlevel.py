@@ -24,7 +24,7 @@ from ._timeline.recorder import MAX_SAMPLES, sample_interval
 from ._timeline.recorder import current as current_timeline
 
 __all__ = ["Config", "parse_address", "blocking", "immediate_at", "removable", "watch_deaths",
-           "on_resize", "current_finish", "spawn_under",
+           "on_resize", "listen_for_orders", "current_finish", "spawn_under",
            # what the place-to-place MAC covers of a bulk payload (to measure its cost)
            "payload_digest",
            # the run timeline (APGAS_TIMELINE): place 0's writer, GLB's load samples
@@ -72,3 +72,10 @@ def on_resize(listener: Any) -> Callable[[], None]:
     without an order (while a handler or scheduler listens). A listener that raises
     fails the order. Returns a function that removes the listener. Place 0 only."""
     return _current_orders("apgas.lowlevel.on_resize").add_listener(listener)
+
+
+def listen_for_orders() -> Any:
+    """Start the communicator now, if it has not started (orders are refused until a
+    handler comes), and return it: its ``.address`` is the port it bound, where
+    ``APGAS_MALLEABLE_LISTEN`` may ask for port 0 (any free port). Place 0 only."""
+    return _current_orders("apgas.lowlevel.listen_for_orders").listen()

@@ -54,6 +54,7 @@ from launcher._trusted_paths import UntrustedPath, make_trusted_dir, owner_name,
 
 from .._core.durable import sync_dir
 from ..errors import ApgasError, MultipleException
+from .problem_steps import KEY, differences
 
 __all__ = ["Disk", "TornCommit", "MODES", "torn", "test_delay"]
 
@@ -135,11 +136,12 @@ class Disk:
     """The checkpoint directory of one loop, locked while the loop runs."""
 
     def __init__(self, path: str | os.PathLike[str], mode: str, n: int,
-                 arrays: Sequence[_OnDisk]) -> None:
+                 arrays: Sequence[_OnDisk], fingerprint: dict[str, str] | None = None) -> None:
+        """``fingerprint``: what else defines the problem (``problem_steps``)."""
         self.path = os.path.abspath(os.fspath(path))
         self.mode = mode
         self.problem: dict[str, Any] = {"n": n, "arrays": [{"shape": list(a.shape), "dtype": str(a.dtype)}
-                                           for a in arrays]}
+                                           for a in arrays], "fingerprint": fingerprint or {}}
         self.kept: str | None = None  # the newest complete commit: loaded, or written last
         self.step: int | None = None  # its K
         try:
@@ -228,10 +230,17 @@ class Disk:
             if x != y:
                 diffs.append(f"array {k} is {tuple(x['shape'])} {x['dtype']} there, "
                              f"{tuple(y['shape'])} {y['dtype']} here")
-        if diffs:
+        if "fingerprint" not in there:
+            log.warning("the commit %s keeps no fingerprint of its problem (an older version "
+                        "wrote it): only n and the arrays' shapes and dtypes were compared", folder)
+        found = differences(there.get("fingerprint"), here["fingerprint"])
+        if diffs or found:
+            same = "" if not found or KEY in here["fingerprint"] else (
+                " (if it is the same problem all the same, name it: checkpoint_key=...)")
             raise ApgasError(f"apgas.steps: the checkpoint directory {self.path} holds a commit of "
-                             f"another problem ({os.path.basename(folder)}): " + "; ".join(diffs)
-                             + ". Use another directory, or remove this one to start afresh")
+                             f"another problem ({os.path.basename(folder)}): "
+                             + "; ".join(diffs + found)
+                             + f". Use another directory, or remove this one to start afresh{same}")
 
     @staticmethod
     def _read_state(folder: str, m: dict[str, Any]) -> bytes | None:

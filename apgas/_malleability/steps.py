@@ -25,6 +25,7 @@ import itertools
 import logging
 import os
 import pickle
+import sys
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 from .._core.runtime import current
 from ..errors import ApgasError, DeadPlaceError, MultipleException
 from . import orders
+from . import problem_steps as problem
 from .checkpoint_steps import MODES, Disk
 
 __all__ = ["steps", "Step"]
@@ -113,7 +115,10 @@ class _Loop:
 
     def __init__(self, n: int, start: int, commit_every: int, arrays: list[_Array],
                  state: dict[str, Any] | None, checkpoint: str | os.PathLike[str] | None = None,
-                 mode: str = "parallel") -> None:
+                 mode: str = "parallel", fingerprint: dict[str, str] | None = None,
+                 names: Any = None) -> None:
+        """``fingerprint``: the problem's parts known at the call (``problem_steps``);
+        ``names``: what the program calls its arrays, None if a key names the problem."""
         rt = current()
         self._orders = orders.current("apgas.steps")
         self._rt = rt
@@ -128,6 +133,7 @@ class _Loop:
         self._committed: int | None = None  # the step a roll-back goes back to
         self._next = start  # the step that runs next
         self._checkpoint, self._mode = checkpoint, mode
+        self._fingerprint, self._names = fingerprint or {}, names
         self._disk: Disk | None = None  # the commits on disk, while the loop runs
 
     def __repr__(self) -> str:
@@ -163,7 +169,9 @@ class _Loop:
         if self._checkpoint is None:
             return False
         with self._gate.hold():
-            self._disk = Disk(self._checkpoint, self._mode, self.n, self.arrays)
+            if self._names is not None:  # the rows as the program made them, before a load
+                self._fingerprint.update(problem.array_parts(self.arrays, self._names))
+            self._disk = Disk(self._checkpoint, self._mode, self.n, self.arrays, self._fingerprint)
             while True:
                 try:
                     resumed = self._disk.load(self.arrays, self.state)
@@ -335,7 +343,7 @@ def _count(name: str, value: object, low: int) -> int:
 def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any] = (),
           state: dict[str, Any] | None = None,
           checkpoint: str | os.PathLike[str] | None = None,
-          checkpoint_mode: str = "parallel") -> Iterator[Step]:
+          checkpoint_mode: str = "parallel", checkpoint_key: str | None = None) -> Iterator[Step]:
     """The steps ``start .. n - 1`` of an iterative program, at place 0::
 
         for step in apgas.steps(1000, commit_every=10, arrays=[u, v], state=st):
@@ -369,14 +377,25 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
     torn one is never loaded), and the loop's end leaves a final commit. A commit
     whose step DIR holds already (after a roll-back or a resume) is not written
     again. A loop started on a DIR that holds a commit *resumes*: its arrays (made
-    afresh by the program, with the same shapes and dtypes) get the committed rows,
+    afresh by the program, as they were the first time) get the committed rows,
     spread over the places it has now, however many; ``state`` is restored in
     place; the steps go on after the commit (``start`` is then ignored;
     ``step.resumed`` marks the first). A finished loop run again yields no step and
-    leaves the arrays and ``state`` as they were at its end. DIR records ``n`` and
-    the arrays' shapes and dtypes, in order: a loop of another problem refuses it
-    with an ``ApgasError``. One loop uses a DIR at a time; a resume unpickles
-    ``state``, so DIR must be writable by you alone.
+    leaves the arrays and ``state`` as they were at its end. One loop uses a DIR
+    at a time; a resume unpickles ``state``, so DIR must be writable by you alone.
+
+    **The same problem.** DIR records ``n``, the arrays' shapes and dtypes, in
+    order, and a fingerprint of the problem: the code of the function that runs the
+    loop, the globals it loads and its closure's values (a function of its module by
+    its code in turn), the arrays' rows and each ``state`` value as the program made
+    them. A loop of another problem refuses DIR with an ``ApgasError`` that names
+    what differs (``the value of 'k' differs``, ``the step function's code
+    differs``, ``the initial array 'u' differs``). The function's arguments are no
+    part of it (what steers a run, such as DIR or ``commit_every``, comes that way),
+    and a value that does not pickle cannot be told, which a warning says:
+    ``checkpoint_key="..."`` names the problem instead (say, its parameters:
+    ``f"k={k}"``), and replaces the fingerprint; a key that differs is refused
+    (``the key differs: 'k=8' vs 'k=5'``).
 
     ``checkpoint_mode``: ``"parallel"`` (the default: each place writes, and at a
     resume reads, its own blocks, all at once; on a cluster DIR must be on a
@@ -404,4 +423,25 @@ def steps(n: int, *, start: int = 0, commit_every: int = 0, arrays: Sequence[Any
     if checkpoint_mode not in MODES:
         raise ValueError(f"apgas.steps: checkpoint_mode must be one of {', '.join(MODES)}, got "
                          f"{checkpoint_mode!r}")
-    return iter(_Loop(n, start, commit_every, list(arrays), state, checkpoint, checkpoint_mode))
+    if checkpoint_key is not None and not isinstance(checkpoint_key, str):
+        raise TypeError(f"apgas.steps: checkpoint_key must be a str naming the problem, got "
+                        f"{checkpoint_key!r}")
+    fingerprint, names = _problem(sys._getframe(1), checkpoint, checkpoint_key, arrays, state)
+    return iter(_Loop(n, start, commit_every, list(arrays), state, checkpoint, checkpoint_mode,
+                      fingerprint, names))
+
+
+def _problem(frame: Any, checkpoint: object, key: str | None, arrays: Sequence[Any],
+             state: dict[str, Any] | None) -> tuple[dict[str, str] | None, Any]:
+    """With ``checkpoint=DIR``, what defines the problem, known now: the key, or the
+    caller's code and values and the initial state (the arrays' rows come at the start)."""
+    try:
+        if checkpoint is None:
+            return None, None
+        if key is not None:
+            return {problem.KEY: key}, None
+        parts = problem.code_parts(frame)
+        parts.update(problem.state_parts(state))
+        return parts, problem.local_names(frame, arrays)
+    finally:
+        del frame  # no cycle through the caller's frame

@@ -125,9 +125,9 @@ def _where_orders_go() -> str:
     """Where the job listens for orders: the port it bound, not APGAS_MALLEABLE_LISTEN's
     request (port 0, as a scheduler asks, is any free port). Starts the communicator
     GLB would start a moment later."""
-    from apgas._malleability.orders import current
+    from apgas.lowlevel import listen_for_orders
 
-    address = current("glb.apps").listen().address
+    address = listen_for_orders().address
     if address is None:
         return "orders come through the communicator of APGAS_COMMUNICATOR"
     return "orders to {}:{} (APGAS_MALLEABLE_LISTEN chooses it)".format(*address)
