@@ -37,6 +37,11 @@ any layout.
 
 This is the only part of ``apgas`` that needs numpy; ``import apgas`` does not
 import it.
+
+Why one module of about 580 lines: it is the face of one class,
+:class:`BlockArray`, whose methods share the per-place registry and the
+re-spread's guard of writes; the blocks, the layout, the disk, roll-backs and
+exact sums are modules of their own already.
 """
 
 from __future__ import annotations
