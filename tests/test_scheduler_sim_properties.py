@@ -264,6 +264,11 @@ _SHRINK_THEN_GROW = (7, [_job(i, 7, d) for i, d in enumerate(
     + 2 * [("malleable", 1, 1, 0, 0, 1.0, None, 1, 0.0, None)])])
 
 
+# A passing run takes about half a second per policy; a failing one shrinks its example,
+# which takes up to hypothesis's own cap of 300 s (its MAX_SHRINKING_SECONDS; about 45 s for
+# the example above on a quiet machine, more with four workers on two cores). The timeout is
+# above that cap, so that a failure is reported with its example, never as a timeout.
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("policy_name", SIM_POLICIES)
 @settings(max_examples=100, deadline=None)
 @example(workload=_SHRINK_THEN_GROW, reconfig=Reconfig(), model="rho", resize_interval=0.0,
