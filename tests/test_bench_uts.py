@@ -405,7 +405,7 @@ def test_check_and_warm_up():
     assert uts.APP.check(params(depth=13), 264_459_391) is False
     assert uts.APP.check(params(seed=20, depth=13), 1) is None
     assert uts.APP.check(params(depth=14), 1_057_675_516) is True  # counted here, sequentially
-    assert uts.APP.check(params(depth=15), 1) is None  # no reference
+    assert uts.APP.check(params(depth=16), 1) is None  # no reference
     assert uts.APP.check({"type": "geo", "shape": "linear", "depth": 13, "seed": 19}, 1) is None
     assert uts.APP.check({"tree": "T3L"}, 111_345_631) is True
     assert uts.APP.warm_up() >= 0.0
