@@ -8,7 +8,9 @@ back after a grow), takes grow and shrink orders (answering a shrink with the
 hosts it gives back, a grow with nothing, as ElasticJobScheduler's jobs do) for
 ``FOREIGN_SECONDS`` seconds, or, with ``FOREIGN_UNTIL`` set to ``grow`` or
 ``shrink``, until it has taken the first such order (a test then waits for that
-event, not for a guessed time; ``FOREIGN_SECONDS`` only bounds it), writes what
+event, not for a guessed time; ``FOREIGN_SECONDS`` only bounds it; with
+``FOREIGN_HOLD`` naming a file it then stays until that file exists, so that a
+test can see what the scheduler made of its last messages while it runs), writes what
 it held after each order to ``FOREIGN_LOG`` as JSON lines, and exits 0.
 
 It signs its lines as ``docs/security.md`` describes (HMAC-SHA256 with
@@ -83,4 +85,7 @@ with open(os.environ["FOREIGN_LOG"], "a") as log:
             tell(f"{line[0]}TimeAPGAS;{line[1]};1000:{me}")
             if line[0] == os.environ.get("FOREIGN_UNTIL"):
                 break
+    hold = os.environ.get("FOREIGN_HOLD")
+    while hold and not os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.05)
     tell(f"APGAS-NotMalleable:{me}")

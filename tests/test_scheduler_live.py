@@ -239,10 +239,18 @@ def test_order_address_of_a_job_on_another_machine(tmp_path, monkeypatch):
 
 def test_evolving_job_request_is_granted_and_a_release_returns_the_node(make_scheduler, tmp_path):
     sched = make_scheduler(nodes=4, policy="evolving")  # grants requests, never grows on its own
-    log = tmp_path / "evolving.jsonl"
+    log, go = tmp_path / "evolving.jsonl", tmp_path / "go"
     jid = sched.submit(job("evolving", [PY, str(ROOT / "tests" / "foreign_job.py")], "evolving",
                            1, 3, FOREIGN_LOG=str(log), FOREIGN_UNTIL="grow", FOREIGN_SECONDS="45",
-                           FOREIGN_REQUEST="2", FOREIGN_RELEASE="1"))
+                           FOREIGN_REQUEST="2", FOREIGN_RELEASE="1", FOREIGN_HOLD=str(go)))
+    # the job's messages come one a connection, as Java's do, and are served in parallel:
+    # the job stays until its release is seen (one that came after its end would free
+    # nothing more than the end does)
+    deadline = time.monotonic() + 45
+    while not any(e["event"] in ("shrink", "release") for e in read_events(tmp_path / "events.jsonl")):
+        assert time.monotonic() < deadline, "the release was never taken"
+        time.sleep(0.05)
+    go.touch()
     jobs = wait_ended(sched, [jid], timeout=60)
     assert jobs[jid]["state"] == "done", jobs
     held = [json.loads(line) for line in log.read_text().splitlines()]
