@@ -20,6 +20,8 @@ import importlib
 import importlib.metadata
 import re
 
+from launcher._entry_points import load_entry_point
+
 from ._malleability.base import MalleableCommunicator, MalleableHandler, OrderError, Orders
 from ._malleability.socket_communicator import SocketMalleableCommunicator
 from .errors import ConfigError
@@ -46,7 +48,8 @@ def communicator_class(name: str) -> type[MalleableCommunicator]:
         return _class_named(name)
     found = importlib.metadata.entry_points(group="apgas.communicators", name=name)
     for entry in found:
-        return _communicator(name, entry.value, _load(entry))
+        return _communicator(name, entry.value, load_entry_point(
+            entry, ConfigError, f"the communicator {name!r} (APGAS_COMMUNICATOR): "))
     known = ["socket"] + [e.name for e in importlib.metadata.entry_points(group="apgas.communicators")]
     raise ConfigError(f"unknown communicator {name!r} (APGAS_COMMUNICATOR); known: {known}, "
                       "or module:Class")
@@ -74,18 +77,6 @@ def _class_named(name: str) -> type[MalleableCommunicator]:
     return _communicator(name, name, cls)
 
 
-def _load(entry: importlib.metadata.EntryPoint) -> object:
-    """What the entry point names; ConfigError (not the raw ImportError or
-    AttributeError) naming it, its value and the distribution that declared it,
-    whose author is the one to tell."""
-    try:
-        return entry.load()
-    except Exception as e:
-        dist = entry.dist.name if entry.dist is not None else "an unknown distribution"
-        raise ConfigError(f"the communicator {entry.name!r} (APGAS_COMMUNICATOR), the entry point "
-                          f"{entry.name} = {entry.value!r} of apgas.communicators in {dist}, cannot "
-                          f"be loaded: {type(e).__name__}: {e}; fix or reinstall {dist}, or "
-                          "choose another communicator") from e
 
 
 def _communicator(name: str, where: str, cls: object) -> type[MalleableCommunicator]:

@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ._base import LaunchedPlace, Launcher, PlaceProcess, checked_host, child_environment, place_command
+from ._entry_points import load_entry_point
 from ._forkserver import ForkedPlace
 from ._hostnames import check_host
 from ._hosts import HostSpecError, check_hosts, compress_hostlist, expand_hostlist, read_hostfile, slurm_hosts
@@ -47,23 +48,13 @@ def get_launcher(name: str, config: Any = None) -> Launcher:
         found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
         if not found:
             raise ValueError(f"unknown launcher {name!r}; available: {launcher_names()}")
-        cls = _load(found[0])
+        cls = load_entry_point(found[0])
         if not (isinstance(cls, type) and issubclass(cls, Launcher)):
             raise ValueError(f"entry point {name!r} of {GROUP} must name a Launcher subclass, "
                              f"got {cls!r}")
     return cls(config)
 
 
-def _load(ep: Any) -> Any:
-    """What the entry point ``ep`` names; ValueError (not the raw ImportError or
-    AttributeError) naming it, its value and the distribution that declared it."""
-    try:
-        return ep.load()
-    except Exception as e:
-        dist = ep.dist.name if ep.dist is not None else "an unknown distribution"
-        raise ValueError(f"entry point {ep.name!r} of {GROUP} ({ep.value}) cannot be loaded: "
-                         f"{type(e).__name__}: {e}; it is declared by {dist}: fix or reinstall "
-                         "that distribution") from e
 
 
 def detect_launcher(environ: Mapping[str, str], mpi: bool = True) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from launcher._entry_points import load_entry_point
+
 from .agreements import AGREEMENT_POLICIES
 from .classic import POLICIES
 from .dmr import DMR_POLICIES
@@ -45,13 +47,7 @@ def get_policy(name: str, **options: Any) -> Policy:
         if not found:
             raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(policy_names()))}")
         ep = found[0]
-        try:
-            factory = ep.load()
-        except Exception as e:
-            dist = ep.dist.name if ep.dist is not None else "an unknown distribution"
-            raise ValueError(f"entry point {name!r} of {GROUP} ({ep.value}) cannot be loaded: "
-                             f"{type(e).__name__}: {e}; it is declared by {dist}: fix or "
-                             "reinstall that distribution") from e
+        factory = load_entry_point(ep)
         if not callable(factory):
             raise ValueError(f"entry point {name!r} of {GROUP} ({ep.value}) must name a Policy "
                              f"subclass, got {factory!r}")
