@@ -55,8 +55,6 @@ def get_launcher(name: str, config: Any = None) -> Launcher:
     return cls(config)
 
 
-
-
 def detect_launcher(environ: Mapping[str, str], mpi: bool = True) -> str:
     """The launcher the surroundings call for: ``mpi`` under mpiexec, ``srun``
     inside a Slurm allocation, else ``local``."""

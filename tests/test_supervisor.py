@@ -46,7 +46,8 @@ sys.exit(3)
 PLACE_ZERO = """
 import sys, time, zmq
 from zmq.utils.monitor import recv_monitor_message
-from apgas._core.zmtp_auth import Gatekeeper, keys_of
+from apgas._core.zmtp_auth import Gatekeeper
+from launcher._curve import keys_of
 ctx = zmq.Context()
 keys = keys_of(bytes.fromhex(sys.argv[1]))
 Gatekeeper(ctx, keys, "zap").start()

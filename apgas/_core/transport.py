@@ -120,13 +120,15 @@ from collections.abc import Callable, Sequence
 import zmq
 from blake3 import blake3
 
+from launcher._curve import keys_of
+
 from ..errors import ApgasError
 from . import batch as batching
 from .config import is_wildcard
 from .heartbeat import LinkWatcher
 from .heartbeat import configure as configure_heartbeat
 from .limits import zmq_context
-from .zmtp_auth import Gatekeeper, keys_of
+from .zmtp_auth import Gatekeeper
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
 
@@ -393,7 +395,7 @@ class Transport:
 
     def secure(self, sock: zmq.Socket[bytes]) -> None:
         """Make ``sock`` (before it connects to a place) a client of the run's CURVE key
-        (:mod:`apgas._core.zmtp_auth`): the reply channels' sockets."""
+        (:mod:`launcher._curve`): the reply channels' sockets."""
         self._keys.connect_as_client(sock)
 
     @property

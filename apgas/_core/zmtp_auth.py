@@ -13,9 +13,9 @@ import threading
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from launcher._curve import HANDSHAKE_S, ZAP_DOMAIN, CurveKeys, keys_of
+from launcher._curve import ZAP_DOMAIN, CurveKeys
 
-__all__ = ["CurveKeys", "keys_of", "HANDSHAKE_S", "Gatekeeper"]
+__all__ = ["Gatekeeper"]
 
 log = logging.getLogger("apgas.transport")
 

@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from apgas._core.transport import Transport
-from apgas._core.zmtp_auth import HANDSHAKE_S, keys_of
+from launcher._curve import HANDSHAKE_S, keys_of
 
 pytestmark = pytest.mark.timeout(60)
 
