@@ -153,6 +153,14 @@ def wait_gone(pids, timeout: float) -> list[int]:
 
 
 @pytest.fixture
+def no_scheduler(monkeypatch):
+    """A run of the test's own, not a job of a scheduler the environment names
+    (``pytestmark = pytest.mark.usefixtures("no_scheduler")``)."""
+    for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
 def script(tmp_path):
     """Write a Python program to a file and start it in its own process."""
     procs: list[subprocess.Popen] = []

@@ -24,11 +24,7 @@ import apgas
 from apgas.arrays import BlockArray
 from apgas.arrays.apps import Outcome, Session, _cli, cg, jacobi, nbody, sleep
 
-
-@pytest.fixture(autouse=True)
-def no_scheduler(monkeypatch):
-    for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR"):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("no_scheduler")
 
 
 # --- the references against computations written independently -----------------------------

@@ -14,13 +14,7 @@ import apgas
 from apgas.arrays import BlockArray, _blocks
 from apgas.arrays._layout import even
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def no_scheduler(monkeypatch):
-    for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR"):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_scheduler")]
 
 
 def live() -> list[int]:

@@ -7,26 +7,15 @@ import random
 import threading
 
 import pytest
-from orders import order
+from orders import Newest, order
 
 import apgas
 from apgas.arrays import BlockArray, _blocks
 from apgas.arrays._layout import even
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_scheduler")]
 
 ROWS = 48
-
-
-@pytest.fixture(autouse=True)
-def no_scheduler(monkeypatch):
-    for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR"):
-        monkeypatch.delenv(var, raising=False)
-
-
-class Newest(apgas.MalleableHandler):
-    def pre_shrink(self, n, chosen=None):
-        return chosen or apgas.places()[-n:]
 
 
 class Acks:

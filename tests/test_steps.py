@@ -17,28 +17,13 @@ import time
 import numpy as np
 import pytest
 from conftest import eventually, fast_first
-from orders import order
+from orders import Newest, order
 
 import apgas
 from apgas._core.runtime import current
 from apgas.arrays import BlockArray, _blocks
 
-pytestmark = pytest.mark.timeout(150)
-
-
-@pytest.fixture(autouse=True)
-def no_scheduler(monkeypatch):
-    for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR"):
-        monkeypatch.delenv(var, raising=False)
-
-
-class Newest(apgas.MalleableHandler):
-    """Gives back the newest places, as most users' handlers do."""
-
-    def pre_shrink(self, n, chosen=None):
-        if chosen is not None:
-            return chosen
-        return [p for p in apgas.places() if p.id != 0][-n:]
+pytestmark = [pytest.mark.timeout(150), pytest.mark.usefixtures("no_scheduler")]
 
 
 def add_one(a: BlockArray) -> None:

@@ -10,23 +10,12 @@ import threading
 
 import numpy as np
 import pytest
-from orders import order
+from orders import Newest, order
 
 import apgas
 from apgas.arrays import BlockArray, at_each
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def no_scheduler(monkeypatch):
-    for var in ("APGAS_SCHEDULER", "APGAS_COMMUNICATOR"):
-        monkeypatch.delenv(var, raising=False)
-
-
-class Newest(apgas.MalleableHandler):
-    def pre_shrink(self, n, chosen=None):
-        return chosen if chosen is not None else apgas.places()[-n:]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_scheduler")]
 
 
 def add_one(a: BlockArray) -> None:
