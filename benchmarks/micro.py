@@ -1,4 +1,4 @@
-"""Micro-benchmarks of the APGAS runtime against its floor and a Dask ``LocalCluster``.
+"""Micro-benchmarks of the APGAS runtime against its floors, Dask, Ray and Charm4py.
 
     python -m benchmarks.micro [--repeats R] [--json FILE] [--quick]
 
@@ -14,8 +14,8 @@ repeat beside ``at``: a bare pyzmq DEALER/ROUTER ping-pong of 100 bytes with
 a second process, the same ping-pong carrying a pickled call and its pickled
 result, and ``multiprocessing.Pool.map(chunksize=1)`` over the batch's tasks
 with 2 and with 4 workers. The second table gives ``at`` over the bare
-ping-pong (target: at most 2x, median and p99) and the batch over the pool
-with as many processes (target: at least 1x): the batch on places 0 and 1
+ping-pong (target: at most 1.5x, median and p99) and the batch over the pool
+with as many processes (target: at least 2x): the batch on places 0 and 1
 against ``Pool(2)``, and on all 4 places against ``Pool(4)``.
 
 Ray (``benchmarks._ray_peers``) is measured in the same run too: a local Ray
@@ -24,6 +24,16 @@ of 4 CPUs lives through the measurement run, and each repeat times, beside
 a task's (``ray.get(noop.remote())``) and task throughput 2 and 4 at a time;
 Ray's start-up (until 4 actors answered) is timed beside ``apgas.run``. A third
 table gives each as Ray / the runtime's figure. Without Ray, its rows say skipped.
+
+The peers' table (issue 54, ``benchmarks._socketpair_floor``) puts each round trip
+over the lowest floor, measured repeat by repeat beside ``at``: 1 byte each way over
+a Unix socketpair with a second process echoing it. Charm4py (``benchmarks._charm_peers``)
+runs once per repeat under its launcher (``charmrun +p2 ... ++local``): ``ret=True``
+calls of a method of a chare on the other PE, then the batch's count of one-way no-op
+calls to both PEs until quiescence. The task rates on 2 processes follow, over
+``Pool(2)``; then issue 54's goals, met or missed: ``at`` median at most 3x the
+floor's and below Charm4py's, p99 at most 2 ms, the finish on 2 places at least
+200,000 tasks/s (8x ``Pool(2)``). Charm4py missing or failing: its rows say skipped.
 
 Code that waits on the runtime runs under a deadline, so that a lost
 message makes one run fail (it is retried and counted) instead of hanging
@@ -46,7 +56,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import apgas
-from benchmarks import _ray_peers
+from benchmarks import _charm_peers, _ray_peers
 from benchmarks._common import (
     Metric,
     Samples,
@@ -59,6 +69,7 @@ from benchmarks._common import (
 )
 from benchmarks._floor import Echo, floor_summary, pool_rate, render_floor
 from benchmarks._harness import Column, Run, Table, harness, show
+from benchmarks._socketpair_floor import SocketpairEcho, floor_samples, peers_summary, render_peers
 
 log = logging.getLogger("benchmarks.micro")
 
@@ -267,9 +278,10 @@ def _warm_up(target: apgas.Place, params: Params) -> None:
     _batch(params.warmup_calls)
 
 
-def _floor_repeat(echo: Echo, params: Params, samples: Samples) -> None:
+def _floor_repeat(echo: Echo, pair: SocketpairEcho, params: Params, samples: Samples) -> None:
     """The floor of one repeat: ping-pongs and the pools, beside the runtime's figures."""
     with deadline(PHASE_DEADLINE_S, "the ping-pongs"):
+        floor_samples(samples, pair.round_trips(params.rtt_calls))
         for name, times in (("bare", echo.bare(params.rtt_calls)),
                             ("pickled", echo.pickled(params.rtt_calls, noop))):
             latency_samples(samples, times, name)
@@ -278,12 +290,13 @@ def _floor_repeat(echo: Echo, params: Params, samples: Samples) -> None:
         add_sample(samples, f"pool{workers}_tasks_s", rate)
 
 
-def _repeat(target: apgas.Place, params: Params, samples: Samples, echo: Echo,
-            ray: _ray_peers.MicroRay) -> None:
+def _repeat(target: apgas.Place, params: Params, samples: Samples, echo: Echo, pair: SocketpairEcho,
+            ray: _ray_peers.MicroRay, charm: _charm_peers.MicroCharm) -> None:
     """One repeat of every measurement."""
-    _floor_repeat(echo, params, samples)
+    _floor_repeat(echo, pair, params, samples)
     with deadline(PHASE_DEADLINE_S, "Ray's round trips and tasks"):
         ray.repeat(params.ray_rtt_calls, params.ray_tasks, samples)
+    charm.repeat(params.rtt_calls, params.batch_tasks, samples)   # a program of its own, with its own timeout
     with deadline(PHASE_DEADLINE_S, "the round trips"):
         latency_samples(samples, _round_trips(target, params.rtt_calls))
     with deadline(PHASE_DEADLINE_S, "the uncounted tasks"):
@@ -295,27 +308,29 @@ def _repeat(target: apgas.Place, params: Params, samples: Samples, echo: Echo,
         add_sample(samples, "batch2_tasks_s", params.batch_tasks / _batch(params.batch_tasks, 2))
 
 
-def _measure_main(params: Params) -> Samples:
+def _measure_main(params: Params, charm: _charm_peers.MicroCharm) -> Samples:
     """Main of the measurement run: check, warm up, then every repeat."""
     _check_places()
     target = apgas.place(1)
     with deadline(PHASE_DEADLINE_S, "the warm-up"):
         _warm_up(target, params)
     samples: Samples = {}
-    with Echo() as echo, _ray_peers.MicroRay(PLACES, params.warmup_calls) as ray:
+    with Echo() as echo, SocketpairEcho() as pair, _ray_peers.MicroRay(PLACES, params.warmup_calls) as ray:
         echo.bare(params.warmup_calls)
         echo.pickled(params.warmup_calls, noop)
+        pair.round_trips(params.warmup_calls)
         for i in range(params.repeats):
-            _repeat(target, params, samples, echo, ray)
+            _repeat(target, params, samples, echo, pair, ray, charm)
             log.info("apgas repeat %d/%d: %s", i + 1, params.repeats, _latest(samples))
     return samples
 
 
-def apgas_measure(params: Params) -> tuple[Samples, int]:
-    """Round trips, throughput and batch in one good run; also the failed runs before it."""
+def apgas_measure(params: Params, charm: _charm_peers.MicroCharm) -> tuple[Samples, int]:
+    """Round trips, throughput and batch in one good run (the peers' figures of each repeat
+    beside them); also the failed runs before it."""
     for attempt in range(1, MEASURE_ATTEMPTS + 1):
         try:
-            return run_apgas(functools.partial(_measure_main, params)), attempt - 1
+            return run_apgas(functools.partial(_measure_main, params, charm)), attempt - 1
         except (apgas.ApgasError, DeadlineExceeded) as e:
             log.warning("apgas measurement run %d failed: %s", attempt, e)
     return {}, MEASURE_ATTEMPTS
@@ -456,8 +471,10 @@ def main(run: Run) -> int:
     params = make_params(run.args.repeats, run.args.quick)
     log.info("apgas startup (%d repeats)", params.repeats)
     startup, startup_failures = apgas_startup(params)
-    log.info("apgas round trips, throughput, batch (%d repeats in one run)", params.repeats)
-    measured, measure_failures = apgas_measure(params)
+    charm = _charm_peers.MicroCharm(params.warmup_calls)
+    log.info("apgas round trips, throughput, batch (%d repeats in one run)%s", params.repeats,
+             f"; charm4py {charm.skipped}" if charm.skipped else "")
+    measured, measure_failures = apgas_measure(params, charm)
     log.info("dask (%d repeats)", params.repeats)
     dask_samples = dask_measure(params)
     log.info("ray startup (%d repeats)%s", params.repeats, f": {_ray_peers.SKIPPED}" if _ray_peers.SKIPPED else "")
@@ -466,9 +483,12 @@ def main(run: Run) -> int:
     failures = {"apgas_startup": startup_failures, "apgas_measure": measure_failures}
     rows = summarize({**startup, **measured}, dask_samples)
     floor = floor_summary(measured, PLACES)
+    peers = peers_summary(measured, {"charm": charm.skipped, "ray": _ray_peers.SKIPPED})
+    peers["charm_program_s"] = charm.runs   # each Charm4py run, charmrun's start included
     run.report.update({"params": dataclasses.asdict(params), "failures": failures, "results": rows,
-                       "floor": floor, "ray": ray})
-    show(render_table(rows, failures, params), "", render_floor(floor, PLACES), "", _ray_peers.render_micro(ray))
+                       "floor": floor, "ray": ray, "peers": peers})
+    show(render_table(rows, failures, params), "", render_floor(floor, PLACES), "", _ray_peers.render_micro(ray),
+         "", render_peers(peers))
     return 0
 
 
