@@ -36,11 +36,12 @@ class _Inbox:
                 f"{len(self.got)} of {n} messages arrived"
 
 
-@pytest.fixture
-def pair():
+@pytest.fixture(params=[True, False], ids=["same-host", "zeromq"])
+def pair(request):
+    """Two transports of one host, over the same-host path or ZeroMQ (as across hosts)."""
     inbox = _Inbox()
-    receiver = Transport(1, SECRET, "127.0.0.1", inbox)
-    sender = Transport(0, SECRET, "127.0.0.1", lambda *a: None)
+    receiver = Transport(1, SECRET, "127.0.0.1", inbox, same_host=request.param)
+    sender = Transport(0, SECRET, "127.0.0.1", lambda *a: None, same_host=request.param)
     receiver.start()
     sender.start()
     sender.connect(1, receiver.endpoint)

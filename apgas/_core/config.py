@@ -57,6 +57,7 @@ class Config:
     slurm_grow: str = ""  # "expand" or "companion"; "": expand where Slurm permits it
     heartbeat: str = "1:10"  # "interval:timeout" s: a place silent that long is dead; "0": off
     max_message_bytes: int = 256 * 1024 * 1024  # larger messages are refused by sender and receiver
+    same_host: bool = True  # places of one host and network namespace talk over Unix streams
     max_places: int = 256  # a grow order that would pass this many places is refused
     timeline: str = ""  # place 0 appends the run's timeline here as JSON lines (apgas._timeline.recorder)
     timeline_interval: float = 0.1  # s between two load samples of a place while GLB computes
@@ -83,6 +84,17 @@ def _parse_float(name: str, value: Any) -> float:
     if not number > 0:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
     return number
+
+
+def _parse_flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (true or false), got {value!r}")
 
 
 def _parse_seconds(name: str, value: Any) -> float:
@@ -176,6 +188,9 @@ def load_config(overrides: Mapping[str, Any] | None = None,
         hosts = len(set(values.get("hosts", ()))) or 1
         per_core = values.get("places", 1) / hosts / (os.cpu_count() or 1)
         values["heartbeat"] = default_heartbeat(per_core)
+    found = pick("same_host")
+    if found is not None:
+        values["same_host"] = _parse_flag(*found)
     found = pick("slurm_grow")
     if found is not None:
         if found[1] not in ("expand", "companion"):

@@ -3,11 +3,13 @@
 Place 0 holds, per place, a link (a DEALER: its socket's mailbox and a TCP
 connection), the heartbeat monitor of that link (a pair of sockets, two more
 mailboxes), the connection that place made to place 0's ROUTER, and, for a
-place of this machine, its stdin and stderr pipes and its pidfd: about
+place of this machine, its stdin and stderr pipes, its pidfd and both ends of
+the same-host path's Unix streams (:mod:`apgas._core.local_links`): about
 :data:`FDS_PER_PLACE` descriptors and :data:`SOCKETS_PER_PLACE` ZeroMQ
 sockets. A place of this machine also runs threads (its workers, its
 immediate pool, the network, heartbeat and parent threads, the pool's
-standby and the batch flusher, ZeroMQ's I/O and reaper threads) and takes
+standby, the batch flusher, the same-host door and backlog writer, ZeroMQ's
+I/O and reaper threads) and takes
 memory.
 
 :func:`check_start` compares what ``n`` more places need with the limits
@@ -36,10 +38,11 @@ __all__ = ["FDS_PER_PLACE", "SOCKETS_PER_PLACE", "THREADS_BESIDE_WORKERS", "PLAC
 
 log = logging.getLogger("apgas.limits")
 
-FDS_PER_PLACE = 8           # place 0's descriptors per place (measured: 7.1 with fork, local)
+FDS_PER_PLACE = 10          # place 0's descriptors per place (measured: 7.1 with fork, local,
+# before the same-host path added both ends of a Unix stream each)
 SOCKETS_PER_PLACE = 3       # place 0's ZeroMQ sockets per place: the link and its monitor pair
-THREADS_BESIDE_WORKERS = 9  # main, network, heartbeat, parent, ZeroMQ I/O and reaper,
-# the pool's standby, the batch flusher, a spare
+THREADS_BESIDE_WORKERS = 11  # main, network, heartbeat, parent, ZeroMQ I/O and reaper,
+# the pool's standby, the batch flusher, a spare, the same-host door and backlog writer
 PLACE_MEMORY = 12 << 20     # bytes a forked place takes of its own (PSS, measured 13-15 MiB)
 RESERVE_FDS = 64            # for place 0's own files, sockets of its program, the scheduler's
 ZMQ_DEFAULT_SOCKETS = 1023  # libzmq's ZMQ_MAX_SOCKETS

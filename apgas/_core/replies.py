@@ -42,8 +42,10 @@ are closed when a channel is made, and all of them when the transport closes.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import select
 import threading
 import time
 import weakref
@@ -52,6 +54,7 @@ from collections.abc import Callable, Sequence
 
 import zmq
 
+from .local_links import LocalConn, Reader
 from .transport import Frame, Transport, recv_frames
 
 __all__ = ["ReplyChannels", "Channel", "MAX_CHANNELS", "MAX_PEERS"]
@@ -62,6 +65,7 @@ MAX_CHANNELS = 64
 MAX_PEERS = 64
 MAX_CALLED = 4096  # places called, not connected, that a channel remembers
 CONVERSATION_S = 0.05  # a call this soon after the last one to its place connects the channel
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: no enum on this path
 LOOK_MS = 100  # a waiting caller looks whether its call was given up (a death) this often
 
 
@@ -74,7 +78,13 @@ class Channel:
         self.lock = threading.Lock()
         self.closed = False
         self._transport = transport
-        self._peers: OrderedDict[str, None] = OrderedDict()  # endpoints, least recently called first
+        # endpoints, least recently called first -> the place's own stream if it is of this host
+        self._peers: OrderedDict[str, LocalConn | None] = OrderedDict()
+        self._local: dict[int, Reader] = {}  # place -> reader of its stream
+        self._by_fd: dict[int, Reader] = {}
+        self._inbox: collections.deque[tuple[int, int, int, int, list[memoryview]]] = \
+            collections.deque()
+        self._poller: select.poll | None = None
         self._called: OrderedDict[str, float] = OrderedDict()  # not connected: last call
         sock = transport.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -86,11 +96,13 @@ class Channel:
         sock.bind(self.endpoint)  # replies that came by the link are routed on to here
         self._sock = sock
 
-    def reach(self, endpoint: str) -> None:
-        """Be connected to the ROUTER at ``endpoint`` (before the request leaves) once
-        calls there come within CONVERSATION_S of each other: calls to every place in
-        turn (a broadcast, a collection) make no connections, their replies come by
-        the link."""
+    def reach(self, endpoint: str, place: int) -> None:
+        """Be connected to ``place``, whose ROUTER is at ``endpoint`` (before the request
+        leaves), once calls there come within CONVERSATION_S of each other: calls to
+        every place in turn (a broadcast, a collection) make no connections, their
+        replies come by the link. A place of this host is reached by a Unix stream of
+        the channel's own (:meth:`Transport.channel_link`), which its replies take
+        from whichever thread sends them."""
         if endpoint in self._peers:
             self._peers.move_to_end(endpoint)
             return
@@ -102,19 +114,42 @@ class Channel:
                 self._called.popitem(last=False)
             return
         if len(self._peers) >= MAX_PEERS:
-            oldest, _ = self._peers.popitem(last=False)
-            try:
-                self._sock.disconnect(oldest)
-            except zmq.ZMQError:
-                pass
-        self._sock.connect(endpoint)
-        self._peers[endpoint] = None
+            oldest, conn = self._peers.popitem(last=False)
+            if conn is not None:
+                self._drop(conn)
+            else:
+                try:
+                    self._sock.disconnect(oldest)
+                except zmq.ZMQError:
+                    pass
+        conn = self._transport.channel_link(place, self.token)
+        if conn is None:
+            self._sock.connect(endpoint)
+        else:
+            if self._poller is None:
+                self._poller = select.poll()
+                self._poller.register(self._sock.getsockopt(zmq.FD), select.POLLIN)
+            reader = self._local[place] = self._by_fd[conn.fileno] = \
+                Reader(conn, self._transport.max_message_bytes)
+            self._poller.register(conn.fileno, select.POLLIN)
+        self._peers[endpoint] = conn
+
+    def _drop(self, conn: LocalConn) -> None:
+        """Close the stream to one place (its replies take the link from then on)."""
+        reader = self._by_fd.pop(conn.fileno, None)
+        if reader is not None:
+            self._local.pop(conn.place, None)
+            if self._poller is not None:
+                self._poller.unregister(conn.fileno)
+        conn.close()
 
     def wait(self, src: int, kind: int, req: int, settled: Callable[[], bool]
              ) -> tuple[memoryview, list[memoryview]] | None:
         """The reply ``kind`` to request ``req`` from place ``src``: (body, buffers), or
         None once ``settled()`` (an error, or a reply the channel could not take) or
         the transport closed."""
+        if src in self._local:
+            return self._wait_local(src, kind, req, settled)
         while True:
             try:
                 frames = recv_frames(self._sock)
@@ -135,9 +170,55 @@ class Channel:
             # a reply to an earlier wait, sent again or late: never unpickled
             self._transport.reject_channel_message(frames, "not the awaited reply")
 
+    def _wait_local(self, src: int, kind: int, req: int, settled: Callable[[], bool]
+                    ) -> tuple[memoryview, list[memoryview]] | None:
+        """As :meth:`wait`, for a place of this host: its stream and the channel's socket
+        (a reply that took the link comes there) at once."""
+        awaited = (kind, src, self.token, req)
+        poller = self._poller
+        assert poller is not None, "a channel with a stream polls"
+        while True:
+            while self._inbox:
+                got_kind, got_src, a, b, frames = self._inbox.popleft()
+                if (got_kind, got_src, a, b) == awaited:
+                    return frames[0], frames[1:]
+                self._transport.reject_channel_message([], "not the awaited reply")
+            try:  # the socket's descriptor is edge-triggered: its events first, then wait
+                events = self._sock.getsockopt(_EVENTS)
+                if isinstance(events, int) and events & _POLLIN:
+                    frames = recv_frames(self._sock)
+                    opened = self._transport.open_message(frames, numbered=False)
+                    if isinstance(opened, str):
+                        self._transport.reject_channel_message(frames, opened)
+                    elif opened[:4] == awaited:
+                        return opened[5][0], opened[5][1:]
+                    else:
+                        self._transport.reject_channel_message(frames, "not the awaited reply")
+                    continue
+            except zmq.ZMQError:  # the context ends: the transport closed
+                self.close()
+                return None
+            ready = poller.poll(LOOK_MS)
+            for fd, _ in ready:
+                reader = self._by_fd.get(fd)
+                if reader is not None:
+                    why = reader.read(self._inbox)
+                    if why is not None:  # the place is gone, or broke the protocol
+                        if why != "closed by the peer":
+                            self._transport.reject_channel_message([], why)
+                        self._drop(reader.conn)
+                        self._peers = OrderedDict(
+                            (e, c) for e, c in self._peers.items() if c is not reader.conn)
+            if not ready and settled():
+                return None
+            if src not in self._local and not self._inbox:
+                return self.wait(src, kind, req, settled)  # its stream ended: by the link
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            for reader in list(self._by_fd.values()):
+                self._drop(reader.conn)
             self._sock.close(linger=0)
 
 

@@ -138,7 +138,8 @@ class Runtime:
         # place 0 watches every place; a place watches place 0 (it declares deaths)
         self.transport = Transport(place_id, secret, config.interface, self._on_message, chaos,
                                    config.max_message_bytes, self.heartbeat, self._link_lost,
-                                   lambda other: place_id == 0 or other == 0)
+                                   lambda other: place_id == 0 or other == 0,
+                                   same_host=config.same_host)
         # a pool thread about to wait sends what its tasks left in batches (apgas._core.batch)
         self.pool.before_wait = self.immediate.before_wait = self.transport.flush
         self.replies = ReplyChannels(self.transport)  # apgas._core.replies
@@ -418,7 +419,7 @@ class Runtime:
                 channel.lock.release()
                 channel = None
             else:
-                channel.reach(endpoint)  # connected before the call leaves: the reply comes here
+                channel.reach(endpoint, dst)  # connected before the call leaves: the reply comes here
         pending = _Pending(dst, channel.token if channel is not None else 0)
         with self._lock:
             self._pending[req] = pending
@@ -491,6 +492,8 @@ class Runtime:
     def _reply(self, src: int, token: int, req: int, payload: Sequence[Any]) -> None:
         """Straight to the caller's reply channel if this thread still receives for the
         place and the channel is connected; else by the link (apgas._core.replies)."""
+        if token and self.transport.reply_local(src, token, AT_REPLY, token, req, payload):
+            return  # the caller is of this host: its channel's own stream, from any thread
         if token and self.pool.while_receiving(
                 lambda: self.transport.route(src, routing_id(token), AT_REPLY, token, req, payload)):
             return
@@ -727,7 +730,7 @@ class Runtime:
                        "immediate_threads": self.config.immediate_threads,
                        "log_level": self.config.log_level, "chaos": self.config.chaos,
                        "max_message_bytes": self.config.max_message_bytes,
-                       "heartbeat": self.config.heartbeat},
+                       "heartbeat": self.config.heartbeat, "same_host": self.config.same_host},
         }
 
     def removable(self, place_id: int) -> bool:

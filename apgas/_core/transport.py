@@ -93,7 +93,13 @@ runs local work directly); if it did, the message would go through a link
 like any other and be checked the same way.
 
 Messages between one pair of places arrive in the order they were sent (one
-TCP connection per pair); nothing else about order is promised.
+TCP connection or one Unix stream per pair); nothing else about order is promised.
+
+A link to a place of this host and network namespace is a Unix stream instead
+(:mod:`apgas._core.local_links`, which says why it needs neither the MAC nor the
+numbers): chosen when the link opens and kept for its life, written by the
+sending thread, read by the thread that receives, which then waits on the
+ROUTER and the streams at once.
 
 Why one module of over 500 lines: the wire format, the numbering, the MAC
 and the receiver's checks are one protocol, each half of which is only
@@ -110,7 +116,9 @@ import hashlib
 import heapq
 import hmac
 import logging
+import os
 import random
+import select
 import socket
 import struct
 import threading
@@ -124,6 +132,8 @@ from launcher._curve import keys_of
 
 from ..errors import ApgasError
 from . import batch as batching
+from . import local_links
+from .local_links import Backlog, Door, LocalConn, LocalRefused, Reader
 from .config import is_wildcard
 from .heartbeat import LinkWatcher
 from .heartbeat import configure as configure_heartbeat
@@ -222,11 +232,13 @@ class _Link:
     """
 
     __slots__ = ("place", "sock", "lock", "endpoint", "seq", "monitor", "closed", "batch",
-                 "batch_bytes", "sent_at")
+                 "batch_bytes", "sent_at", "watch")
 
     def __init__(self, place: int, endpoint: str, generation: int) -> None:
         self.place = place
-        self.sock: zmq.Socket[bytes] | None = None  # under ``lock``
+        #: under ``lock``: a Unix stream to a place of this host, or a DEALER
+        self.sock: LocalConn | zmq.Socket[bytes] | None = None
+        self.watch: zmq.Socket[bytes] | None = None  # a local link's heartbeats' DEALER
         self.lock = threading.Lock()
         self.endpoint = endpoint
         self.seq = generation << GENERATION_SHIFT  # of the last message sent; under ``lock``
@@ -245,10 +257,13 @@ class Transport:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  heartbeat: tuple[float, float] | None = None,
                  on_link_lost: Callable[[int], None] | None = None,
-                 watched: Callable[[int], bool] = lambda place_id: True) -> None:
+                 watched: Callable[[int], bool] = lambda place_id: True,
+                 same_host: bool = True) -> None:
         """``heartbeat`` (interval, timeout) makes every link ping its place
         (:mod:`apgas._core.heartbeat`); ``on_link_lost(place)`` is then called when a
-        link for which ``watched(place)`` holds drops its connection."""
+        link for which ``watched(place)`` holds drops its connection. ``same_host``:
+        links to places of this host and network namespace take Unix streams
+        (:mod:`apgas._core.local_links`)."""
         self.place_id = place_id
         self._heartbeat = heartbeat
         self._watched = watched
@@ -280,6 +295,26 @@ class Transport:
         self._stop_endpoint = f"inproc://apgas-stop-{id(self)}"
         self._router.bind(self._stop_endpoint)
         self._stop = self._ctx.socket(zmq.DEALER)  # made now: close() works out of descriptors too
+        self._secret = secret
+        self._door: Door | None = None
+        if same_host and hasattr(socket, "SO_PEERCRED"):
+            try:
+                self._door = Door(secret, place_id, self.endpoint)
+            except OSError as e:  # the name is taken: this place goes without
+                log.warning("place %d has no same-host path: %s", place_id, e)
+        self._backlog = Backlog(f"apgas-backlog-{place_id}")
+        self._readers: dict[int, Reader] = {}  # fd -> reader of an accepted link (the receiver's)
+        self._ready: collections.deque[tuple[int, int, int, int, list[memoryview]]] = \
+            collections.deque()  # read from local links, not yet delivered (the receiver's)
+        self._arrived: collections.deque[LocalConn] = collections.deque()  # accepted links
+        self._replies_to: dict[int, LocalConn] = {}  # token -> reply channel of a local caller
+        self._local_lock = threading.Lock()
+        self._poller = select.poll()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._poller.register(self._wake_r, select.POLLIN)
+        self._poller.register(self._router.getsockopt(zmq.FD), select.POLLIN)
+        self._look_local = False  # the receiver looks at local links before the ROUTER
         self._links: dict[int, _Link] = {}
         self._generations: dict[int, int] = {}  # place -> links made to it so far
         self._links_lock = threading.Lock()
@@ -310,6 +345,8 @@ class Transport:
         self._receiving = True
         threading.Thread(target=self._flush_loop, name=f"apgas-batch-{self.place_id}",
                          daemon=True).start()
+        if self._door is not None:
+            self._door.start(self._accepted)
         if lead is None:
             self._thread.start()
         else:
@@ -335,8 +372,26 @@ class Transport:
         if link is not None:
             self._close_link(link)
 
-    def _open(self, link: _Link, place_id: int) -> zmq.Socket[bytes]:
-        """Make and connect the link's socket (caller holds ``link.lock``)."""
+    def _open(self, link: _Link, place_id: int) -> LocalConn | zmq.Socket[bytes]:
+        """Make and connect the link's socket (caller holds ``link.lock``): a Unix stream
+        if the place is of this host, else a DEALER; a watched local link keeps a DEALER
+        too, for heartbeats only."""
+        if self._door is not None:
+            try:
+                conn = local_links.connect(self._secret, link.endpoint, local_links.LINK,
+                                           self.place_id, place_id)
+            except LocalRefused as e:
+                log.debug("link to place %d takes ZeroMQ: %s", place_id, e)
+            else:
+                if self._heartbeat is not None and self._watcher is not None \
+                        and self._watched(place_id):
+                    link.watch = self._dealer(link, place_id)
+                link.sock = conn
+                return conn
+        sock = link.sock = self._dealer(link, place_id)
+        return sock
+
+    def _dealer(self, link: _Link, place_id: int) -> zmq.Socket[bytes]:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 0)
@@ -346,7 +401,6 @@ class Transport:
             if self._watcher is not None and self._watched(place_id):
                 link.monitor = self._watcher.watch(place_id, sock)
         sock.connect(link.endpoint)
-        link.sock = sock
         return sock
 
     def disconnect(self, place_id: int, linger_ms: int = 0) -> None:
@@ -375,6 +429,15 @@ class Transport:
         larger than ``max_message_bytes``: the receiver would drop it and cut
         the link.
         """
+        sizes = self._sizes(dst, payload)
+        digest = _digest(payload, sizes)  # outside the link's lock: large payloads hash in parallel
+        batch = batch and digest is None and sizes[0] <= _BATCH_ENTRY_MAX
+        if self._chaos is None:
+            return self._send_now(dst, kind, a, b, payload, digest, guard, batch)
+        return self._hold(dst, kind, a, b, payload, digest, guard, batch)
+
+    def _sizes(self, dst: int, payload: Sequence[Frame]) -> list[int]:
+        """The sizes of a message's frames; :class:`MessageTooLarge` if they pass the limit."""
         sizes = [_nbytes(payload[0])] if len(payload) == 1 else [_nbytes(f) for f in payload]
         total = sum(sizes)
         if total > self.max_message_bytes:
@@ -382,11 +445,7 @@ class Transport:
                 f"a message of {total:,} bytes from place {self.place_id} to place {dst} is larger "
                 f"than the limit of {self.max_message_bytes:,} bytes; raise the option "
                 "max_message_bytes (APGAS_MAX_MESSAGE_BYTES) or send the data in smaller pieces")
-        digest = _digest(payload, sizes)  # outside the link's lock: large payloads hash in parallel
-        batch = batch and digest is None and sizes[0] <= _BATCH_ENTRY_MAX
-        if self._chaos is None:
-            return self._send_now(dst, kind, a, b, payload, digest, guard, batch)
-        return self._hold(dst, kind, a, b, payload, digest, guard, batch)
+        return sizes
 
     def endpoint_of(self, place_id: int) -> str | None:
         """The endpoint of the link to a place, if there is one."""
@@ -482,11 +541,24 @@ class Transport:
             self._stop.send(b"stop")
             self._stopped.wait(timeout=2.0)
         self._stop.close(linger=0)
+        if self._door is not None:
+            self._door.close()
         with self._links_lock:
             links = list(self._links.values())
             self._links.clear()
         for link in links:
             self._close_link(link, linger_ms)
+        self._backlog.stop()
+        with self._local_lock:
+            conns = [*self._replies_to.values(), *self._arrived,
+                     *(r.conn for r in self._readers.values())]
+            self._replies_to.clear()
+            self._arrived.clear()
+            self._readers.clear()
+        for conn in conns:
+            conn.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         if self._watcher is not None:
             self._watcher.stop()
         for hook in self.on_close:
@@ -536,9 +608,15 @@ class Transport:
                 log.error("sending to place %d failed: %s", dst, err)
         return True
 
-    def _put(self, link: _Link, sock: zmq.Socket[bytes], dst: int, kind: int, a: int, b: int,
-             payload: Sequence[Frame], digest: bytes | None) -> None:
-        """Number, sign and send one message (the caller holds ``link.lock``)."""
+    def _put(self, link: _Link, sock: LocalConn | zmq.Socket[bytes], dst: int, kind: int, a: int,
+             b: int, payload: Sequence[Frame], digest: bytes | None) -> None:
+        """Number, sign and send one message (the caller holds ``link.lock``); on a Unix
+        stream, write it as it is (:mod:`apgas._core.local_links`)."""
+        if type(sock) is LocalConn:
+            link.seq += 1  # counts the link's messages (the stream needs no numbers)
+            if not sock.put(self._backlog, kind, self.place_id, a, b, payload) and self._running:
+                log.debug("message to place %d dropped: its same-host link broke", dst)
+            return
         # numbered here, under the lock: in the order the messages go on the wire
         link.seq += 1
         envelope = self._envelope(HEADER.pack(kind, self.place_id, a, b) + ROUTE.pack(dst, link.seq),
@@ -552,7 +630,7 @@ class Transport:
             big = getattr(frame, "nbytes", 0) >= _ZERO_COPY_MIN
             sock.send(frame, zmq.SNDMORE if i < last else 0, copy=not big)
 
-    def _put_batch(self, link: _Link, sock: zmq.Socket[bytes], dst: int) -> None:
+    def _put_batch(self, link: _Link, sock: LocalConn | zmq.Socket[bytes], dst: int) -> None:
         """Send the link's waiting entries as one message (the caller holds ``link.lock``)."""
         body = b"".join(link.batch)
         count = len(link.batch)
@@ -589,6 +667,11 @@ class Transport:
     def _close_link(self, link: _Link, linger_ms: int = 0) -> None:
         if link.monitor is not None and self._watcher is not None:
             self._watcher.forget(link.monitor)  # a link closed on purpose is not lost
+        with self._local_lock:  # the place's reply channels here
+            gone = [t for t, c in self._replies_to.items() if c.place == link.place]
+            conns = [self._replies_to.pop(t) for t in gone]
+        for conn in conns:
+            self._forget(conn)
         with link.lock:
             link.closed = True
             if link.sock is not None:
@@ -597,7 +680,12 @@ class Transport:
                         self._put_batch(link, link.sock, link.place)
                     except zmq.ZMQError:
                         pass
-                link.sock.close(linger=linger_ms)
+                if type(link.sock) is LocalConn:
+                    link.sock.close()  # what was written is read by the place all the same
+                else:
+                    link.sock.close(linger=linger_ms)
+            if link.watch is not None:
+                link.watch.close(linger=0)
 
     def _hold(self, dst: int, kind: int, a: int, b: int, payload: Sequence[Frame], digest: bytes | None,
               guard: Callable[[], bool] | None = None, batch: bool = False) -> bool:
@@ -647,10 +735,29 @@ class Transport:
 
     def receive(self) -> bool:
         """Read one message and hand it to the handler if it passes the checks; False
-        once the transport is closing. Called by one thread at a time."""
+        once the transport is closing. Called by one thread at a time.
+
+        With a same-host path, the thread waits on the ROUTER and the Unix streams
+        at once (``poll``; the ROUTER's descriptor is edge-triggered, so its events
+        are read before every wait), and takes them in turn so that neither starves."""
         self._receiver = threading.get_ident()
         try:
-            frames = recv_frames(self._router)
+            if self._door is None:
+                frames = recv_frames(self._router)
+            else:
+                while True:
+                    if self._ready or (self._look_local and self._read_local(0)):
+                        self._look_local = False
+                        if not self._running:
+                            return self._stop_receiving()
+                        self._deliver_local(*self._ready.popleft())
+                        return True
+                    events = self._router.getsockopt(_EVENTS)
+                    if isinstance(events, int) and events & _POLLIN:
+                        frames = recv_frames(self._router)
+                        self._look_local = bool(self._readers)
+                        break
+                    self._read_local(-1)
         except zmq.ContextTerminated:
             return self._stop_receiving()
         except Exception:  # a bug here would hang every finish: make it loud
@@ -661,10 +768,113 @@ class Transport:
         self._deliver(frames)
         return True
 
+    def _read_local(self, timeout: int) -> bool:
+        """Wait up to ``timeout`` ms (-1: until something comes) for the ROUTER, a local
+        link or a new one; read the links that have data. True if a message is ready."""
+        for fd, _ in self._poller.poll(timeout):
+            if fd == self._wake_r:
+                os.read(self._wake_r, 4096)
+                with self._local_lock:
+                    while self._arrived:
+                        conn = self._arrived.popleft()
+                        self._readers[conn.fileno] = Reader(conn, self.max_message_bytes)
+                        self._poller.register(conn.fileno, select.POLLIN)
+                continue
+            reader = self._readers.get(fd)
+            if reader is None:
+                continue  # the ROUTER: its events are read by receive()
+            why = reader.read(self._ready)
+            if why is not None:
+                if why != "closed by the peer":
+                    self._reject([None], f"same-host link of place {reader.conn.place}: {why}")
+                self._poller.unregister(fd)
+                del self._readers[fd]
+                self._forget(reader.conn)
+        return bool(self._ready)
+
+    def _deliver_local(self, kind: int, src: int, a: int, b: int, parts: list[memoryview]) -> None:
+        """Hand on a message read from a local link (its stream authenticated its source)."""
+        if kind == batching.BATCH:
+            try:
+                if len(parts) != 1:
+                    raise batching.MalformedBatch("a batch of more than one frame")
+                items = batching.entries(parts[0], a)
+            except batching.MalformedBatch as e:
+                self._reject([None], f"malformed batch: {e}")
+                return
+        else:
+            items = [(kind, a, b, parts[0])]
+        buffers = parts[1:]
+        for kind, a, b, body in items:
+            try:
+                self._handler(kind, src, a, b, body, buffers)
+            except Exception:
+                log.exception("handling message kind %d from place %d failed", kind, src)
+
     def waiting(self) -> bool:
         """Whether a message waits to be read; only for the thread that receives."""
+        if self._ready:
+            return True
         events = self._router.getsockopt(_EVENTS)  # plain ints: no enum on this path
-        return isinstance(events, int) and bool(events & _POLLIN)
+        if isinstance(events, int) and events & _POLLIN:
+            return True
+        return bool(self._readers) and self._read_local(0)
+
+    # -- the same-host path's connections (apgas._core.local_links) ---------------------
+    def _accepted(self, purpose: bytes, conn: LocalConn, token: int) -> None:
+        """The door's thread: a link is read by the receiver from now on; a reply
+        channel takes the replies to its caller."""
+        with self._local_lock:
+            if not self._running:
+                old: LocalConn | None = conn
+            elif purpose == local_links.LINK:
+                self._arrived.append(conn)
+                old = None
+            else:
+                old = self._replies_to.get(token)
+                self._replies_to[token] = conn
+        if old is not None:
+            self._forget(old)
+        if purpose == local_links.LINK:
+            try:
+                os.write(self._wake_w, b"c")
+            except BlockingIOError:
+                pass
+
+    def _forget(self, conn: LocalConn) -> None:
+        conn.close()
+        if self._door is not None:
+            self._door.forget()
+
+    def reply_local(self, dst: int, token: int, kind: int, a: int, b: int,
+                    payload: Sequence[Frame]) -> bool:
+        """Send a reply straight to the reply channel ``token`` of a caller at place
+        ``dst`` of this host, from any thread; False if it has no local channel here.
+        Raises :class:`MessageTooLarge` as :meth:`send` does."""
+        conn = self._replies_to.get(token)
+        if conn is None or conn.place != dst:
+            return False
+        self._sizes(dst, payload)
+        if conn.put(self._backlog, kind, self.place_id, a, b, payload):
+            return True
+        with self._local_lock:
+            if self._replies_to.get(token) is conn:
+                del self._replies_to[token]
+        self._forget(conn)
+        return False
+
+    def channel_link(self, dst: int, token: int) -> LocalConn | None:
+        """A reply channel's own Unix stream to place ``dst`` if the link there is one
+        (None: the channel takes ZeroMQ)."""
+        link = self._links.get(dst)
+        if link is None or type(link.sock) is not LocalConn:
+            return None
+        try:
+            return local_links.connect(self._secret, link.endpoint, local_links.CHANNEL,
+                                       self.place_id, dst, token)
+        except LocalRefused as e:
+            log.debug("reply channel to place %d takes ZeroMQ: %s", dst, e)
+            return None
 
     def _stop_receiving(self) -> bool:
         self._receiving = False

@@ -8,7 +8,9 @@ machine would. Since places speak CURVE (:mod:`apgas._core.zmtp_auth`), a
 socket without the run's key is refused at the handshake (see
 test_zmtp_auth.py); so the injecting socket here holds the key: these tests
 show what the MAC and the sequence numbers still refuse from a peer past the
-handshake.
+handshake. The runs keep every link on TCP (``same_host=False``): a link between
+places of one host is a Unix stream, which has no wire to tap or inject into, and
+whose own checks are tested in tests/test_local_links.py.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ def test_a_replayed_task_message_does_not_run_again():
                 apgas.async_at(apgas.place(1), bump)
         return apgas.at(1, count)
 
-    assert apgas.run(main, places=2, threads=2) == 6
+    assert apgas.run(main, places=2, threads=2, same_host=False) == 6
 
 
 def test_b_an_old_place_table_replayed_after_a_shrink_is_dropped():
@@ -182,7 +184,7 @@ def test_b_an_old_place_table_replayed_after_a_shrink_is_dropped():
                     apgas.async_at(p, bump)
         return [apgas.at(p, count) for p in apgas.places()]
 
-    assert apgas.run(main, places=4, threads=2) == [3, 3]
+    assert apgas.run(main, places=4, threads=2, same_host=False) == [3, 3]
 
 
 def test_c_a_message_for_place_1_replayed_to_place_2_is_dropped():
@@ -202,7 +204,7 @@ def test_c_a_message_for_place_1_replayed_to_place_2_is_dropped():
             apgas.async_at(apgas.place(2), bump)
         return apgas.at(2, count)
 
-    assert apgas.run(main, places=3, threads=2) == 1
+    assert apgas.run(main, places=3, threads=2, same_host=False) == 1
 
 
 def test_d_oversize_frames_are_cut_off_before_they_are_read():
@@ -240,7 +242,7 @@ def test_d_oversize_frames_are_cut_off_before_they_are_read():
         # the place keeps serving, big messages under the limit included
         return apgas.at(1, lambda data: len(data), bytes(15 * MiB))
 
-    assert apgas.run(main, places=2, threads=2, max_message_bytes=16 * MiB) == 15 * MiB
+    assert apgas.run(main, places=2, threads=2, max_message_bytes=16 * MiB, same_host=False) == 15 * MiB
 
 
 def test_e_a_message_over_the_limit_fails_loudly_at_the_sender():
@@ -264,7 +266,7 @@ def test_e_a_message_over_the_limit_fails_loudly_at_the_sender():
         assert "too large to report" in str(e.value.exceptions[0])
         return errors, apgas.at(1, len, bytes(MiB))
 
-    errors, still = apgas.run(main, places=2, threads=2, max_message_bytes=16 * MiB)
+    errors, still = apgas.run(main, places=2, threads=2, max_message_bytes=16 * MiB, same_host=False)
     assert still == MiB
     for text in errors:
         found = re.search(r"a message of ([\d,]+) bytes from place 0 to place 1 is larger than "
@@ -308,7 +310,7 @@ def test_f_forged_and_altered_messages_are_dropped():
             apgas.at(1, bump)
         return apgas.at(1, count)
 
-    assert apgas.run(main, places=2, threads=2) == 4
+    assert apgas.run(main, places=2, threads=2, same_host=False) == 4
 
 
 # -- links, logging, configuration -------------------------------------------------------------
@@ -404,4 +406,4 @@ def test_the_limit_reaches_every_place():
     def main():
         return apgas.at(1, lambda: current().transport.max_message_bytes)
 
-    assert apgas.run(main, places=2, threads=1, max_message_bytes=3 * MiB) == 3 * MiB
+    assert apgas.run(main, places=2, threads=1, max_message_bytes=3 * MiB, same_host=False) == 3 * MiB
