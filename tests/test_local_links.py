@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import apgas
-from apgas._core import local_links
-from apgas._core.local_links import FIXED, LocalConn, LocalRefused
+from apgas._core import local_door, local_links
+from apgas._core.local_door import LocalRefused
+from apgas._core.local_links import FIXED, LocalConn
 from apgas._core.runtime import current
 from apgas._core.transport import Transport
 from apgas.errors import DeadPlaceError
@@ -79,7 +80,7 @@ def test_a_link_to_a_place_of_this_host_is_a_unix_stream_and_keeps_the_order(pai
     inbox.wait_for(len(sent))
     assert _is_local(sender, 1)
     assert [(k, a, body) for k, _, a, _, body, _ in inbox.got] == [(k, a, body) for k, a, body, _ in sent]
-    for (_, _, _, _, _, buffers), (_, _, _, array) in zip(inbox.got, sent):
+    for (_, _, _, _, _, buffers), (_, _, _, array) in zip(inbox.got, sent, strict=True):
         if array is not None:
             got = np.frombuffer(buffers[0], dtype=np.float64)
             assert np.array_equal(got, array)
@@ -134,10 +135,10 @@ def test_a_process_of_the_same_user_without_the_secret_is_refused(pair, caplog):
     receiver.start()
     # another run's secret names another socket: nothing listens there
     with pytest.raises(LocalRefused, match="nothing of this run listens"):
-        local_links.connect(b"v" * 32, receiver.endpoint, local_links.LINK, 0, 1)
+        local_door.connect(b"v" * 32, receiver.endpoint, local_door.LINK, 0, 1)
     # knows the name (as if it had leaked) but not the secret: its proof is wrong
-    sock = _raw(local_links.address_of(SECRET, receiver.endpoint))
-    hello = local_links._HELLO.pack(local_links._MAGIC, local_links.LINK, 0, 1, 0, os.urandom(16))
+    sock = _raw(local_door.address_of(SECRET, receiver.endpoint))
+    hello = local_door._HELLO.pack(local_door._MAGIC, local_door.LINK, 0, 1, 0, os.urandom(16))
     sock.sendall(hello)
     sock.recv(48)
     sock.sendall(b"\0" * 32)
@@ -168,7 +169,7 @@ def test_another_users_process_is_cut_before_a_byte_is_read(pair, caplog):
     _, receiver, inbox = pair
     receiver.start()
     nobody = pwd.getpwnam("nobody")
-    address = local_links.address_of(SECRET, receiver.endpoint)
+    address = local_door.address_of(SECRET, receiver.endpoint)
     out = subprocess.run([SYSTEM_PY, "-c", _NOBODY_CONNECTS, address.hex()],
                          user=nobody.pw_uid, group=nobody.pw_gid, capture_output=True,
                          text=True, timeout=30)
@@ -183,7 +184,7 @@ def test_a_stream_that_lies_about_its_source_or_size_is_cut(pair):
     receiver.max_message_bytes = 4096
     for head in (FIXED.pack(8, 5, 7, 0, 0, 1) + b"\0\0\0\4abcd",  # place 7 on place 0's stream
                  FIXED.pack(1 << 30, 5, 0, 0, 0, 1)):  # a GiB announced: not kept
-        conn = local_links.connect(SECRET, receiver.endpoint, local_links.LINK, 0, 1)
+        conn = local_door.connect(SECRET, receiver.endpoint, local_door.LINK, 0, 1)
         conn.sock.setblocking(True)
         conn.sock.sendall(head)
         conn.sock.settimeout(10)
@@ -198,7 +199,7 @@ def test_a_stream_that_lies_about_its_source_or_size_is_cut(pair):
 def test_a_place_that_dies_mid_message_leaves_nothing_behind(pair):
     sender, receiver, inbox = pair
     receiver.start()
-    conn = local_links.connect(SECRET, receiver.endpoint, local_links.LINK, 0, 1)
+    conn = local_door.connect(SECRET, receiver.endpoint, local_door.LINK, 0, 1)
     conn.sock.setblocking(True)
     conn.sock.sendall(FIXED.pack(1004, 5, 0, 0, 0, 1) + b"\0\0\3\350" + b"half")
     conn.put(sender._backlog, 5, 0, 1, 1, [b"never"])  # behind the torn one: never whole

@@ -1,31 +1,9 @@
 """The same-host path: places of one machine talk over Unix stream sockets that the
 threads of the places read and write themselves, with no ZeroMQ I/O thread between.
 
-Every place listens on an *abstract* Unix socket (Linux: a name in the network
-namespace, no file) whose name is a hash of the run's secret and the place's TCP
-endpoint, so a place that knows both finds it and nobody else can guess it. A place
-that opens a link to a place of its own network namespace connects there first;
-where nothing listens (another host, another namespace of a virtual cluster, an
-older place), the link stays on ZeroMQ. A link never changes path once open, so the
-order of the pair holds.
-
-Who may connect (:func:`handshake_accept`), checked in this order:
-
-1. the kernel's peer credentials (``SO_PEERCRED``) name this place's own user: any
-   other user's connection is closed before one byte of it is read;
-2. the connector proves it holds the run's secret and the acceptor proves it back
-   (a keyed BLAKE2b over both sides' fresh nonces, the two place ids and the
-   connection's purpose); a process of the same user but another run is refused;
-3. the connector names this place as its destination.
-
-Why no MAC on each message, as on the TCP path: the MAC there protects against
-someone on the network path who forges, alters or replays frames. A connected Unix
-stream has no such path: the kernel hands its bytes only to the two sockets, in
-order, and a third process can neither inject into nor replay on it. Both ends were
-authenticated once, above, by the same secret that keys the MAC; who could still
-act on the stream is a process able to ptrace one of the places (the same user),
-which reads the secret from memory on the TCP path too. Order and freshness come
-from the stream itself, so messages carry no sequence number either.
+How places find each other, who may connect, and why a stream needs neither a
+MAC nor sequence numbers: :mod:`apgas._core.local_door`. A link never changes path
+once open, so the order of the pair holds.
 
 A message on a stream: :data:`FIXED` (the length of what follows, kind, source,
 ``a``, ``b``, the number of frames), one ``uint32`` length per frame, then the
@@ -41,8 +19,6 @@ at once therefore cannot deadlock, as ZeroMQ's unbounded queues could not either
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import hmac
 import logging
 import os
 import select
@@ -50,10 +26,9 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-__all__ = ["FIXED", "LocalConn", "Reader", "Backlog", "Door", "address_of", "connect",
-           "LocalRefused", "LINK", "CHANNEL"]
+__all__ = ["FIXED", "ALIGN", "LocalConn", "Reader", "Backlog"]
 
 log = logging.getLogger(__name__)
 
@@ -65,99 +40,6 @@ _ZEROS = memoryview(bytes(ALIGN))
 _IOV = 512  # pieces per sendmsg (below IOV_MAX)
 MAX_FRAMES = 4096
 CHUNK = 256 * 1024  # bytes read at a time into one buffer that messages then slice
-HANDSHAKE_S = 2.0  # s an acceptor gives a connector (of the same user) to prove the secret
-CONNECT_S = 5.0
-MAX_CONNS = 4096  # accepted connections a place keeps (links and reply channels)
-LINK, CHANNEL = b"L", b"C"
-_MAGIC = b"APGL1"
-_HELLO = struct.Struct("!5scii Q16s")  # magic, purpose, source, destination, token, nonce
-_NONCE = 16
-_MAC = 32
-_OK = b"\x01"
-
-
-class LocalRefused(Exception):
-    """A same-host connection was not made: the link takes ZeroMQ."""
-
-
-def address_of(secret: bytes, endpoint: str) -> bytes:
-    """The abstract socket name of the place whose TCP endpoint is ``endpoint``."""
-    digest = hashlib.blake2b(endpoint.encode(), key=secret[:64], digest_size=15).hexdigest()
-    return b"\0apgas-" + digest.encode()
-
-
-def _mac(secret: bytes, role: bytes, hello: bytes, nonce: bytes) -> bytes:
-    return hashlib.blake2b(role + hello + nonce, key=secret[:64], digest_size=_MAC).digest()
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        more = sock.recv(n - len(data))
-        if not more:
-            raise LocalRefused("the peer closed the connection during the handshake")
-        data += more
-    return data
-
-
-def _peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
-def connect(secret: bytes, endpoint: str, purpose: bytes, src: int, dst: int, token: int = 0
-            ) -> LocalConn:
-    """Connect to the place ``dst`` at ``endpoint`` over its abstract socket and prove
-    the secret both ways; :class:`LocalRefused` if it is not of this host and namespace,
-    or does not prove the secret."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(CONNECT_S)
-        try:
-            sock.connect(address_of(secret, endpoint))
-        except OSError as e:
-            raise LocalRefused(f"nothing of this run listens for {endpoint} here: {e}") from None
-        if _peer_uid(sock) != os.geteuid():
-            raise LocalRefused(f"the socket of {endpoint} belongs to another user")
-        hello = _HELLO.pack(_MAGIC, purpose, src, dst, token, os.urandom(_NONCE))
-        sock.sendall(hello)
-        answer = _recv_exact(sock, _NONCE + _MAC)
-        nonce, proof = answer[:_NONCE], answer[_NONCE:]
-        if not hmac.compare_digest(proof, _mac(secret, b"A", hello, nonce)):
-            raise LocalRefused(f"the place at {endpoint} did not prove the run's secret")
-        sock.sendall(_mac(secret, b"C", hello, nonce))
-        if _recv_exact(sock, 1) != _OK:
-            raise LocalRefused(f"the place at {endpoint} refused the connection")
-        sock.settimeout(None)
-        return LocalConn(sock, dst)
-    except (LocalRefused, OSError) as e:
-        sock.close()
-        raise LocalRefused(str(e)) from None
-    except BaseException:
-        sock.close()
-        raise
-
-
-def handshake_accept(secret: bytes, place_id: int, sock: socket.socket
-                     ) -> tuple[bytes, int, int] | str:
-    """Check a connection just accepted: (purpose, source place, token), or why not."""
-    uid = _peer_uid(sock)
-    if uid != os.geteuid():  # before one byte of it is read
-        return f"a process of uid {uid}, another user, connected"
-    sock.settimeout(HANDSHAKE_S)
-    try:
-        hello = _recv_exact(sock, _HELLO.size)
-        magic, purpose, src, dst, token, _ = _HELLO.unpack(hello)
-        if magic != _MAGIC or purpose not in (LINK, CHANNEL) or dst != place_id or src < 0:
-            return "a malformed or misdirected hello"
-        nonce = os.urandom(_NONCE)
-        sock.sendall(nonce + _mac(secret, b"A", hello, nonce))
-        if not hmac.compare_digest(_recv_exact(sock, _MAC), _mac(secret, b"C", hello, nonce)):
-            return f"place {src} (as it said) did not prove the run's secret"
-    except (OSError, LocalRefused) as e:
-        return f"the handshake failed: {e}"
-    sock.settimeout(None)
-    return purpose, src, token
 
 
 class LocalConn:
@@ -447,65 +329,3 @@ class Backlog:
         os.close(self._wake_r)
         os.close(self._wake_w)
 
-
-class Door:
-    """A place's listener: accepts, checks and hands on connections (its own thread)."""
-
-    def __init__(self, secret: bytes, place_id: int, endpoint: str) -> None:
-        self._secret = secret
-        self._place_id = place_id
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(address_of(secret, endpoint))  # OSError: the transport goes without
-        self._sock.listen(128)
-        self.refused = 0
-        #: accepted connections for the transport: (purpose, conn, token)
-        self._address = address_of(secret, endpoint)
-        self._running = True
-        self._count = 0
-        self._thread = threading.Thread(target=self._loop, name=f"apgas-door-{place_id}",
-                                        daemon=True)
-
-    def start(self, on_accept: Callable[[bytes, LocalConn, int], None]) -> None:
-        """Accept from now on; ``on_accept(purpose, conn, token)`` takes each connection."""
-        self._notify = on_accept
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while self._running:
-            try:
-                sock, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            if not self._running:
-                sock.close()
-                return
-            checked = handshake_accept(self._secret, self._place_id, sock) \
-                if self._count < MAX_CONNS else f"over {MAX_CONNS} connections"
-            if isinstance(checked, str):
-                self.refused += 1
-                log.warning("place %d refused a same-host connection: %s", self._place_id, checked)
-                sock.close()
-                continue
-            purpose, src, token = checked
-            conn = LocalConn(sock, src)
-            self._count += 1
-            self._notify(purpose, conn, token)
-            try:
-                sock.send(_OK)  # after the transport has it: the connector may use it at once
-            except OSError:
-                conn.close()
-
-    def forget(self) -> None:
-        """One accepted connection was closed."""
-        self._count -= 1
-
-    def close(self) -> None:
-        self._running = False
-        if self._thread.is_alive():
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as knock:  # wakes accept()
-                try:
-                    knock.connect(self._address)
-                except OSError:
-                    pass
-            self._thread.join(timeout=2.0)
-        self._sock.close()

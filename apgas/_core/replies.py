@@ -51,6 +51,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import zmq
 
@@ -128,8 +129,8 @@ class Channel:
         else:
             if self._poller is None:
                 self._poller = select.poll()
-                self._poller.register(self._sock.getsockopt(zmq.FD), select.POLLIN)
-            reader = self._local[place] = self._by_fd[conn.fileno] = \
+                self._poller.register(cast(int, self._sock.getsockopt(zmq.FD)), select.POLLIN)
+            self._local[place] = self._by_fd[conn.fileno] = \
                 Reader(conn, self._transport.max_message_bytes)
             self._poller.register(conn.fileno, select.POLLIN)
         self._peers[endpoint] = conn
@@ -186,14 +187,14 @@ class Channel:
             try:  # the socket's descriptor is edge-triggered: its events first, then wait
                 events = self._sock.getsockopt(_EVENTS)
                 if isinstance(events, int) and events & _POLLIN:
-                    frames = recv_frames(self._sock)
-                    opened = self._transport.open_message(frames, numbered=False)
+                    got = recv_frames(self._sock)
+                    opened = self._transport.open_message(got, numbered=False)
                     if isinstance(opened, str):
-                        self._transport.reject_channel_message(frames, opened)
+                        self._transport.reject_channel_message(got, opened)
                     elif opened[:4] == awaited:
                         return opened[5][0], opened[5][1:]
                     else:
-                        self._transport.reject_channel_message(frames, "not the awaited reply")
+                        self._transport.reject_channel_message(got, "not the awaited reply")
                     continue
             except zmq.ZMQError:  # the context ends: the transport closed
                 self.close()

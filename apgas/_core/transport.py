@@ -124,6 +124,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import zmq
 from blake3 import blake3
@@ -132,12 +133,13 @@ from launcher._curve import keys_of
 
 from ..errors import ApgasError
 from . import batch as batching
-from . import local_links
-from .local_links import Backlog, Door, LocalConn, LocalRefused, Reader
+from . import local_door
 from .config import is_wildcard
 from .heartbeat import LinkWatcher
 from .heartbeat import configure as configure_heartbeat
 from .limits import zmq_context
+from .local_door import Door, LocalRefused
+from .local_links import Backlog, LocalConn, Reader
 from .zmtp_auth import Gatekeeper
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
@@ -313,7 +315,7 @@ class Transport:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._poller.register(self._wake_r, select.POLLIN)
-        self._poller.register(self._router.getsockopt(zmq.FD), select.POLLIN)
+        self._poller.register(cast(int, self._router.getsockopt(zmq.FD)), select.POLLIN)
         self._look_local = False  # the receiver looks at local links before the ROUTER
         self._links: dict[int, _Link] = {}
         self._generations: dict[int, int] = {}  # place -> links made to it so far
@@ -378,7 +380,7 @@ class Transport:
         too, for heartbeats only."""
         if self._door is not None:
             try:
-                conn = local_links.connect(self._secret, link.endpoint, local_links.LINK,
+                conn = local_door.connect(self._secret, link.endpoint, local_door.LINK,
                                            self.place_id, place_id)
             except LocalRefused as e:
                 log.debug("link to place %d takes ZeroMQ: %s", place_id, e)
@@ -617,6 +619,7 @@ class Transport:
             if not sock.put(self._backlog, kind, self.place_id, a, b, payload) and self._running:
                 log.debug("message to place %d dropped: its same-host link broke", dst)
             return
+        sock = cast(zmq.Socket[bytes], sock)
         # numbered here, under the lock: in the order the messages go on the wire
         link.seq += 1
         envelope = self._envelope(HEADER.pack(kind, self.place_id, a, b) + ROUTE.pack(dst, link.seq),
@@ -680,7 +683,7 @@ class Transport:
                         self._put_batch(link, link.sock, link.place)
                     except zmq.ZMQError:
                         pass
-                if type(link.sock) is LocalConn:
+                if isinstance(link.sock, LocalConn):
                     link.sock.close()  # what was written is read by the place all the same
                 else:
                     link.sock.close(linger=linger_ms)
@@ -827,7 +830,7 @@ class Transport:
         with self._local_lock:
             if not self._running:
                 old: LocalConn | None = conn
-            elif purpose == local_links.LINK:
+            elif purpose == local_door.LINK:
                 self._arrived.append(conn)
                 old = None
             else:
@@ -835,7 +838,7 @@ class Transport:
                 self._replies_to[token] = conn
         if old is not None:
             self._forget(old)
-        if purpose == local_links.LINK:
+        if purpose == local_door.LINK:
             try:
                 os.write(self._wake_w, b"c")
             except BlockingIOError:
@@ -870,7 +873,7 @@ class Transport:
         if link is None or type(link.sock) is not LocalConn:
             return None
         try:
-            return local_links.connect(self._secret, link.endpoint, local_links.CHANNEL,
+            return local_door.connect(self._secret, link.endpoint, local_door.CHANNEL,
                                        self.place_id, dst, token)
         except LocalRefused as e:
             log.debug("reply channel to place %d takes ZeroMQ: %s", dst, e)
