@@ -55,7 +55,7 @@ from typing import cast
 
 import zmq
 
-from .local_links import LocalConn, Reader
+from .local_links import LocalConn, Reader, Spin
 from .transport import Frame, Transport, recv_frames
 
 __all__ = ["ReplyChannels", "Channel", "MAX_CHANNELS", "MAX_PEERS"]
@@ -67,7 +67,8 @@ MAX_PEERS = 64
 MAX_CALLED = 4096  # places called, not connected, that a channel remembers
 CONVERSATION_S = 0.05  # a call this soon after the last one to its place connects the channel
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: no enum on this path
-LOOK_MS = 100  # a waiting caller looks whether its call was given up (a death) this often
+LOOK_MS = 100
+SPIN_S = 50e-6  # a caller of a place of this host reads its stream this long before it sleeps  # a waiting caller looks whether its call was given up (a death) this often
 
 
 class Channel:
@@ -86,6 +87,7 @@ class Channel:
         self._inbox: collections.deque[tuple[int, int, int, int, list[memoryview]]] = \
             collections.deque()
         self._poller: select.poll | None = None
+        self._spin = Spin()
         self._called: OrderedDict[str, float] = OrderedDict()  # not connected: last call
         sock = transport.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -176,6 +178,7 @@ class Channel:
         """As :meth:`wait`, for a place of this host: its stream and the channel's socket
         (a reply that took the link comes there) at once."""
         awaited = (kind, src, self.token, req)
+        spin_until = self._spin.deadline()
         poller = self._poller
         assert poller is not None, "a channel with a stream polls"
         while True:
@@ -199,21 +202,33 @@ class Channel:
             except zmq.ZMQError:  # the context ends: the transport closed
                 self.close()
                 return None
+            reader = self._local.get(src)
+            if reader is not None and spin_until:
+                if time.perf_counter() < spin_until:
+                    self._read(reader)  # a short call's reply comes within the spin
+                    if self._inbox:
+                        self._spin.ended(True)
+                    continue
+                spin_until = 0.0
+                self._spin.ended(False)
             ready = poller.poll(LOOK_MS)
             for fd, _ in ready:
                 reader = self._by_fd.get(fd)
                 if reader is not None:
-                    why = reader.read(self._inbox)
-                    if why is not None:  # the place is gone, or broke the protocol
-                        if why != "closed by the peer":
-                            self._transport.reject_channel_message([], why)
-                        self._drop(reader.conn)
-                        self._peers = OrderedDict(
-                            (e, c) for e, c in self._peers.items() if c is not reader.conn)
+                    self._read(reader)
             if not ready and settled():
                 return None
             if src not in self._local and not self._inbox:
                 return self.wait(src, kind, req, settled)  # its stream ended: by the link
+
+    def _read(self, reader: Reader) -> None:
+        """Read what a place's stream holds into the inbox; drop the stream at its end."""
+        why = reader.read(self._inbox)
+        if why is not None:  # the place is gone, or broke the protocol
+            if why != "closed by the peer":
+                self._transport.reject_channel_message([], why)
+            self._drop(reader.conn)
+            self._peers = OrderedDict((e, c) for e, c in self._peers.items() if c is not reader.conn)
 
     def close(self) -> None:
         if not self.closed:

@@ -139,7 +139,7 @@ from .heartbeat import LinkWatcher
 from .heartbeat import configure as configure_heartbeat
 from .limits import zmq_context
 from .local_door import Door, LocalRefused
-from .local_links import Backlog, LocalConn, Reader
+from .local_links import Backlog, LocalConn, Reader, Spin
 from .zmtp_auth import Gatekeeper
 
 __all__ = ["Transport", "HEADER", "ROUTE", "MessageTooLarge", "DEFAULT_MAX_MESSAGE_BYTES"]
@@ -317,6 +317,7 @@ class Transport:
         self._poller.register(self._wake_r, select.POLLIN)
         self._poller.register(cast(int, self._router.getsockopt(zmq.FD)), select.POLLIN)
         self._look_local = False  # the receiver looks at local links before the ROUTER
+        self._spin = Spin()  # the receiver's (apgas._core.local_links.Spin)
         self._links: dict[int, _Link] = {}
         self._generations: dict[int, int] = {}  # place -> links made to it so far
         self._links_lock = threading.Lock()
@@ -748,6 +749,7 @@ class Transport:
             if self._door is None:
                 frames = recv_frames(self._router)
             else:
+                spin_until: float | None = None
                 while True:
                     if self._ready or (self._look_local and self._read_local(0)):
                         self._look_local = False
@@ -760,6 +762,16 @@ class Transport:
                         frames = recv_frames(self._router)
                         self._look_local = bool(self._readers)
                         break
+                    if spin_until is None:
+                        spin_until = self._spin.deadline() if self._readers else 0.0
+                    if spin_until and time.perf_counter() < spin_until:
+                        # the next message of a conversation comes within the spin
+                        if self._read_local(0):
+                            self._spin.ended(True)
+                        continue
+                    if spin_until:
+                        spin_until = 0.0
+                        self._spin.ended(False)
                     self._read_local(-1)
         except zmq.ContextTerminated:
             return self._stop_receiving()
