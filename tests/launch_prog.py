@@ -18,7 +18,16 @@ def whoami() -> dict:
     return {"place": apgas.here().id, "host": apgas.here().host, "pid": os.getpid(),
             "ppid": os.getppid(), "node": os.environ.get("SLURMD_NODENAME"),
             "rank": os.environ.get("PMI_RANK"), "ssh": bool(os.environ.get("SSH_CONNECTION")),
-            "hostname": socket.gethostname(), "endpoint": current().transport.endpoint}
+            "hostname": socket.gethostname(), "endpoint": current().transport.endpoint,
+            "links": links()}
+
+
+def links() -> dict[int, str]:
+    """How this place reaches each place it has a link to: a Unix stream (``same-host``)
+    or ZeroMQ."""
+    transport = current().transport
+    return {place: "same-host" if type(link.sock).__name__ == "LocalConn" else "zeromq"
+            for place, link in transport._links.items() if link.sock is not None}
 
 
 def survey() -> list[dict]:

@@ -104,6 +104,20 @@ def test_run_on_four_hosts_through_srun(vcluster, tmp_path, interface):
         assert where == (p["hostname"] if interface == "*" else vc.addresses[p["hostname"]]), p
 
 
+def test_places_of_one_host_take_the_same_host_path_and_others_tcp(vcluster):
+    """Two places on vh1, one on vh2: vh1's pair talk over a Unix stream; the hosts'
+    network namespaces keep vh2 apart (an abstract socket is a name in its namespace),
+    so its links are ZeroMQ over TCP, as the link-down tests need."""
+    vc = vcluster
+    result = run_on(vc, "vh1", [PY, SURVEY],
+                    ssh_env(vc, APGAS_HOSTS="vh1,vh1,vh2", APGAS_INTERFACE="*"))
+    start = result["start"]
+    assert [p["hostname"] for p in start] == ["vh1", "vh1", "vh2"]
+    assert start[0]["links"] == {"1": "same-host", "2": "zeromq"}
+    assert start[1]["links"]["0"] == "same-host" and start[2]["links"]["0"] == "zeromq"
+    assert strays(vc) == {}
+
+
 def test_a_grow_starts_a_place_on_a_host_that_had_none(vcluster):
     vc = vcluster
     listen = f"{vc.addresses['vh1']}:{free_port()}"
