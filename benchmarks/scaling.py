@@ -21,6 +21,19 @@ the disk cache (``app.warm_up``, at every place). Input that a bag builds on
 first use (BC's graph) is built inside both timers: once in the sequential
 run, once per place in a GLB run.
 
+Where a GLB run's efficiency goes, from its own statistics: efficiency =
+``kernel_speed`` x ``in_process``. ``in_process`` is the workers' time inside
+the bag's ``process`` (GLB's ``busy_s``, summed over the places) over cores x
+the GLB time: 1 - ``in_process`` is what GLB's set-up, its loop between two
+chunks, the places' dry spells (steals, lifelines) and the end (termination,
+results gathered) cost. ``kernel_speed`` = sequential time / that summed time
+inside ``process``: how fast the kernel itself ran under GLB against alone
+(the other core busy, ``process`` called in chunks of ``n`` units, the
+runtime's own threads beside it); ``sequential x2`` is the machine's part of
+it. ``in_process`` is the median over the same samples as ``seconds``, and
+``kernel_speed`` = efficiency / ``in_process``, so that the two multiply to
+the efficiency.
+
 The machine is shared, and a run on 2 cores loses whatever any other process
 takes, while the sequential run leaves it a core: so the runs are
 interleaved (each round runs every configuration once, in a rotating order),
@@ -170,6 +183,8 @@ def measure(apps: list[str], quick: bool, repeats: int, quiet: float = 0.0,
             got = records[(app, cfg)]
             calm = [r for r in got if r.get("others_cores", 0.0) <= CROWDED]
             seconds = statistics.median(r["seconds"] for r in calm or got)
+            inside = [in_process(r, places * workers) for r in calm or got]
+            shares = [x for x in inside if x is not None]  # GLB runs only
             rows.append({"app": app, "size": SIZES[app][1 if quick else 0], "run": kind,
                          "places": places, "workers": workers, "sequential": kind != "glb",
                          "copies": 2 if kind == PAIR else 1, "seconds": seconds,
@@ -178,7 +193,9 @@ def measure(apps: list[str], quick: bool, repeats: int, quiet: float = 0.0,
                          "others_cores": [round(r["others_cores"], 3) for r in got if "others_cores" in r],
                          "throughput": got[0]["units"] / seconds, "unit_name": got[0]["unit_name"],
                          "correct": all(r["correct"] is not False for r in got),
-                         "result": got[0]["result"]})
+                         "result": got[0]["result"],
+                         "in_process": (statistics.median(shares) if len(shares) == len(inside)
+                                        else None)})
     for app in apps:
         base = next(r["seconds"] for r in rows if r["app"] == app and r["run"] == SEQUENTIAL)
         for r in rows:
@@ -187,17 +204,31 @@ def measure(apps: list[str], quick: bool, repeats: int, quiet: float = 0.0,
                 cores = r["places"] * r["workers"]
                 r["speedup"] = base * r["copies"] / r["seconds"]
                 r["efficiency"] = r["speedup"] / (cores * r["copies"])
+                r["kernel_speed"] = (r["efficiency"] / r["in_process"]
+                                     if r["in_process"] else None)
     return rows
+
+
+def in_process(record: dict, cores: int) -> float | None:
+    """The share of a GLB run's cores x seconds its workers spent inside the bag's
+    ``process`` (the places' ``busy_s`` summed); None for a sequential run."""
+    stats = record.get("glb_stats")
+    if not stats or record["seconds"] <= 0:
+        return None
+    return sum(s["busy_s"] for s in stats) / (cores * record["seconds"])
 
 
 def render(rows: list[dict]) -> str:
     lines = [f"{'app':<8} {'run':<14} {'seconds':>9} {'throughput':>16} {'speedup':>8} {'efficiency':>10}"
-             f"  correct  others (cores, max)"]
+             f" {'in process':>10} {'kernel':>7}  correct  others (cores, max)"]
     for r in rows:
         run = r["run"] if r["sequential"] else f"{r['places']}p x {r['workers']}w"
         others = f"{max(r['others_cores']):.2f}" if r.get("others_cores") else "-"
+        inside = f"{r['in_process']:.1%}" if r.get("in_process") else "-"
+        kernel = f"{r['kernel_speed']:.1%}" if r.get("kernel_speed") else "-"
         lines.append(f"{r['app']:<8} {run:<14} {r['seconds']:>9.3f} {r['throughput']:>12,.0f}/s   "
-                     f"{r['speedup']:>7.2f} {r['efficiency']:>9.1%}  {str(r['correct']):<7}  {others}")
+                     f"{r['speedup']:>7.2f} {r['efficiency']:>9.1%} {inside:>10} {kernel:>7}  "
+                     f"{str(r['correct']):<7}  {others}")
     return "\n".join(lines)
 
 

@@ -57,3 +57,33 @@ def test_a_run_records_the_cores_others_used():
 def test_waiting_for_a_quiet_machine_is_bounded():
     assert scaling.wait_quiet(0.0) == pytest.approx(0.0, abs=0.05)
     assert scaling.wait_quiet(0.5) < 2 * scaling.QUIET_WINDOW + 0.5
+
+
+def test_efficiency_splits_into_the_time_inside_process_and_the_kernels_speed(monkeypatch):
+    """efficiency = kernel_speed x in_process: the share of cores x seconds the workers
+    spent inside ``process`` (the places' busy_s), from the GLB run's own statistics."""
+    def fake_run(app, args, copies=1):
+        record = {"units": 100, "unit_name": "nodes", "correct": True, "result": 100,
+                  "others_cores": 0.0}
+        if "--sequential" in args:
+            return {**record, "seconds": 10.0}
+        places = int(args[args.index("--places") + 1])
+        workers = int(args[args.index("--workers") + 1])
+        # 2 x 5.5 core-seconds, 5.2 of each inside process (the kernel: 10 / 10.4 as fast)
+        seconds = 10.0 / (places * workers) * 1.1
+        busy = 10.4 / places
+        return {**record, "seconds": seconds,
+                "glb_stats": [{"place": p, "busy_s": busy} for p in range(places)]}
+
+    monkeypatch.setattr(scaling, "run_once", fake_run)
+    rows = scaling.measure(["uts"], quick=True, repeats=1, pair=False)
+    by = {(r["run"], r["places"], r["workers"]): r for r in rows}
+    assert by[(scaling.SEQUENTIAL, 1, 1)]["in_process"] is None
+    assert by[(scaling.SEQUENTIAL, 1, 1)]["kernel_speed"] is None
+    for cfg in (("glb", 1, 2), ("glb", 2, 1)):
+        row = by[cfg]
+        assert row["efficiency"] == pytest.approx(1 / 1.1)
+        assert row["in_process"] == pytest.approx(10.4 / 11.0)
+        assert row["kernel_speed"] == pytest.approx(10 / 10.4)
+        assert row["kernel_speed"] * row["in_process"] == pytest.approx(row["efficiency"])
+    assert "in process" in scaling.render(rows) and "94.5%" in scaling.render(rows)
