@@ -12,9 +12,13 @@ Who may connect (:func:`handshake_accept`), checked in this order:
 
 1. the kernel's peer credentials (``SO_PEERCRED``) name this place's own user: any
    other user's connection is closed before one byte of it is read;
-2. the connector proves it holds the run's secret and the acceptor proves it back
-   (a keyed BLAKE2b over both sides' fresh nonces, the two place ids and the
-   connection's purpose); a process of the same user but another run is refused;
+2. the connector proves it holds the run's secret (a keyed BLAKE2b of its hello:
+   a fresh nonce, the two place ids, the connection's purpose), and the acceptor
+   proves it back over the same hello; a process of the same user but another run
+   is refused. One message each way: during a start of a thousand places, place 0
+   takes as many handshakes, each waiting for its GIL. A hello could be replayed
+   only by whoever read it off the stream, which takes ptrace rights over a place
+   (and with them the secret itself);
 3. the connector names this place as its destination.
 
 Why no MAC on each message, as on the TCP path: the MAC there protects against
@@ -52,7 +56,6 @@ _MAGIC = b"APGL1"
 _HELLO = struct.Struct("!5scii Q16s")  # magic, purpose, source, destination, token, nonce
 _NONCE = 16
 _MAC = 32
-_OK = b"\x01"
 
 
 class LocalRefused(Exception):
@@ -65,8 +68,8 @@ def address_of(secret: bytes, endpoint: str) -> bytes:
     return b"\0apgas-" + digest.encode()
 
 
-def _mac(secret: bytes, role: bytes, hello: bytes, nonce: bytes) -> bytes:
-    return hashlib.blake2b(role + hello + nonce, key=secret[:64], digest_size=_MAC).digest()
+def _mac(secret: bytes, role: bytes, hello: bytes) -> bytes:
+    return hashlib.blake2b(role + hello, key=secret[:64], digest_size=_MAC).digest()
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -86,9 +89,9 @@ def _peer_uid(sock: socket.socket) -> int:
 
 def connect(secret: bytes, endpoint: str, purpose: bytes, src: int, dst: int, token: int = 0
             ) -> LocalConn:
-    """Connect to the place ``dst`` at ``endpoint`` over its abstract socket and prove
-    the secret both ways; :class:`LocalRefused` if it is not of this host and namespace,
-    or does not prove the secret."""
+    """Connect to the place ``dst`` at ``endpoint`` over its abstract socket, prove the
+    secret and have the place prove it back; :class:`LocalRefused` if it is not of this
+    host and namespace, or does not prove the secret."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_S)
@@ -99,14 +102,10 @@ def connect(secret: bytes, endpoint: str, purpose: bytes, src: int, dst: int, to
         if _peer_uid(sock) != os.geteuid():
             raise LocalRefused(f"the socket of {endpoint} belongs to another user")
         hello = _HELLO.pack(_MAGIC, purpose, src, dst, token, os.urandom(_NONCE))
-        sock.sendall(hello)
-        answer = _recv_exact(sock, _NONCE + _MAC)
-        nonce, proof = answer[:_NONCE], answer[_NONCE:]
-        if not hmac.compare_digest(proof, _mac(secret, b"A", hello, nonce)):
+        sock.sendall(hello + _mac(secret, b"C", hello))
+        answer = _recv_exact(sock, _MAC)
+        if not hmac.compare_digest(answer, _mac(secret, b"A", hello)):
             raise LocalRefused(f"the place at {endpoint} did not prove the run's secret")
-        sock.sendall(_mac(secret, b"C", hello, nonce))
-        if _recv_exact(sock, 1) != _OK:
-            raise LocalRefused(f"the place at {endpoint} refused the connection")
         sock.settimeout(None)
         return LocalConn(sock, dst)
     except (LocalRefused, OSError) as e:
@@ -118,26 +117,25 @@ def connect(secret: bytes, endpoint: str, purpose: bytes, src: int, dst: int, to
 
 
 def handshake_accept(secret: bytes, place_id: int, sock: socket.socket
-                     ) -> tuple[bytes, int, int] | str:
-    """Check a connection just accepted: (purpose, source place, token), or why not."""
+                     ) -> tuple[bytes, int, int, bytes] | str:
+    """Check a connection just accepted: (purpose, source place, token, this place's
+    proof to send back once the connection is taken), or why not."""
     uid = _peer_uid(sock)
     if uid != os.geteuid():  # before one byte of it is read
         return f"a process of uid {uid}, another user, connected"
     sock.settimeout(HANDSHAKE_S)
     try:
-        hello = _recv_exact(sock, _HELLO.size)
-        magic, purpose, src, dst, token, _ = _HELLO.unpack(hello)
-        if magic != _MAGIC or purpose not in (LINK, CHANNEL) or dst != place_id or src < 0:
-            return "a malformed or misdirected hello"
-        nonce = os.urandom(_NONCE)
-        sock.sendall(nonce + _mac(secret, b"A", hello, nonce))
-        if not hmac.compare_digest(_recv_exact(sock, _MAC), _mac(secret, b"C", hello, nonce)):
-            return f"place {src} (as it said) did not prove the run's secret"
+        hello_and_proof = _recv_exact(sock, _HELLO.size + _MAC)
     except (OSError, LocalRefused) as e:
         return f"the handshake failed: {e}"
+    hello, proof = hello_and_proof[:_HELLO.size], hello_and_proof[_HELLO.size:]
+    magic, purpose, src, dst, token, _ = _HELLO.unpack(hello)
+    if magic != _MAGIC or purpose not in (LINK, CHANNEL) or dst != place_id or src < 0:
+        return "a malformed or misdirected hello"
+    if not hmac.compare_digest(proof, _mac(secret, b"C", hello)):
+        return f"place {src} (as it said) did not prove the run's secret"
     sock.settimeout(None)
-    return purpose, src, token
-
+    return purpose, src, token, _mac(secret, b"A", hello)
 
 
 class Door:
@@ -178,12 +176,12 @@ class Door:
                 log.warning("place %d refused a same-host connection: %s", self._place_id, checked)
                 sock.close()
                 continue
-            purpose, src, token = checked
+            purpose, src, token, answer = checked
             conn = LocalConn(sock, src)
             self._count += 1
             self._notify(purpose, conn, token)
-            try:
-                sock.send(_OK)  # after the transport has it: the connector may use it at once
+            try:  # the proof back, once the transport has it: the connector may use it at once
+                sock.send(answer)
             except OSError:
                 conn.close()
 

@@ -41,6 +41,7 @@ _ZEROS = memoryview(bytes(ALIGN))
 _IOV = 512  # pieces per sendmsg (below IOV_MAX)
 MAX_FRAMES = 4096
 CHUNK = 256 * 1024  # bytes read at a time into one buffer that messages then slice
+FIRST_CHUNK = 8 * 1024  # a stream's first buffer
 SPIN_S = 50e-6  # s a thread reads a place of this host before it sleeps (see Spin)
 MISSES = 4
 RETRY = 32
@@ -189,7 +190,7 @@ class Reader:
     def __init__(self, conn: LocalConn, max_bytes: int) -> None:
         self.conn = conn
         self.max_bytes = max_bytes
-        self._buf = bytearray(CHUNK)
+        self._buf = bytearray(FIRST_CHUNK)  # small: most streams carry little (place 0 has a thousand)
         self._start = self._end = 0
 
     def read(self, out: deque[tuple[int, int, int, int, list[memoryview]]]) -> str | None:
