@@ -19,12 +19,13 @@ from ._core.runtime import IMMEDIATE, TASK, UNCOUNTED, Finish, current
 from ._malleability.orders import current as _current_orders
 from ._malleability.steps import Step, steps
 from ._run import run
+from ._session import Session, init, shutdown
 from .errors import ApgasError, ConfigError, DeadPlaceError, MultipleException, NotRunningError, RemoteError
 from .evolving import GrowRefused, GrowRequest
 from .malleable import MalleableCommunicator, MalleableHandler
 
 __all__ = [
-    "run", "Place", "here", "places", "place", "finish",
+    "run", "init", "shutdown", "Session", "Place", "here", "places", "place", "finish",
     "async_", "async_at", "uncounted_async_at", "immediate_async_at", "at",
     "GlobalRef", "PlaceLocal",
     "MalleableHandler", "define_malleable_handler", "disable_malleable_handler",

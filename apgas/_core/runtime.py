@@ -35,6 +35,7 @@ from .config import Config, parse_chaos
 from .finish import HomeFinish, RemoteFinish
 from .gate import Gate
 from .heartbeat import parse_heartbeat
+from .interrupts import Interrupted, Interrupts
 from .limits import check_start
 from .place import Place
 from .pool import WorkerPool, blocking, on_pool_thread
@@ -53,7 +54,9 @@ T = TypeVar("T")
 
 # message kinds
 (JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN,
- FENCE, LEFT) = range(1, 14)
+ FENCE, LEFT, INTERRUPT, INTERRUPT_ACK, RESUME) = range(1, 17)
+INTERRUPT_S = 0.8  # s place 0 waits for every place to have ended what it interrupted
+QUIET_S = 0.5  # s a place waits for its interrupted threads to end before it answers
 #: the API that spawns a task of each kind, as an error names it
 _CALLS = {TASK: "apgas.async_at", UNCOUNTED: "apgas.uncounted_async_at",
           IMMEDIATE: "apgas.immediate_async_at"}
@@ -124,6 +127,10 @@ class Runtime:
         self.place_locals: dict[tuple[int, int], Any] = {}
         self.stopped = threading.Event()
         self.stop_reason = ""
+        self.interrupts = Interrupts()  # what runs for the program here (apgas._core.interrupts)
+        #: place 0 of apgas.init: a Ctrl-C interrupts every place, which stay up
+        self.keeps_places = False
+        self._interrupt_acks: set[int] = set()
         self._fences: set[int] = set()  # places that will send this place nothing more
         self._leaving = False
         self._lock = threading.Lock()  # finish bookkeeping and the place table
@@ -253,10 +260,12 @@ class Runtime:
                     self._count_spawn(fref, dst, -1)
                 raise DeadPlaceError(dst, "it died or left while the task was prepared")
         elif fref is not None:
-            self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs))
+            self.pool.submit(functools.partial(self._run_task, fref, self.id, fn, args, kwargs,
+                                               self.interrupts.stamp()))
         else:
             pool = self.immediate if kind == IMMEDIATE else self.pool
-            pool.submit(functools.partial(self._run_uncounted, fn, args, kwargs))
+            pool.submit(functools.partial(self._run_uncounted, fn, args, kwargs,
+                                          self.interrupts.stamp()))
 
     def _count_spawn(self, fref: tuple[int, int], dst: int, delta: int) -> None:
         """Count a spawn (or take one back) before the task can possibly end."""
@@ -271,12 +280,12 @@ class Runtime:
                     state.live += delta
 
     def _run_task(self, fref: tuple[int, int], src: int, fn: Callable[..., Any], args: tuple[Any, ...],
-                  kwargs: dict[str, Any]) -> None:
+                  kwargs: dict[str, Any], stamp: int) -> None:
         prev = getattr(_ctx, "finish", None)
         _ctx.finish = fref
         exc: Exception | None = None
         try:
-            fn(*args, **kwargs)
+            self.interrupts.run(stamp, fn, *args, **kwargs)
         except BaseException as e:
             exc = self.capture(e, portable=fref[0] != self.id)
         finally:
@@ -284,31 +293,34 @@ class Runtime:
         self._task_done(fref, src, exc)
 
     def _run_remote_task(self, fref: tuple[int, int], src: int, body: memoryview,
-                         buffers: list[memoryview]) -> None:
+                         buffers: list[memoryview], stamp: int) -> None:
         try:
             fn, args, kwargs = ser.loads(body, buffers)
         except BaseException as e:
             self._task_done(fref, src, self.capture(e, portable=fref[0] != self.id))
             return
-        self._run_task(fref, src, fn, args, kwargs)
+        self._run_task(fref, src, fn, args, kwargs, stamp)
 
-    def _run_uncounted(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _run_uncounted(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                       stamp: int) -> None:
         prev = getattr(_ctx, "finish", None)
         _ctx.finish = None
         try:
-            fn(*args, **kwargs)
+            self.interrupts.run(stamp, fn, *args, **kwargs)
+        except Interrupted:
+            log.debug("uncounted task %r interrupted", fn)
         except BaseException:
             log.exception("uncounted task %r failed", fn)
         finally:
             _ctx.finish = prev
 
-    def _run_remote_uncounted(self, body: memoryview, buffers: list[memoryview]) -> None:
+    def _run_remote_uncounted(self, body: memoryview, buffers: list[memoryview], stamp: int) -> None:
         try:
             fn, args, kwargs = ser.loads(body, buffers)
         except BaseException:
             log.exception("an uncounted task could not be unpickled")
             return
-        self._run_uncounted(fn, args, kwargs)
+        self._run_uncounted(fn, args, kwargs, stamp)
 
     def _task_done(self, fref: tuple[int, int], src: int, exc: Exception | None) -> None:
         home, fid = fref
@@ -386,6 +398,54 @@ class Runtime:
             self._home.pop(f.fid, None)
         return f.exceptions
 
+    # -- interrupts (a Ctrl-C at place 0 of apgas.init) -----------------------------
+    def interrupt(self) -> None:
+        """Place 0: interrupt what runs for the program at every place, drop what
+        waits to run, and keep the places (apgas._core.interrupts); within about
+        INTERRUPT_S. The calling thread, whose wait was interrupted, is spared."""
+        me = threading.get_ident()
+        self.interrupts.begin(spare=me)
+        others = [p for p in self.places if p != self.id]
+        with self._cond:
+            self._interrupt_acks = set()
+        for p in others:
+            self.transport.send(p, INTERRUPT, self.interrupts.epoch, 0)
+        self.transport.flush()
+        deadline = time.monotonic() + INTERRUPT_S
+        self.interrupts.wait_quiet(QUIET_S, spare=me)
+        with self._cond:
+            while not self._interrupt_acks.issuperset(p for p in others if p in self.places):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    late = sorted(set(others) - self._interrupt_acks)
+                    log.warning("place(s) %s did not end what was interrupted within %.1f s; "
+                                "it may still run there", late, INTERRUPT_S)
+                    break
+                self._cond.wait(left)
+        for p in others:
+            self.transport.send(p, RESUME, 0, 0)
+        self.transport.flush()
+        self.interrupts.end()
+
+    def _answer_interrupt(self, epoch: int) -> None:
+        """At a place: once the interrupted threads ended (or QUIET_S passed), say so."""
+        if not self.interrupts.wait_quiet(QUIET_S):
+            log.warning("place %d: code interrupted by place 0 still runs after %.1f s "
+                        "(a long call in C sees the interrupt when it returns)", self.id, QUIET_S)
+        self.transport.send(0, INTERRUPT_ACK, epoch, 0)
+
+    def interrupted(self, exc: BaseException) -> None:
+        """A wait of the program at place 0 ended by ``exc``: with a Ctrl-C in the main
+        thread of apgas.init's place 0, interrupt every place (once per Ctrl-C)."""
+        if self.keeps_places and isinstance(exc, KeyboardInterrupt) and self.id == 0 \
+                and threading.current_thread() is threading.main_thread() \
+                and not getattr(exc, "_apgas_interrupted", False):
+            try:
+                exc._apgas_interrupted = True  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+            self.interrupt()
+
     # -- at ---------------------------------------------------------------------
     def at(self, place: Place | int, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any],
            immediate: bool = False) -> T:
@@ -438,6 +498,9 @@ class Runtime:
         try:
             self.transport.flush()
             self._await_reply(pending, req, channel)
+        except KeyboardInterrupt as e:
+            self.interrupted(e)
+            raise
         finally:
             with self._lock:
                 self._pending.pop(req, None)
@@ -469,12 +532,12 @@ class Runtime:
                                        f"waited for place {pending.dst}")
 
     def _serve_at(self, src: int, token: int, req: int, body: memoryview,
-                  buffers: list[memoryview]) -> None:
+                  buffers: list[memoryview], stamp: int) -> None:
         fn: Any = None
         try:
             fn, args, kwargs = ser.loads(body, buffers)
             with Finish(solo=True):
-                value = fn(*args, **kwargs)
+                value = self.interrupts.run(stamp, fn, *args, **kwargs)
             reply = (True, value)
         except BaseException as e:
             reply = (False, self.capture(e, portable=True))
@@ -510,11 +573,14 @@ class Runtime:
                     if state is None:
                         state = self._remote[fref] = RemoteFinish()
                     state.live += 1
-            self.pool.submit(functools.partial(self._run_remote_task, fref, src, body, buffers))
+            self.pool.submit(functools.partial(self._run_remote_task, fref, src, body, buffers,
+                                               self.interrupts.stamp()))
         elif kind == UNCOUNTED:
-            self.pool.submit(functools.partial(self._run_remote_uncounted, body, buffers))
+            self.pool.submit(functools.partial(self._run_remote_uncounted, body, buffers,
+                                               self.interrupts.stamp()))
         elif kind == IMMEDIATE:
-            self.immediate.submit(functools.partial(self._run_remote_uncounted, body, buffers))
+            self.immediate.submit(functools.partial(self._run_remote_uncounted, body, buffers,
+                                                    self.interrupts.stamp()))
         elif kind == REPORT:
             spawned, completed, exceptions = ser.loads(body, buffers)
             with self._lock:
@@ -525,7 +591,8 @@ class Runtime:
                 f.apply_report(src, spawned, completed, exceptions)
                 f.check()
         elif kind == AT:
-            job = functools.partial(self._serve_at, src, a >> 1, b, body, buffers)
+            job = functools.partial(self._serve_at, src, a >> 1, b, body, buffers,
+                                    self.interrupts.stamp())
             if a & 1:
                 self.immediate.submit(job)
             else:
@@ -568,6 +635,16 @@ class Runtime:
         elif kind == SHUTDOWN:
             self.stop_reason = "place 0 asked this place to stop"
             self.stopped.set()
+        elif kind == INTERRUPT:
+            self.interrupts.begin()
+            threading.Thread(target=self._answer_interrupt, args=(a,), daemon=True,
+                             name=f"apgas-interrupt-p{self.id}").start()
+        elif kind == INTERRUPT_ACK:
+            with self._cond:
+                self._interrupt_acks.add(src)
+                self._cond.notify_all()
+        elif kind == RESUME:
+            self.interrupts.end()
         else:
             log.warning("unknown message kind %d from place %d ignored", kind, src)
 
@@ -1015,6 +1092,14 @@ class Finish:
         _ctx.finish = self  # opened by ref() at the first spawn of this thread
         return self
 
+    def _abandon(self, exc: BaseException) -> None:
+        """The finish ends without waiting: forget it (reports of its tasks are ignored)
+        and, for a Ctrl-C at place 0 of apgas.init, interrupt its tasks everywhere."""
+        if self._f is not None:
+            with self._rt._lock:
+                self._rt._home.pop(self._f.fid, None)
+        self._rt.interrupted(exc)
+
     def ref(self) -> tuple[int, int]:
         """(home place, finish id), opening the finish if nothing was spawned yet."""
         if self._f is None:
@@ -1026,8 +1111,13 @@ class Finish:
         _ctx.finish = self._prev
         try:
             if exc is not None and not isinstance(exc, Exception):
+                self._abandon(exc)
                 return False  # KeyboardInterrupt and friends: do not wait
-            errors = list(self._rt.wait_finish(self._f)) if self._f is not None else []
+            try:
+                errors = list(self._rt.wait_finish(self._f)) if self._f is not None else []
+            except BaseException as e:  # a Ctrl-C while it waited
+                self._abandon(e)
+                raise
         finally:
             if self._gated:
                 self._rt.gate.exit()

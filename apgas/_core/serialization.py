@@ -12,11 +12,13 @@ per-object hook is what costs, and it would decline every object there.
 from __future__ import annotations
 
 import io
+import linecache
+import os
 import pickle
 import types
 from collections import ChainMap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle
 from cloudpickle import cloudpickle as _cp
@@ -92,7 +94,38 @@ def _code_reduce(code: types.CodeType) -> Any:
         at = next(i for i, a in enumerate(args) if isinstance(a, str) and a == "<dynamic-code>")
     except (TypeError, ValueError, StopIteration):  # another cloudpickle: its reduction as it is
         return reduced
-    return make, (*args[:at], code.co_filename, *args[at + 1:])
+    args = (*args[:at], code.co_filename, *args[at + 1:])
+    lines = _unfiled_source(code.co_filename)
+    if lines is None:
+        return make, args
+    return _code_with_source, (make, args, code.co_filename, lines)
+
+
+_UNFILED_MAX = 1024  # file names remembered as on disk or not
+_on_disk: dict[str, bool] = {}
+
+
+def _unfiled_source(filename: str) -> tuple[str, ...] | None:
+    """The source lines of a file that exists only in ``linecache`` (a notebook cell,
+    an IPython input), which a place cannot read; None for a file on disk."""
+    entry = linecache.cache.get(filename)
+    if entry is None or len(entry) < 3:
+        return None
+    on_disk = _on_disk.get(filename)
+    if on_disk is None:
+        if len(_on_disk) >= _UNFILED_MAX:
+            _on_disk.clear()
+        on_disk = _on_disk[filename] = os.path.exists(filename)
+    return None if on_disk else tuple(entry[2])
+
+
+def _code_with_source(make: Any, args: tuple[Any, ...], filename: str,
+                      lines: tuple[str, ...]) -> types.CodeType:
+    """Unpickle a code object of a cell, and give the place the cell's text, so that a
+    traceback made there shows the lines (``linecache``: kept, never checked on disk)."""
+    if filename not in linecache.cache:
+        linecache.cache[filename] = (sum(map(len, lines)), None, list(lines), filename)
+    return cast(types.CodeType, make(*args))
 
 
 class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
