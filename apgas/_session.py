@@ -33,7 +33,7 @@ from .errors import ApgasError
 
 __all__ = ["Session", "init", "shutdown", "start"]
 
-log = logging.getLogger("apgas.session")
+log = logging.getLogger("apgas.run")  # the name users filter on, from before sessions
 
 _lock = threading.Lock()
 _session: Session | None = None  # the one of apgas.init, until it is shut down

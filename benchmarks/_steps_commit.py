@@ -30,7 +30,8 @@ arrays (``follow=True, resilient=True``, S bytes together) and:
    are listed through :class:`~benchmarks._steps_common.Timed`, which also times each
    array's ``_steps_commit`` (the copying alone) and ``_steps_forget`` (the dropping).
    The loopback interface's byte counter is read around each of them: the bytes that
-   really travelled per commit, beside those computed from the commit's layout.
+   really travelled per commit, beside those computed from the commit's layout. The
+   places talk over TCP here (``same_host=False``), as places of different hosts do.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ def text(cell) -> str:
 
 
 def main(path: str) -> None:
+    # the kernel takes SIGINT as a terminal's shell leaves it (a pytest-xdist worker
+    # ignores it, and an ignored signal stays ignored across exec)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
                                      resources={"metadata": {"path": os.path.dirname(path)}})

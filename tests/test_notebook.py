@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,8 +54,11 @@ def test_the_notebook_keeps_its_places_through_an_interrupt_and_leaves_nothing()
 
 @pytest.mark.timeout(120)
 def test_a_repl_keeps_its_places_through_ctrl_c():
+    # SIGINT as a terminal's shell leaves it (a pytest-xdist worker ignores it, and an
+    # ignored signal stays ignored across exec)
     child = pexpect.spawn(sys.executable, ["-i", "-q"], cwd=str(ROOT), encoding="utf-8",
-                          timeout=60, env={**os.environ, "PYTHONSTARTUP": "", "TERM": "dumb"})
+                          timeout=60, env={**os.environ, "PYTHONSTARTUP": "", "TERM": "dumb"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         def run(line: str) -> str:
             child.sendline(line)

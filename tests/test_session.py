@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import linecache
 import os
+import signal
 import threading
 import time
 
@@ -40,11 +41,15 @@ def _interrupt_main_soon(started: threading.Event) -> threading.Thread:
 
 @pytest.fixture
 def session():
+    # Ctrl-C raises KeyboardInterrupt, as in a notebook or a REPL (a pytest-xdist worker
+    # ignores SIGINT, and _thread.interrupt_main then does nothing)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     s = apgas.init(places=3, threads=1)
     try:
         yield s
     finally:
         apgas.shutdown()
+        signal.signal(signal.SIGINT, old)
 
 
 def test_a_session_keeps_its_places_between_calls_and_says_which(session):

@@ -809,17 +809,26 @@ class Transport:
 
     def _deliver_local(self, kind: int, src: int, a: int, b: int, parts: list[memoryview]) -> None:
         """Hand on a message read from a local link (its stream authenticated its source)."""
-        if kind == batching.BATCH:
-            try:
-                if len(parts) != 1:
-                    raise batching.MalformedBatch("a batch of more than one frame")
-                items = batching.entries(parts[0], a)
-            except batching.MalformedBatch as e:
-                self._reject([None], f"malformed batch: {e}")
-                return
-        else:
-            items = [(kind, a, b, parts[0])]
-        buffers = parts[1:]
+        items = self._items(kind, a, b, parts, [None])
+        if items is not None:
+            self._hand_on(src, items, parts[1:])
+
+    def _items(self, kind: int, a: int, b: int, parts: list[memoryview],
+               frames: Sequence[zmq.Frame | None]) -> list[tuple[int, int, int, memoryview]] | None:
+        """The messages a message holds: itself, or a batch's entries (None, rejected,
+        if the batch is malformed: nothing of it is handed on)."""
+        if kind != batching.BATCH:
+            return [(kind, a, b, parts[0])]
+        try:
+            if len(parts) != 1:
+                raise batching.MalformedBatch("a batch of more than one frame")
+            return batching.entries(parts[0], a)
+        except batching.MalformedBatch as e:
+            self._reject(frames, f"malformed batch: {e}")
+            return None
+
+    def _hand_on(self, src: int, items: list[tuple[int, int, int, memoryview]],
+                 buffers: list[memoryview]) -> None:
         for kind, a, b, body in items:
             try:
                 self._handler(kind, src, a, b, body, buffers)
@@ -934,23 +943,11 @@ class Transport:
             self._reject(frames, opened)
             return
         kind, src, a, b, seq, parts = opened
-        if kind == batching.BATCH:
-            try:
-                if len(parts) != 1:
-                    raise batching.MalformedBatch("a batch of more than one frame")
-                items = batching.entries(parts[0], a)
-            except batching.MalformedBatch as e:
-                self._reject(frames, f"malformed batch: {e}")
-                return
-        else:
-            items = [(kind, a, b, parts[0])]
+        items = self._items(kind, a, b, parts, frames)
+        if items is None:
+            return
         self._last_seq[src] = seq
-        buffers = parts[1:]
-        for kind, a, b, body in items:
-            try:
-                self._handler(kind, src, a, b, body, buffers)
-            except Exception:
-                log.exception("handling message kind %d from place %d failed", kind, src)
+        self._hand_on(src, items, parts[1:])
 
     def _reject(self, frames: Sequence[zmq.Frame | None], why: str) -> None:
         """Count a dropped message; log the first few, then a summary every interval."""
