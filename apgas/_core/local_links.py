@@ -290,17 +290,17 @@ class Backlog:
         os.set_blocking(self._wake_w, False)
 
     def add(self, conn: LocalConn) -> None:
-        with self._cond:
+        with self._cond:  # the pipe is written and closed under it
             if not self._running:
                 return
             self._conns.add(conn)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
-        try:
-            os.write(self._wake_w, b"w")
-        except BlockingIOError:
-            pass
+            try:
+                os.write(self._wake_w, b"w")
+            except BlockingIOError:
+                pass  # full: the writer is woken already
 
     def _loop(self) -> None:
         while True:
@@ -312,9 +312,12 @@ class Backlog:
             poller.register(self._wake_r, select.POLLIN)
             for conn in conns:
                 poller.register(conn.fileno, select.POLLOUT)
-            for fd, _ in poller.poll():
-                if fd == self._wake_r:
-                    os.read(self._wake_r, 4096)
+            try:
+                for fd, _ in poller.poll():
+                    if fd == self._wake_r:
+                        os.read(self._wake_r, 4096)
+            except OSError:  # closed by stop() after its wait
+                return
             for conn in conns:
                 if conn.write_backlog():
                     with self._cond:
@@ -325,14 +328,15 @@ class Backlog:
     def stop(self) -> None:
         with self._cond:
             self._running = False
-        try:
-            os.write(self._wake_w, b"s")
-        except BlockingIOError:
-            pass
+            try:
+                os.write(self._wake_w, b"s")
+            except BlockingIOError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        with self._cond:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
 
 class Spin:

@@ -558,10 +558,11 @@ class Transport:
             self._replies_to.clear()
             self._arrived.clear()
             self._readers.clear()
+            os.close(self._wake_w)  # under the lock: the door's thread writes no more
+            self._wake_w = -1
         for conn in conns:
             conn.close()
         os.close(self._wake_r)
-        os.close(self._wake_w)
         if self._watcher is not None:
             self._watcher.stop()
         for hook in self.on_close:
@@ -849,21 +850,20 @@ class Transport:
         """The door's thread: a link is read by the receiver from now on; a reply
         channel takes the replies to its caller."""
         with self._local_lock:
-            if not self._running:
+            if not self._running or self._wake_w < 0:
                 old: LocalConn | None = conn
             elif purpose == local_door.LINK:
                 self._arrived.append(conn)
                 old = None
+                try:
+                    os.write(self._wake_w, b"c")  # under the lock: close() shuts it under it
+                except BlockingIOError:
+                    pass  # full: the receiver is woken already
             else:
                 old = self._replies_to.get(token)
                 self._replies_to[token] = conn
         if old is not None:
             self._forget(old)
-        if purpose == local_door.LINK:
-            try:
-                os.write(self._wake_w, b"c")
-            except BlockingIOError:
-                pass
 
     def _forget(self, conn: LocalConn) -> None:
         conn.close()
