@@ -1,5 +1,5 @@
 """``python -m apgas_scheduler``: serve, submit, status, cancel, requeue, add-nodes,
-node-up, shutdown, dashboard-url, report, simulate, compare.
+node-up, shutdown, dashboard-url, report, simulate, compare, elastisim.
 
     python -m apgas_scheduler serve --nodes 'node[0-7]' --port 8081 --policy malleable --log events.jsonl
     python -m apgas_scheduler serve --nodes 'node[0-7]' --dashboard 8082    # then: dashboard-url
@@ -11,6 +11,7 @@ node-up, shutdown, dashboard-url, report, simulate, compare.
     python -m apgas_scheduler slurm-controller --policy NAME [--partition P] [--interval S]
     python -m apgas_scheduler simulate --trace FILE.swf --nodes N --policy NAME [--malleable-share F] [--json OUT]
     python -m apgas_scheduler compare --generate kit --nodes 512 --policies easy,mebf [--plot cmp.png]
+    python -m apgas_scheduler elastisim --policy lending [--url ipc:///tmp/elastisim.ipc] [--stats S.json]
 """
 
 from __future__ import annotations
@@ -220,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the dashboard's views of the run here, as one "
                              "self-contained file")
     report.add_argument("--json", action="store_true")
+    from . import elastisim as es
+    es.add_arguments(sub.add_parser("elastisim", help=es.HELP, description=es.DESCRIPTION))
     return parser
 
 
@@ -246,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
+        if ns.command == "elastisim":
+            from .elastisim import main as elastisim_main
+            return elastisim_main(ns)
         if ns.command == "report":
             try:
                 return _report(ns)
