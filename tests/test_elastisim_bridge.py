@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import zmq
 
-from apgas_scheduler import elastisim as es
 from apgas_scheduler.__main__ import main
 from apgas_scheduler._model import Decision, Grow, JobView, Start
+from apgas_scheduler.elastisim import bridge as es
 from apgas_scheduler.policies import Policy, get_policy, policy_names
 
 pytestmark = pytest.mark.timeout(60)

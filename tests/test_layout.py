@@ -159,7 +159,8 @@ SCHEDULER_ROOT = {"__init__", "__main__", "_model", "engine", "_nodes", "stats",
 """What every part of the scheduler shares; everything else lives in a part."""
 
 SCHEDULER_PARTS = {"policies": {"policies"}, "sim": {"policies", "sim"},
-                   "live": {"policies", "live"}, "slurm": {"policies", "slurm"}}
+                   "live": {"policies", "live"}, "slurm": {"policies", "slurm"},
+                   "elastisim": {"policies", "elastisim"}}
 """Which parts each part may import: policies only themselves (and the root), the
 simulator and the daemon the policies but never each other."""
 

@@ -60,9 +60,9 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._model import Grow, JobView, Start
-from .engine import Engine, Tracked
-from .policies import Policy, get_policy, policy_names
+from .._model import Grow, JobView, Start
+from ..engine import Engine, Tracked
+from ..policies import Policy, get_policy, policy_names
 
 __all__ = ["DEFAULT_URL", "MAX_MESSAGE", "NODE_SPEED", "INVOKE_SCHEDULING", "SCHEDULED",
            "FINALIZE", "ProtocolError", "Bridge", "serve", "add_arguments", "main", "HELP",
