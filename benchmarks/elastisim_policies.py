@@ -1,0 +1,552 @@
+"""Our policies against the Kassel group's originals, in ElastiSim (issue 56).
+
+``python -m benchmarks.elastisim_policies [--jobs N] [--seeds S1 S2 ...]
+[--malleable 20,50,100] [--json FILE] [--quick]``
+
+For every seed and malleable share it generates one job set with the Kassel
+generator (``scripts/input_generation/jsonGenerator.py`` of
+MalleableJobScheduling: 16 nodes, one day of submissions, about 100 jobs, the
+given share malleable and the rest rigid, as in their ``runSimulations.sh``),
+and runs on it, each in ElastiSim (the build that ``.ci/install-services`` makes;
+``tests/_elastisim.py`` finds it):
+
+* the Kassel originals: their rigid EASY backfill and the nine malleable
+  strategies (min/average/pref x agreement/common_pool/steal_agreement), each
+  their own Python script connected to ElastiSim;
+* ours, through ``apgas-scheduler elastisim``: the nine agreement strategies
+  (``min-agreement`` ... ``pref-steal-agreement``), ``easy``, ``malleable``
+  (minAgree), ``lending`` and ``mebf``.
+
+From each run it reads ElastiSim's ``job_statistics.csv`` (mean turnaround,
+mean wait, the makespan: the last end less the first submit) and counts the
+resizes twice: the *orders* (grows and shrinks sent: the bridge's ``--stats``
+for ours, the EXPAND and SHRINK rows of the strategy's ``event.csv`` for
+theirs: one per job and invocation, since a job they shrink and grow at once gets
+one node list) and the *reconfigurations* ElastiSim carried out, read from its
+``node_utilization.csv`` (a running job whose node set changes). It prints a
+table per set and writes everything as JSON.
+
+Each run has a folder of its own under one temporary folder (removed at the
+end), ElastiSim and the algorithm each in a process group of its own; a run
+over ``--timeout`` is killed (both groups) and reported as such; at most
+``--jobs`` runs (default 2) go at once. Ctrl-C or SIGTERM end every run
+started and remove the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import csv
+import dataclasses
+import importlib.util
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ._common import machine_info, setup_logging, write_json
+
+log = logging.getLogger("benchmarks.elastisim_policies")
+
+ROOT = Path(__file__).resolve().parent.parent
+HELPERS = ROOT / "tests" / "_elastisim.py"
+
+#: the Kassel originals: rigid EASY, then sizing x hand-over as their files name them
+KASSEL_SIZINGS = {"min": "min", "avg": "average", "pref": "pref"}
+KASSEL_HANDOVERS = {"agreement": "agreement", "common-pool": "common_pool",
+                    "steal-agreement": "steal_agreement"}
+KASSEL_EASY = "rigid_easy_backfill"
+KASSEL = [KASSEL_EASY] + [f"{s}_{h}" for h in KASSEL_HANDOVERS.values() for s in KASSEL_SIZINGS.values()]
+#: ours (registry names): the nine, then EASY, minAgree, lending and MEBF
+OURS = [f"{s}-{h}" for h in KASSEL_HANDOVERS for s in KASSEL_SIZINGS] + ["easy", "malleable", "lending",
+                                                                         "mebf"]
+#: each of ours that has an original: {our name: the original's file name}
+COUNTERPART = {f"{s}-{h}": f"{KASSEL_SIZINGS[s]}_{KASSEL_HANDOVERS[h]}"
+               for s in KASSEL_SIZINGS for h in KASSEL_HANDOVERS} | {"easy": KASSEL_EASY}
+
+#: the generator's settings (as tests/test_elastisim_real.py runs it): 16 nodes of
+#: 1e11 flop/s, jobs of 1e13 to 3.8e15 flops, one day of submissions: ~100 jobs
+NODES = 16
+TOTAL_TIME = 86400
+QUICK_TIME = 7200  # ~8 jobs
+FLOPS_RANGE = "1e13,3.8e15"
+SPLIT_TIME = 600  # seconds between two scheduling points of a flexible job
+QUICK_ALGORITHMS = ["K:min_agreement", "min-agreement", "lending"]
+RUN_TIMEOUT = 900.0
+
+
+# -- the build's helpers --------------------------------------------------------------------
+
+def helpers() -> ModuleType:
+    """``tests/_elastisim.py`` (find, prepare_input, run_elastisim, run_strategy, stop)."""
+    spec = importlib.util.spec_from_file_location("_elastisim", HELPERS)
+    if spec is None or spec.loader is None or not HELPERS.is_file():
+        raise RuntimeError(f"{HELPERS} (the helpers of the ElastiSim build) is missing")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- algorithms and runs --------------------------------------------------------------------
+
+def algorithm_names(names: list[str] | None) -> list[str]:
+    """The algorithms to run: the Kassel originals as ``K:<their file>``, then ours."""
+    every = [f"K:{k}" for k in KASSEL] + OURS
+    if not names:
+        return every
+    from apgas_scheduler.policies import policy_names
+    known = set(every) | set(policy_names())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown algorithm(s) {', '.join(unknown)}; known: {', '.join(every)} "
+                         "and any registered policy")
+    return names
+
+
+@dataclasses.dataclass
+class JobSet:
+    seed: str
+    malleable: int  # percent of the jobs
+    folder: Path  # the generated input
+    jobs: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.seed}/{self.malleable}%"
+
+
+@dataclasses.dataclass
+class Result:
+    set: str
+    algorithm: str
+    status: str = "ok"  # ok | timeout | failed
+    seconds: float = 0.0
+    jobs: int = 0
+    completed: int = 0
+    mean_turnaround: float | None = None
+    mean_wait: float | None = None
+    makespan: float | None = None
+    orders: int | None = None  # grows + shrinks sent
+    grows: int | None = None
+    shrinks: int | None = None
+    reconfigurations: int | None = None  # node-set changes ElastiSim carried out
+    refused: int | None = None  # ours: decisions the bridge did not send
+    error: str = ""
+
+
+class Runner:
+    """Runs algorithms on job sets in ElastiSim, and ends whatever it started."""
+
+    def __init__(self, es: ModuleType, build: Path, work: Path, timeout: float) -> None:
+        self.es, self.build, self.work, self.timeout = es, build, work, timeout
+        self._live: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.cancelled = threading.Event()
+
+    def generate(self, seed: str, malleable: int, total_time: int) -> JobSet:
+        """A job set of the Kassel generator: ``malleable`` percent malleable, the rest rigid."""
+        folder = self.work / f"input-{seed}-{malleable}"
+        script = self.build / self.es.KASSEL / "scripts" / "input_generation" / "jsonGenerator.py"
+        subprocess.run([sys.executable, str(script), "-q", "-d", str(folder), "--seed", seed,
+                        "--total_time", str(total_time), "--num_cluster_nodes", str(NODES),
+                        "--flops_range", FLOPS_RANGE, "--dividation_split_time", str(SPLIT_TIME),
+                        "--type_probabilities", f"{100 - malleable},0,{malleable}"],
+                       check=True, timeout=120, capture_output=True, cwd=self.work,
+                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        jobs = json.loads((folder / "jobs.json").read_text())["jobs"]
+        return JobSet(seed, malleable, folder, len(jobs))
+
+    def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
+        with self._lock:
+            self._live.add(proc)
+        if self.cancelled.is_set():
+            self._end(proc)
+        return proc
+
+    def _end(self, proc: subprocess.Popen) -> None:
+        self.es.stop(proc)
+        with self._lock:
+            self._live.discard(proc)
+
+    def stop_all(self) -> None:
+        """End every process group this runner started and has not ended."""
+        self.cancelled.set()
+        with self._lock:
+            live = list(self._live)
+        for proc in live:
+            self._end(proc)
+
+    def run(self, jobset: JobSet, algorithm: str) -> Result:
+        result = Result(jobset.name, algorithm, jobs=jobset.jobs)
+        if self.cancelled.is_set():
+            result.status, result.error = "failed", "cancelled"
+            return result
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{jobset.seed}-{jobset.malleable}-{algorithm}")
+        folder = Path(tempfile.mkdtemp(prefix=label[:40] + "-", dir=self.work))
+        config = self.es.prepare_input(folder, jobset.folder)
+        settings = json.loads(config.read_text())
+        stats = folder / "stats.json"
+        began = time.monotonic()
+        sim = algo = None
+        try:
+            sim = self._track(self.es.run_elastisim(self.build / "build" / "elastisim", config))
+            if algorithm.startswith("K:"):
+                algo = self._track(self.es.run_strategy(self.build, algorithm[2:], config))
+                algo_log = folder / f"{algorithm[2:]}.log"
+            else:
+                algo_log = folder / "bridge.log"
+                algo = self._track(self._bridge(folder, algorithm, settings, stats, algo_log))
+            deadline = began + self.timeout
+            code = _wait(algo, deadline, self.cancelled)
+            sim_code = _wait(sim, min(deadline, time.monotonic() + 60), self.cancelled)
+            if code is None or sim_code is None:
+                result.status = "timeout" if not self.cancelled.is_set() else "failed"
+                result.error = ("cancelled" if self.cancelled.is_set() else
+                                f"not done in {self.timeout:g} s; algorithm: {_tail(algo_log)}; "
+                                f"ElastiSim: {_tail(folder / 'elastisim.log')}")
+            elif code != 0 or sim_code != 0:
+                result.status = "failed"
+                result.error = (f"exit {code} (algorithm) and {sim_code} (ElastiSim); algorithm: "
+                                f"{_tail(algo_log)}; ElastiSim: {_tail(folder / 'elastisim.log')}")
+        finally:
+            for proc in (algo, sim):
+                if proc is not None:
+                    self._end(proc)
+        result.seconds = time.monotonic() - began
+        if result.status == "ok":
+            try:
+                self._measure(result, settings, stats if not algorithm.startswith("K:")
+                              else folder / "output" / "event.csv")
+            except (OSError, ValueError, KeyError) as e:
+                result.status, result.error = "failed", f"its output: {e}"
+        return result
+
+    def _bridge(self, folder: Path, policy: str, settings: dict[str, Any], stats: Path,
+                out: Path) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        with open(out, "wb") as f:
+            return subprocess.Popen(
+                [sys.executable, "-m", "apgas_scheduler", "elastisim", "--policy", policy,
+                 "--url", settings["zmq_url"], "--stats", str(stats),
+                 "--node-speed", repr(node_speed(Path(settings["platform_file"])))],
+                cwd=folder, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+
+    def _measure(self, result: Result, settings: dict[str, Any], counts: Path) -> None:
+        with open(settings["job_statistics"], newline="") as f:
+            rows = list(csv.DictReader(f))
+        done = [r for r in rows if r["Status"] == "completed"]
+        result.completed = len(done)
+        if rows:
+            result.mean_turnaround = _mean(float(r["Turnaround Time"]) for r in rows)
+            result.mean_wait = _mean(float(r["Wait Time"]) for r in rows)
+            result.makespan = (max(float(r["End Time"]) for r in rows)
+                               - min(float(r["Submit Time"]) for r in rows))
+        if counts.name == "stats.json":
+            stats = json.loads(counts.read_text())
+            result.grows, result.shrinks = stats["decisions"]["grow"], stats["decisions"]["shrink"]
+            result.refused = stats["refused"]
+        else:  # the strategy's event log (none if it never wrote an event): a row per
+            # agreement, so a job shrunk for two waiting jobs at once has two SHRINK rows
+            # for one order: one order per job, kind and invocation
+            kinds: set[tuple[str, str, str]] = set()
+            if counts.is_file():
+                with open(counts, newline="") as f:
+                    kinds = {(r["Time"], r["Jobs"], r["Event"]) for r in csv.DictReader(f)
+                             if r["Event"] in ("EXPAND", "SHRINK")}
+            events = [kind for _, _, kind in kinds]
+            result.grows, result.shrinks = events.count("EXPAND"), events.count("SHRINK")
+            # a job shrunk and grown in one invocation gets one node list: one order
+            result.orders = len({(when, job) for when, job, _ in kinds})
+        if result.orders is None:
+            result.orders = result.grows + result.shrinks
+        result.reconfigurations = reconfigurations(Path(settings["node_utilization"]))
+
+
+def _wait(proc: subprocess.Popen, deadline: float, cancelled: threading.Event) -> int | None:
+    """The exit code of ``proc``, or None at ``deadline`` or when cancelled."""
+    while True:
+        code = proc.poll()
+        if code is not None:
+            return code
+        if cancelled.is_set() or time.monotonic() >= deadline:
+            return None
+        try:
+            return proc.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _mean(values: Iterator[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items) if items else math.nan
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"({e})"
+
+
+def node_speed(platform: Path) -> float:
+    """The compute nodes' flop/s in a SimGrid platform file of the Kassel inputs."""
+    found = re.findall(r'<cluster\b[^>]*\bspeed="([0-9.eE+-]+)f"', platform.read_text())
+    if not found:
+        raise ValueError(f"no cluster speed in {platform}")
+    return float(found[0])
+
+
+def reconfigurations(path: Path) -> int:
+    """How many times a running job's node set changed, from ElastiSim's
+    ``node_utilization.csv`` (``Time,Node,State,Running jobs,Expected jobs``: a row
+    whenever a node's state changes). At each instant every job's set is the nodes
+    that run it; a job's set that changes while it runs before and after (not its
+    start, not its end) is one reconfiguration."""
+    running: dict[str, set[str]] = {}  # node -> the jobs it runs
+    held: dict[str, frozenset[str]] = {}  # job -> its nodes at the last instant
+    count = 0
+
+    def settle() -> None:
+        nonlocal count
+        now: dict[str, set[str]] = {}
+        for node, jobs in running.items():
+            for job in jobs:
+                now.setdefault(job, set()).add(node)
+        for job, nodes in now.items():
+            before = held.get(job)
+            if before and before != nodes:
+                count += 1
+            held[job] = frozenset(nodes)
+        for job in [j for j in held if j not in now]:
+            del held[job]
+
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        when = None
+        for row in reader:
+            if len(row) < 4:
+                continue
+            if row[0] != when and when is not None:
+                settle()
+            when = row[0]
+            running[row[1]] = set() if row[3] == "none" else set(row[3].split(";"))
+        settle()
+    return count
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+def _fmt(value: float | int | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def table(jobset: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    """A Markdown table of one set's runs."""
+    head = (f"{jobset['name']} ({jobset['jobs']} jobs, {jobset['malleable']}% malleable, "
+            f"{NODES} nodes)\n\n")
+    lines = ["| algorithm | mean turnaround (s) | mean wait (s) | makespan (s) | orders (grow+shrink) "
+             "| reconfigurations | completed |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        if r["status"] != "ok":
+            lines.append(f"| {r['algorithm']} | {r['status']} | | | | | |")
+            continue
+        orders = (f"{r['orders']} ({r['grows']}+{r['shrinks']})" if r["orders"] is not None else "-")
+        lines.append(f"| {r['algorithm']} | {_fmt(r['mean_turnaround'])} | {_fmt(r['mean_wait'])} | "
+                     f"{_fmt(r['makespan'])} | {orders} | {_fmt(r['reconfigurations'])} | "
+                     f"{r['completed']}/{r['jobs']} |")
+    return head + "\n".join(lines)
+
+
+def summary(report: dict[str, Any]) -> str:
+    """Per malleable share, each algorithm's mean turnaround over the seeds, as a
+    share of rigid EASY's (the Kassel original) on the same sets."""
+    shares = sorted({s["malleable"] for s in report["sets"]})
+    names = list(dict.fromkeys(r["algorithm"] for s in report["sets"] for r in s["results"]))
+    base = f"K:{KASSEL_EASY}"
+    lines = ["| algorithm | " + " | ".join(f"{m}% malleable" for m in shares) + " |",
+             "| --- |" + " ---: |" * len(shares)]
+    for name in names:
+        cells = []
+        for m in shares:
+            ratios = []
+            for s in report["sets"]:
+                if s["malleable"] != m:
+                    continue
+                by = {r["algorithm"]: r for r in s["results"] if r["status"] == "ok"}
+                if name in by and base in by and by[base]["mean_turnaround"]:
+                    ratios.append(by[name]["mean_turnaround"] / by[base]["mean_turnaround"])
+            cells.append(f"{_mean(iter(ratios)):.2f}" if ratios else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    resizes = ["| algorithm | " + " | ".join(f"{m}% malleable" for m in shares) + " |",
+               "| --- |" + " ---: |" * len(shares)]
+    for name in names:
+        cells = []
+        for m in shares:
+            runs = [r for s in report["sets"] if s["malleable"] == m for r in s["results"]
+                    if r["algorithm"] == name and r["status"] == "ok"]
+            cells.append(f"{sum(r['orders'] for r in runs)} / {sum(r['reconfigurations'] for r in runs)}"
+                         if runs else "-")
+        resizes.append(f"| {name} | " + " | ".join(cells) + " |")
+    return ("Mean turnaround relative to the original rigid EASY (K:rigid_easy_backfill), "
+            "mean over the seeds\n\n" + "\n".join(lines) +
+            "\n\nResizes, summed over the seeds: orders sent / reconfigurations ElastiSim "
+            "carried out\n\n" + "\n".join(resizes))
+
+
+# -- the harness ----------------------------------------------------------------------------
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.elastisim_policies",
+                                description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="runs at once (default 2; each is ElastiSim and an algorithm in lockstep)")
+    p.add_argument("--seeds", nargs="+", default=None, metavar="SEED",
+                   help="the generator's seeds, one job set per seed and share (default S1 S2 S3; "
+                        "--quick: S1)")
+    p.add_argument("--malleable", default=None, metavar="PERCENTS",
+                   help="malleable shares in percent, the rest rigid (default 20,50,100; --quick: 50)")
+    p.add_argument("--algorithms", nargs="+", default=None, metavar="NAME",
+                   help="only these: K:<Kassel file> (K:min_agreement ...) or a policy of ours "
+                        "(default: the ten originals and our thirteen)")
+    p.add_argument("--total-time", type=int, default=None, metavar="SECONDS",
+                   help=f"the generator's submission span (default {TOTAL_TIME}: ~100 jobs)")
+    p.add_argument("--timeout", type=float, default=RUN_TIMEOUT, metavar="SECONDS",
+                   help=f"a run's limit, then it is killed (default {RUN_TIMEOUT:g})")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="run in this new folder and keep it (inputs, logs, ElastiSim's output) "
+                        "instead of a temporary one")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the results here")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a tiny check: seed S1, 50%% malleable, {QUICK_TIME} s of submissions "
+                        f"(~8 jobs), {', '.join(QUICK_ALGORITHMS)}")
+    ns = p.parse_args(argv)
+    if ns.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {ns.jobs}")
+    if ns.quick:
+        ns.seeds, ns.malleable = ns.seeds or ["S1"], ns.malleable or "50"
+        ns.total_time = ns.total_time or QUICK_TIME
+        ns.algorithms = ns.algorithms or QUICK_ALGORITHMS
+    ns.seeds, ns.total_time = ns.seeds or ["S1", "S2", "S3"], ns.total_time or TOTAL_TIME
+    try:
+        ns.malleable = [int(m) for m in (ns.malleable or "20,50,100").split(",")]
+    except ValueError:
+        p.error(f"--malleable must be percents separated by commas, got {ns.malleable!r}")
+    if any(not 0 <= m <= 100 for m in ns.malleable):
+        p.error(f"--malleable: each share must lie in [0, 100], got {ns.malleable}")
+    if ns.total_time <= 0 or ns.timeout <= 0:
+        p.error("--total-time and --timeout must be > 0")
+    try:
+        ns.algorithms = algorithm_names(ns.algorithms)
+    except ValueError as e:
+        p.error(str(e))
+    return ns
+
+
+def run(ns: argparse.Namespace) -> dict[str, Any] | None:
+    """The report, or None if ElastiSim is not built (the reason is logged)."""
+    es = helpers()
+    build, why = es.find()
+    if build is None:
+        log.error("%s", why)
+        return None
+    report: dict[str, Any] = {
+        "command": "python -m benchmarks.elastisim_policies " + " ".join(
+            shlex.quote(a) for a in (ns.argv if ns.argv is not None else sys.argv[1:])),
+        "settings": {"seeds": ns.seeds, "malleable": ns.malleable, "nodes": NODES,
+                     "total_time": ns.total_time, "flops_range": FLOPS_RANGE,
+                     "dividation_split_time": SPLIT_TIME, "algorithms": ns.algorithms,
+                     "timeout": ns.timeout, "build": str(build)},
+        "machine": machine_info(), "sets": []}
+    with contextlib.ExitStack() as stack:
+        if ns.keep is not None:
+            ns.keep.mkdir(parents=True)
+            work = ns.keep.resolve()
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="es-policies-")))
+        runner = Runner(es, build, work, ns.timeout)
+        try:
+            sets = [runner.generate(seed, m, ns.total_time) for seed in ns.seeds for m in ns.malleable]
+            for s in sets:
+                log.info("set %s: %d jobs", s.name, s.jobs)
+            plan = [(s, a) for s in sets for a in ns.algorithms]
+            results: dict[tuple[str, str], Result] = {}
+            began = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(max_workers=ns.jobs) as pool:
+                futures = {pool.submit(runner.run, s, a): (s, a) for s, a in plan}
+                try:
+                    for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                        s, a = futures[future]
+                        r = future.result()
+                        results[s.name, a] = r
+                        log.info("[%d/%d] %s on %s: %s in %.1f s%s", done, len(plan), a, s.name,
+                                 r.status, r.seconds,
+                                 f" (turnaround {r.mean_turnaround:.0f} s, orders {r.orders}, "
+                                 f"reconfigurations {r.reconfigurations})" if r.status == "ok"
+                                 else f": {r.error}")
+                except BaseException:
+                    runner.stop_all()
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+            log.info("%d runs in %.0f s", len(plan), time.monotonic() - began)
+        finally:
+            runner.stop_all()
+        for s in sets:
+            report["sets"].append({
+                "name": s.name, "seed": s.seed, "malleable": s.malleable, "jobs": s.jobs,
+                "results": [dataclasses.asdict(results[s.name, a]) for a in ns.algorithms]})
+    return report
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parse(argv)
+    ns.argv = argv
+    setup_logging("benchmarks")
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        report = run(ns)
+    except KeyboardInterrupt:
+        log.error("interrupted: every run ended%s",
+                  f", their folder kept in {ns.keep}" if ns.keep else ", their folder removed")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if report is None:
+        return 2
+    for s in report["sets"]:
+        print(table(s, s["results"]), end="\n\n")
+    print(summary(report))
+    if ns.json:
+        write_json(ns.json, report, log)
+    failed = [f"{r['algorithm']} on {s['name']}" for s in report["sets"] for r in s["results"]
+              if r["status"] != "ok"]
+    if failed:
+        log.error("%d run(s) did not finish: %s", len(failed), ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
