@@ -43,7 +43,6 @@ import dataclasses
 import importlib.util
 import json
 import logging
-import math
 import os
 import re
 import shlex
@@ -53,12 +52,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ._common import machine_info, setup_logging, write_json
+from ._elastisim_output import mean, node_speed, reconfigurations, summary, table, tail
 
 log = logging.getLogger("benchmarks.elastisim_policies")
 
@@ -216,12 +215,12 @@ class Runner:
             if code is None or sim_code is None:
                 result.status = "timeout" if not self.cancelled.is_set() else "failed"
                 result.error = ("cancelled" if self.cancelled.is_set() else
-                                f"not done in {self.timeout:g} s; algorithm: {_tail(algo_log)}; "
-                                f"ElastiSim: {_tail(folder / 'elastisim.log')}")
+                                f"not done in {self.timeout:g} s; algorithm: {tail(algo_log)}; "
+                                f"ElastiSim: {tail(folder / 'elastisim.log')}")
             elif code != 0 or sim_code != 0:
                 result.status = "failed"
                 result.error = (f"exit {code} (algorithm) and {sim_code} (ElastiSim); algorithm: "
-                                f"{_tail(algo_log)}; ElastiSim: {_tail(folder / 'elastisim.log')}")
+                                f"{tail(algo_log)}; ElastiSim: {tail(folder / 'elastisim.log')}")
         finally:
             for proc in (algo, sim):
                 if proc is not None:
@@ -253,8 +252,8 @@ class Runner:
         done = [r for r in rows if r["Status"] == "completed"]
         result.completed = len(done)
         if rows:
-            result.mean_turnaround = _mean(float(r["Turnaround Time"]) for r in rows)
-            result.mean_wait = _mean(float(r["Wait Time"]) for r in rows)
+            result.mean_turnaround = mean(float(r["Turnaround Time"]) for r in rows)
+            result.mean_wait = mean(float(r["Wait Time"]) for r in rows)
             result.makespan = (max(float(r["End Time"]) for r in rows)
                                - min(float(r["Submit Time"]) for r in rows))
         if counts.name == "stats.json":
@@ -290,127 +289,6 @@ def _wait(proc: subprocess.Popen, deadline: float, cancelled: threading.Event) -
             return proc.wait(min(0.5, max(0.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             continue
-
-
-def _mean(values: Iterator[float]) -> float:
-    items = list(values)
-    return sum(items) / len(items) if items else math.nan
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as e:
-        return f"({e})"
-
-
-def node_speed(platform: Path) -> float:
-    """The compute nodes' flop/s in a SimGrid platform file of the Kassel inputs."""
-    found = re.findall(r'<cluster\b[^>]*\bspeed="([0-9.eE+-]+)f"', platform.read_text())
-    if not found:
-        raise ValueError(f"no cluster speed in {platform}")
-    return float(found[0])
-
-
-def reconfigurations(path: Path) -> int:
-    """How many times a running job's node set changed, from ElastiSim's
-    ``node_utilization.csv`` (``Time,Node,State,Running jobs,Expected jobs``: a row
-    whenever a node's state changes). At each instant every job's set is the nodes
-    that run it; a job's set that changes while it runs before and after (not its
-    start, not its end) is one reconfiguration."""
-    running: dict[str, set[str]] = {}  # node -> the jobs it runs
-    held: dict[str, frozenset[str]] = {}  # job -> its nodes at the last instant
-    count = 0
-
-    def settle() -> None:
-        nonlocal count
-        now: dict[str, set[str]] = {}
-        for node, jobs in running.items():
-            for job in jobs:
-                now.setdefault(job, set()).add(node)
-        for job, nodes in now.items():
-            before = held.get(job)
-            if before and before != nodes:
-                count += 1
-            held[job] = frozenset(nodes)
-        for job in [j for j in held if j not in now]:
-            del held[job]
-
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        when = None
-        for row in reader:
-            if len(row) < 4:
-                continue
-            if row[0] != when and when is not None:
-                settle()
-            when = row[0]
-            running[row[1]] = set() if row[3] == "none" else set(row[3].split(";"))
-        settle()
-    return count
-
-
-# -- tables ---------------------------------------------------------------------------------
-
-def _fmt(value: float | int | None, digits: int = 0) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def table(jobset: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    """A Markdown table of one set's runs."""
-    head = (f"{jobset['name']} ({jobset['jobs']} jobs, {jobset['malleable']}% malleable, "
-            f"{NODES} nodes)\n\n")
-    lines = ["| algorithm | mean turnaround (s) | mean wait (s) | makespan (s) | orders (grow+shrink) "
-             "| reconfigurations | completed |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in results:
-        if r["status"] != "ok":
-            lines.append(f"| {r['algorithm']} | {r['status']} | | | | | |")
-            continue
-        orders = (f"{r['orders']} ({r['grows']}+{r['shrinks']})" if r["orders"] is not None else "-")
-        lines.append(f"| {r['algorithm']} | {_fmt(r['mean_turnaround'])} | {_fmt(r['mean_wait'])} | "
-                     f"{_fmt(r['makespan'])} | {orders} | {_fmt(r['reconfigurations'])} | "
-                     f"{r['completed']}/{r['jobs']} |")
-    return head + "\n".join(lines)
-
-
-def summary(report: dict[str, Any]) -> str:
-    """Per malleable share, each algorithm's mean turnaround over the seeds, as a
-    share of rigid EASY's (the Kassel original) on the same sets."""
-    shares = sorted({s["malleable"] for s in report["sets"]})
-    names = list(dict.fromkeys(r["algorithm"] for s in report["sets"] for r in s["results"]))
-    base = f"K:{KASSEL_EASY}"
-    lines = ["| algorithm | " + " | ".join(f"{m}% malleable" for m in shares) + " |",
-             "| --- |" + " ---: |" * len(shares)]
-    for name in names:
-        cells = []
-        for m in shares:
-            ratios = []
-            for s in report["sets"]:
-                if s["malleable"] != m:
-                    continue
-                by = {r["algorithm"]: r for r in s["results"] if r["status"] == "ok"}
-                if name in by and base in by and by[base]["mean_turnaround"]:
-                    ratios.append(by[name]["mean_turnaround"] / by[base]["mean_turnaround"])
-            cells.append(f"{_mean(iter(ratios)):.2f}" if ratios else "-")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    resizes = ["| algorithm | " + " | ".join(f"{m}% malleable" for m in shares) + " |",
-               "| --- |" + " ---: |" * len(shares)]
-    for name in names:
-        cells = []
-        for m in shares:
-            runs = [r for s in report["sets"] if s["malleable"] == m for r in s["results"]
-                    if r["algorithm"] == name and r["status"] == "ok"]
-            cells.append(f"{sum(r['orders'] for r in runs)} / {sum(r['reconfigurations'] for r in runs)}"
-                         if runs else "-")
-        resizes.append(f"| {name} | " + " | ".join(cells) + " |")
-    return ("Mean turnaround relative to the original rigid EASY (K:rigid_easy_backfill), "
-            "mean over the seeds\n\n" + "\n".join(lines) +
-            "\n\nResizes, summed over the seeds: orders sent / reconfigurations ElastiSim "
-            "carried out\n\n" + "\n".join(resizes))
 
 
 # -- the harness ----------------------------------------------------------------------------
@@ -537,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     if report is None:
         return 2
     for s in report["sets"]:
-        print(table(s, s["results"]), end="\n\n")
-    print(summary(report))
+        print(table(s, s["results"], NODES), end="\n\n")
+    print(summary(report, f"K:{KASSEL_EASY}"))
     if ns.json:
         write_json(ns.json, report, log)
     failed = [f"{r['algorithm']} on {s['name']}" for s in report["sets"] for r in s["results"]
