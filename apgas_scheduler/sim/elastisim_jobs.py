@@ -12,11 +12,8 @@ How ElastiSim runs a job (from its source at commit 9bc6344)
 -----------------------------------------------------------
 
 * A job's application model is a list of phases, each repeated ``iterations``
-  times; a phase is a list of tasks. A ``cpu`` task's ``flops`` formula is
-  computed by replacing each job argument's name in its text by its value
-  (``Utility::applyArguments``: names in sorted order, values as
-  ``std::to_string`` prints them, so a float has six decimals), then
-  ``num_nodes`` by the job's node count, and evaluating the result (exprtk).
+  times; a phase is a list of tasks. A ``cpu`` task's ``flops`` is a formula
+  (:mod:`.elastisim_input` says how ElastiSim fills in and evaluates it).
 * ``computation_pattern`` ``UNIFORM`` gives **every node** that many flops
   (``createVector`` fills the vector with the value); ``ALL_RANKS`` (or
   ``TOTAL``) spreads it over the nodes. Each node runs its share as one SimGrid
@@ -98,18 +95,26 @@ refused with an :class:`ElastiSimInputError` when no run time can be given):
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import math
-import operator
 import re
-import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
+from .elastisim_input import (
+    ElastiSimInputError,
+    Platform,
+    argument_text,
+    at_nodes,
+    evaluate,
+    read_platform,
+    show,
+    stoi,
+    substitute,
+)
 from .workload import SimJob
 
 __all__ = ["ElastiSimInputError", "Platform", "JobSet", "read_input", "read_platform",
@@ -122,198 +127,6 @@ _ONE_TIME_PHASES = ("on_init", "on_reconfiguration", "on_expansion")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # relative tolerance of the check that T(n) follows Amdahl's law
 _AMDAHL_RTOL = 1e-9
-
-
-class ElastiSimInputError(ValueError):
-    """An ElastiSim input that cannot be read, or whose jobs our simulator
-    cannot represent; the message names the file, the job and the value."""
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-# -- formulas (the part of exprtk that job models use) --------------------------------------
-
-_BINARY: dict[type, Callable[[float, float], float]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: math.fmod}
-_UNARY: dict[type, Callable[[float], float]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-_FUNCTIONS: dict[str, Callable[..., float]] = {
-    "min": min, "max": max, "abs": abs, "sqrt": math.sqrt, "exp": math.exp, "log": math.log,
-    "log2": math.log2, "log10": math.log10, "floor": math.floor, "ceil": math.ceil,
-    "pow": math.pow}
-
-
-def evaluate(text: str, where: str = "formula") -> float:
-    """The value of an exprtk formula made of numbers, ``+ - * / % ^`` (``^`` is a
-    power, taken as Python's ``**``), parentheses and ``min max abs sqrt exp log log2 log10 floor ceil pow``:
-    what ElastiSim's job models use. Anything else (a name left unreplaced, say)
-    raises :class:`ElastiSimInputError` naming ``where`` and the text, as
-    ElastiSim stops with "Performance model ... not valid"."""
-    try:
-        tree = ast.parse(text.replace("^", "**"), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise ElastiSimInputError(f"{where}: {_show(text)} is not a formula") from None
-
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) \
-                and not isinstance(node.value, bool):
-            return float(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            return _UNARY[type(node.op)](value(node.operand))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in _FUNCTIONS and not node.keywords and node.args:
-            return float(_FUNCTIONS[node.func.id](*(value(a) for a in node.args)))
-        if isinstance(node, ast.Name):
-            raise ElastiSimInputError(f"{where}: {text!r} has the name {node.id!r}, which is "
-                                      "neither a job argument nor num_nodes")
-        raise ElastiSimInputError(f"{where}: {text!r} uses {ast.unparse(node)!r}, which this "
-                                  "reader does not evaluate")
-
-    try:
-        result = value(tree.body)
-    except ElastiSimInputError:
-        raise
-    except (ArithmeticError, ValueError, TypeError, RecursionError) as e:
-        raise ElastiSimInputError(f"{where}: {_show(text)} cannot be evaluated ({e})") from None
-    if not math.isfinite(result):
-        raise ElastiSimInputError(f"{where}: {text!r} is {result}")
-    return result
-
-
-def _argument_text(value: Any, where: str) -> str:
-    """An argument's value as ElastiSim writes it into formulas (``readStringMap``)."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ElastiSimInputError(f"{where} is {_show(value)}: ElastiSim takes strings and "
-                                  "numbers only")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ElastiSimInputError(f"{where} is {value}")
-        return f"{value:f}"  # std::to_string(double): "%f"
-    return str(value)
-
-
-def _substitute(text: str, arguments: Mapping[str, str]) -> str:
-    """``Utility::applyArguments``: each argument's name replaced by its value, the
-    names in sorted order (a std::map), wherever the name occurs in the text."""
-    for name in sorted(arguments):
-        value = arguments[name]
-        text = re.sub(name, lambda _m: value, text)  # noqa: B023 (used at once)
-    return text
-
-
-def _at(text: str, nodes: int) -> str:
-    """``Utility::evaluateFormula``'s substitutions (no GPUs: ``num_gpus*`` are 0)."""
-    text = re.sub("num_nodes", str(nodes), text)
-    text = re.sub("num_gpus_per_node", "0", text)
-    return re.sub("num_gpus", "0", text)
-
-
-def _stoi(text: str, where: str) -> int:
-    """``std::stoi``: the leading integer of ``text``; none is ElastiSim's crash."""
-    m = re.match(r"\s*([+-]?\d+)", text)
-    if not m:
-        raise ElastiSimInputError(f"{where}: {text!r} does not start with an integer "
-                                  "(ElastiSim reads it with std::stoi)")
-    return int(m.group(1))
-
-
-# -- the platform ------------------------------------------------------------------------------
-
-_SPEED_UNITS = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-                "Z": 1e21, "Y": 1e24}
-_SPEED_WORDS = {"kilo": "k", "mega": "M", "giga": "G", "tera": "T", "peta": "P", "exa": "E",
-                "zetta": "Z", "yotta": "Y"}
-_SPEED = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*\Z")
-
-
-@dataclasses.dataclass(frozen=True)
-class Platform:
-    """The compute nodes of a SimGrid platform as ElastiSim sees them: every host
-    that is not the batch system's or a PFS host."""
-
-    nodes: int
-    speed: float  # flop/s of one node (one core: a task is one activity)
-    path: Path
-
-
-def _speed(text: str, pstate: int, where: str) -> float:
-    states = text.split(",")
-    if not 0 <= pstate < len(states):
-        raise ElastiSimInputError(f"{where}: pstate {pstate} of speed {text!r} does not exist")
-    m = _SPEED.match(states[pstate])
-    unit = m.group(2) if m else ""
-    for word, prefix in _SPEED_WORDS.items():
-        if unit.lower().startswith(word):
-            unit = prefix + unit[len(word):]
-    for suffix in ("flops", "f"):
-        if unit.endswith(suffix):
-            unit = unit[: -len(suffix)]
-            break
-    else:
-        if unit:
-            unit = "?"
-    if not m or unit not in _SPEED_UNITS:
-        raise ElastiSimInputError(f"{where}: speed {text!r} is not a SimGrid speed (a number "
-                                  "with f, kf, Mf, Gf, Tf, ...)")
-    return float(m.group(1)) * _SPEED_UNITS[unit]
-
-
-def _radical(text: str, where: str) -> int:
-    count = 0
-    for part in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise ElastiSimInputError(f"{where}: radical {text!r} is not a list of numbers "
-                                      "and ranges a-b")
-        count += 1 if m.group(2) is None else int(m.group(2)) - int(m.group(1)) + 1
-    return count
-
-
-def read_platform(path: str | PathLike[str]) -> Platform:
-    """The compute nodes of the platform file ``path`` (``<host>``, ``<cluster>`` and
-    ``<cabinet>`` elements, less those with the property ``batch_system`` or
-    ``pfs_host``), which must all have the same speed."""
-    path = Path(path)
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError) as e:
-        raise ElastiSimInputError(f"{path}: not a readable platform file ({e})") from None
-    speeds: dict[float, int] = {}
-    for element in root.iter():
-        if element.tag not in ("host", "cluster", "cabinet"):
-            continue
-        props = {p.get("id"): p.get("value") for p in element.findall("prop")}
-        if props.get("batch_system") == "true" or props.get("pfs_host") == "true":
-            continue
-        name = element.get("id", "?")
-        where = f"{path}: {element.tag} {name!r}"
-        text = element.get("speed")
-        if text is None:
-            raise ElastiSimInputError(f"{where} has no speed")
-        try:
-            pstate = int(element.get("pstate", "0"))
-        except ValueError:
-            raise ElastiSimInputError(f"{where}: pstate {element.get('pstate')!r} is not an "
-                                      "integer") from None
-        speed = _speed(text, pstate, where)
-        if not speed > 0:
-            raise ElastiSimInputError(f"{where}: a compute node of speed {text!r} never ends a task")
-        count = 1 if element.tag == "host" else _radical(element.get("radical", ""), where)
-        speeds[speed] = speeds.get(speed, 0) + count
-    if not speeds:
-        raise ElastiSimInputError(f"{path}: no compute hosts (every host is the batch "
-                                  "system's or a PFS host)")
-    if len(speeds) > 1:
-        listed = ", ".join(f"{n} at {s:g} flop/s" for s, n in sorted(speeds.items()))
-        raise ElastiSimInputError(f"{path}: compute nodes of different speeds ({listed}); our "
-                                  "simulator's nodes are all alike")
-    (speed, nodes), = speeds.items()
-    return Platform(nodes, speed, path)
 
 
 # -- application models ----------------------------------------------------------------------
@@ -346,10 +159,10 @@ class _Model:
             per_iteration = 0.0
             for t, task in enumerate(phase.tasks):
                 where = f"{self.where}, phase {p}, task {t}"
-                flops = evaluate(_at(task.flops, nodes), f"{where}: flops")
+                flops = evaluate(at_nodes(task.flops, nodes), f"{where}: flops")
                 if task.pattern == _SPREAD:
                     flops /= nodes
-                reps = math.floor(evaluate(_at(task.iterations, nodes), f"{where}: iterations"))
+                reps = math.floor(evaluate(at_nodes(task.iterations, nodes), f"{where}: iterations"))
                 if flops < 0 or reps < 0:
                     raise ElastiSimInputError(f"{where}: {flops:g} flops x {reps} iterations on "
                                               f"{nodes} node(s) is negative")
@@ -382,39 +195,39 @@ def _load_json(path: Path, what: str) -> Any:
 def _model(raw: Any, path: Path, arguments: Mapping[str, str], where: str) -> _Model:
     where = f"{where}, model {path.name}"
     if not isinstance(raw, dict):
-        raise ElastiSimInputError(f"{where}: the model is {_show(raw)}, not an object")
+        raise ElastiSimInputError(f"{where}: the model is {show(raw)}, not an object")
     for key in _ONE_TIME_PHASES:
         if raw.get(key) is not None:
             raise ElastiSimInputError(f"{where}: phase {key!r} is not modelled by our simulator "
                                       "(an initialization, reconfiguration or expansion cost)")
     phases = raw.get("phases")
     if not isinstance(phases, list) or not phases:
-        raise ElastiSimInputError(f"{where}: 'phases' is {_show(phases)}, not a list of phases")
+        raise ElastiSimInputError(f"{where}: 'phases' is {show(phases)}, not a list of phases")
     out = []
     for p, phase in enumerate(phases):
         at = f"{where}, phase {p}"
         if not isinstance(phase, dict):
-            raise ElastiSimInputError(f"{at} is {_show(phase)}, not an object")
+            raise ElastiSimInputError(f"{at} is {show(phase)}, not an object")
         its = phase.get("iterations", 1)
         if isinstance(its, str):
-            count = _stoi(_substitute(its, arguments), f"{at}: iterations {its!r}")
+            count = stoi(substitute(its, arguments), f"{at}: iterations {its!r}")
         elif isinstance(its, int) and not isinstance(its, bool):
             count = its
         else:
-            raise ElastiSimInputError(f"{at}: iterations {_show(its)} is neither a whole number "
+            raise ElastiSimInputError(f"{at}: iterations {show(its)} is neither a whole number "
                                       "nor a string (ElastiSim would run it once)")
         if count < 1:
-            raise ElastiSimInputError(f"{at}: iterations {_show(its)} gives {count}, not 1 or "
+            raise ElastiSimInputError(f"{at}: iterations {show(its)} gives {count}, not 1 or "
                                       "more (a phase without iterations never ends in ElastiSim)")
         flags = {}
         for key in ("scheduling_point", "final_scheduling_point", "barrier"):
             flag = phase.get(key, True)
             if not isinstance(flag, bool):
-                raise ElastiSimInputError(f"{at}: {key} is {_show(flag)}, not true or false")
+                raise ElastiSimInputError(f"{at}: {key} is {show(flag)}, not true or false")
             flags[key] = flag
         tasks = phase.get("tasks")
         if not isinstance(tasks, list) or not tasks:
-            raise ElastiSimInputError(f"{at}: 'tasks' is {_show(tasks)}, not a list of tasks")
+            raise ElastiSimInputError(f"{at}: 'tasks' is {show(tasks)}, not a list of tasks")
         out.append(_Phase(count, tuple(_task(t, f"{at}, task {i}", arguments)
                                        for i, t in enumerate(tasks)),
                           flags["scheduling_point"], flags["final_scheduling_point"]))
@@ -423,10 +236,10 @@ def _model(raw: Any, path: Path, arguments: Mapping[str, str], where: str) -> _M
 
 def _task(raw: Any, where: str, arguments: Mapping[str, str]) -> _Task:
     if not isinstance(raw, dict):
-        raise ElastiSimInputError(f"{where} is {_show(raw)}, not an object")
+        raise ElastiSimInputError(f"{where} is {show(raw)}, not an object")
     kind = raw.get("type")
     if not isinstance(kind, str) or kind.lower() != "cpu":
-        raise ElastiSimInputError(f"{where}: a task of type {_show(kind)}: our jobs only "
+        raise ElastiSimInputError(f"{where}: a task of type {show(kind)}: our jobs only "
                                   "compute (cpu tasks); I/O, GPU, delay and sequence tasks are "
                                   "not modelled")
     if raw.get("bytes") is not None:
@@ -434,23 +247,23 @@ def _task(raw: Any, where: str, arguments: Mapping[str, str]) -> _Task:
                                   "does not model communication")
     flops = raw.get("flops")
     if isinstance(flops, bool) or not isinstance(flops, str | int | float):
-        raise ElastiSimInputError(f"{where}: flops {_show(flops)} is neither a number nor a "
+        raise ElastiSimInputError(f"{where}: flops {show(flops)} is neither a number nor a "
                                   "formula")
     pattern = raw.get("computation_pattern")
     kind_of = _PATTERNS.get(pattern.lower()) if isinstance(pattern, str) else None
     if kind_of is None:
-        raise ElastiSimInputError(f"{where}: computation_pattern {_show(pattern)} is not "
+        raise ElastiSimInputError(f"{where}: computation_pattern {show(pattern)} is not "
                                   "UNIFORM or ALL_RANKS (the patterns that load every node alike)")
     its = raw.get("iterations", 1)
     if isinstance(its, str):
-        iterations = _substitute(its, arguments)
+        iterations = substitute(its, arguments)
     elif isinstance(its, int) and not isinstance(its, bool) and its >= 0:
         iterations = str(its)
     else:
-        raise ElastiSimInputError(f"{where}: iterations {_show(its)} is neither a whole number "
+        raise ElastiSimInputError(f"{where}: iterations {show(its)} is neither a whole number "
                                   "nor a formula (ElastiSim would run it once)")
-    text = _substitute(flops, arguments) if isinstance(flops, str) \
-        else _argument_text(float(flops), f"{where}: flops")
+    text = substitute(flops, arguments) if isinstance(flops, str) \
+        else argument_text(float(flops), f"{where}: flops")
     return _Task(text, kind_of, iterations)
 
 
@@ -483,7 +296,7 @@ class JobSet:
 def _int(raw: Mapping[str, Any], key: str, where: str, low: int = 1) -> int:
     value = raw.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ElastiSimInputError(f"{where}: {key} is {_show(value)}, not a whole number "
+        raise ElastiSimInputError(f"{where}: {key} is {show(value)}, not a whole number "
                                   f">= {low}")
     return value
 
@@ -541,11 +354,11 @@ def read_jobs(jobs_file: str | PathLike[str], platform: Platform, *,
     for index, job in enumerate(raw["jobs"]):
         where = f"{path}: jobs[{index}]"
         if not isinstance(job, dict):
-            raise ElastiSimInputError(f"{where} is {_show(job)}, not an object")
+            raise ElastiSimInputError(f"{where} is {show(job)}, not an object")
         submit = job.get("submit_time")
         if isinstance(submit, bool) or not isinstance(submit, int | float) \
                 or not math.isfinite(submit) or submit < 0:
-            raise ElastiSimInputError(f"{where}: submit_time is {_show(submit)}, not a number >= 0")
+            raise ElastiSimInputError(f"{where}: submit_time is {show(submit)}, not a number >= 0")
         entries.append((float(submit), index, job, where))
     entries.sort(key=lambda e: e[0])  # stable: ties keep the file's order, as ElastiSim's
     jobs: list[SimJob] = []
@@ -554,24 +367,24 @@ def read_jobs(jobs_file: str | PathLike[str], platform: Platform, *,
         kind = job.get("type")
         cls = _TYPES.get(kind.lower()) if isinstance(kind, str) else None
         if cls is None:
-            raise ElastiSimInputError(f"{where}: type is {_show(kind)}, not RIGID, MOLDABLE or "
+            raise ElastiSimInputError(f"{where}: type is {show(kind)}, not RIGID, MOLDABLE or "
                                       "MALLEABLE")
         args_raw = job.get("arguments", {})
         if args_raw is None:
             args_raw = {}
         if not isinstance(args_raw, dict):
-            raise ElastiSimInputError(f"{where}: arguments is {_show(args_raw)}, not an object")
+            raise ElastiSimInputError(f"{where}: arguments is {show(args_raw)}, not an object")
         arguments = {}
         for key, value in args_raw.items():
             if not _NAME.match(key):
                 raise ElastiSimInputError(f"{where}: argument name {key!r} is not a plain name "
                                           "(ElastiSim replaces it in formulas as a pattern)")
-            arguments[key] = _argument_text(value, f"{where}: argument {key!r}")
+            arguments[key] = argument_text(value, f"{where}: argument {key!r}")
         gpu_keys = ("num_gpus_per_node",) if cls == "rigid" else ("num_gpus_per_node_min",
                                                                   "num_gpus_per_node_max")
         for key in gpu_keys:
             if job.get(key) not in (None, 0):
-                raise ElastiSimInputError(f"{where}: {key} is {_show(job.get(key))}; our "
+                raise ElastiSimInputError(f"{where}: {key} is {show(job.get(key))}; our "
                                           "simulator has no GPUs")
         if cls == "rigid":
             low = high = pref = _int(job, "num_nodes", where)
@@ -585,7 +398,7 @@ def read_jobs(jobs_file: str | PathLike[str], platform: Platform, *,
                 text = arguments["num_nodes_pref"]
                 if not re.fullmatch(r"[+-]?\d+", text.strip()):
                     raise ElastiSimInputError(f"{where}: argument num_nodes_pref is "
-                                              f"{_show(args_raw['num_nodes_pref'])}, not a whole "
+                                              f"{show(args_raw['num_nodes_pref'])}, not a whole "
                                               "number (the Kassel extension reads it with int())")
                 pref = int(text)
             if not low <= pref <= high:
@@ -593,7 +406,7 @@ def read_jobs(jobs_file: str | PathLike[str], platform: Platform, *,
                                           f"[num_nodes_min, num_nodes_max] = [{low}, {high}]")
         model_name = job.get("application_model")
         if not isinstance(model_name, str):
-            raise ElastiSimInputError(f"{where}: application_model is {_show(model_name)}, not a "
+            raise ElastiSimInputError(f"{where}: application_model is {show(model_name)}, not a "
                                       "path")
         model_path = _resolve(model_name, folder, f"{where}: application_model")
         if model_path not in cache:
@@ -613,7 +426,7 @@ def read_jobs(jobs_file: str | PathLike[str], platform: Platform, *,
         estimate = runtime
         if walltime is not None:
             if isinstance(walltime, bool) or not isinstance(walltime, int) or walltime < 0:
-                raise ElastiSimInputError(f"{where}: walltime is {_show(walltime)}, not a whole "
+                raise ElastiSimInputError(f"{where}: walltime is {show(walltime)}, not a whole "
                                           "number of seconds >= 0 (ElastiSim would ignore it)")
             if walltime > 0:
                 estimate = float(walltime)
@@ -642,18 +455,18 @@ def read_input(folder: str | PathLike[str]) -> JobSet:
         raise ElastiSimInputError(f"{config_file}: not an object")
     for key in ("jobs_file", "platform_file"):
         if not isinstance(config.get(key), str):
-            raise ElastiSimInputError(f"{config_file}: {key} is {_show(config.get(key))}, not a path")
+            raise ElastiSimInputError(f"{config_file}: {key} is {show(config.get(key))}, not a path")
     interval = config.get("scheduling_interval", 0)
     if isinstance(interval, bool) or not isinstance(interval, int | float) \
             or not math.isfinite(interval) or interval < 0:
-        raise ElastiSimInputError(f"{config_file}: scheduling_interval is {_show(interval)}, not a "
+        raise ElastiSimInputError(f"{config_file}: scheduling_interval is {show(interval)}, not a "
                                   "number of seconds >= 0")
     flags = {}
     for key in ("schedule_on_job_submit", "schedule_on_job_finalize",
                 "schedule_on_scheduling_point", "allow_oversubscription", "sensing"):
         value = config.get(key, False)
         if not isinstance(value, bool):
-            raise ElastiSimInputError(f"{config_file}: {key} is {_show(value)}, not true or false")
+            raise ElastiSimInputError(f"{config_file}: {key} is {show(value)}, not true or false")
         flags[key] = value
     if interval == 0 and not (flags["schedule_on_job_submit"] and flags["schedule_on_job_finalize"]):
         raise ElastiSimInputError(f"{config_file}: with scheduling_interval 0 the algorithm must "
