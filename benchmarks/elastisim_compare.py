@@ -63,12 +63,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import importlib.util
 import json
 import logging
-import math
-import os
 import signal
 import subprocess
 import sys
@@ -86,38 +82,37 @@ from apgas_scheduler.policies import Policy, get_policy
 from apgas_scheduler.sim.compare import COSTED
 from apgas_scheduler.sim.elastisim_jobs import ElastiSimInputError, JobSet, read_input
 from apgas_scheduler.sim.simulator import Reconfig, Simulator
-from apgas_scheduler.stats import JobTimes, summarize
-from benchmarks.elastisim_policies import reconfigurations
+from benchmarks._elastisim_agreement import (
+    KASSEL_EASY,
+    KASSEL_EASY_OURS,
+    KASSEL_ORIGINALS,
+    RIGID_EASY,
+    TIE,
+    TOLERANCE,
+    checks_text,
+    compare_set,
+    table,
+)
+from benchmarks._elastisim_runs import (
+    RunFailed,
+    bridge_status,
+    elastisim_status,
+    load_helpers,
+    run_elastisim,
+)
 
 log = logging.getLogger("benchmarks.elastisim_compare")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "elastisim"
-HELPERS = ROOT / "tests" / "_elastisim.py"
 KASSEL_TARBALL = "MalleableJobScheduling.tar.gz"
 
-TOLERANCE = 0.02
-"""Largest relative difference of mean turnaround between the simulators for the
-same rigid algorithm."""
-
-RIGID_EASY = "easy"
-KASSEL_EASY = "rigid_easy_backfill"
-KASSEL_EASY_OURS = "kassel-easy*"
 DEFAULT_POLICIES = ("malleable", "mebf", "min-agreement", "min-common-pool", "avg-agreement",
                     "pref-agreement", "thrifty", "lending")
 DEFAULT_SHARES = (0, 20, 50, 100)
-KASSEL_ORIGINALS = {f"{ours}-{handover}": f"{theirs}_{handover.replace('-', '_')}"
-                    for ours, theirs in (("min", "min"), ("avg", "average"), ("pref", "pref"))
-                    for handover in ("agreement", "common-pool", "steal-agreement")}
-"""Our names of the nine Kassel strategies -> their scripts in ``scheduling_algorithms/``."""
-
 # The Kassel generator's options, as their runSimulations.sh passes them.
 PARALLEL_PERCENTAGES = "0.999,0.995,0.99,0.985,0.98,0.975,0.97,0.965,0.96,0.955,0.95"
 SCALING_FORMULA = "(1/((1-parallel_percentage)+parallel_percentage/num_nodes))"
-
-
-class RunFailed(RuntimeError):
-    """An ElastiSim run that did not end as it should; the message says how."""
 
 
 # -- the Kassel EASY, as it runs ---------------------------------------------------------------
@@ -166,27 +161,33 @@ def kassel_folder(explicit: Path | None, helpers: ModuleType | None, scratch: Pa
 
 
 def generator_command(kassel: Path, dest: Path, share: int, seed: str, days: float,
-                      nodes: int) -> list[str]:
-    """The Kassel generator's command for one job set (their runSimulations.sh)."""
+                      nodes: int, split_time: float = 60.0, max_iterations: int = 1000) -> list[str]:
+    """The Kassel generator's command for one job set (their runSimulations.sh;
+    ``split_time`` and ``max_iterations``: the seconds of work per iteration of a
+    malleable job at its preferred size and perfect scaling, and the most
+    iterations, their ``dividation_split_time`` 60 and ``malleable_dividation_amount``
+    1000)."""
     script = kassel / "scripts" / "input_generation" / "jsonGenerator.py"
     return [sys.executable, str(script), "-q", "-d", str(dest), "--seed", seed,
             "--total_time", str(round(days * 86400)),
             "--type_probabilities", f"{100 - share},0,{share}",
             "--flops_range", "5E12,4E17", "--node_range", f"1,{min(16, nodes)}",
-            "--submit_range", "1", "--malleable_dividation_amount", "1000",
-            "--dividation_split_time", "60", "--application_model", "data/input/application_model.json",
+            "--submit_range", "1", "--malleable_dividation_amount", str(max_iterations),
+            "--dividation_split_time", repr(float(split_time)),
+            "--application_model", "data/input/application_model.json",
             "--parallel_percentage", PARALLEL_PERCENTAGES,
             "--min_node_efficiency_threshold", "0.95", "--pref_node_efficiency_threshold", "0.8",
             "--max_node_efficiency_threshold", "0.5", "--scaling_formula", SCALING_FORMULA,
             "--flops_per_cluster_node", "1E12", "--num_cluster_nodes", str(nodes)]
 
 
-def generate(kassel: Path, dest: Path, share: int, seed: str, days: float, nodes: int) -> Path:
+def generate(kassel: Path, dest: Path, share: int, seed: str, days: float, nodes: int,
+             split_time: float = 60.0, max_iterations: int = 1000) -> Path:
     """Run the Kassel generator into ``dest`` (made); returns ``dest``."""
     if not 0 <= share <= 100:
         raise ValueError(f"a malleable share is a percentage, not {share}")
     dest.mkdir(parents=True, exist_ok=True)
-    command = generator_command(kassel, dest, share, seed, days, nodes)
+    command = generator_command(kassel, dest, share, seed, days, nodes, split_time, max_iterations)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300,
                           cwd=dest, stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not (dest / "jobs.json").is_file():
@@ -242,323 +243,6 @@ def run_ours(jobset: JobSet, policy: str, resize_interval: float) -> dict[str, A
 
 
 # -- ElastiSim ---------------------------------------------------------------------------------
-
-def load_helpers() -> tuple[ModuleType | None, str]:
-    """``tests/_elastisim.py`` (find, prepare_input, run_elastisim, run_strategy,
-    stop), or None and why not."""
-    if not HELPERS.is_file():
-        return None, f"{HELPERS.relative_to(ROOT)} (the helpers that run ElastiSim) is missing"
-    spec = importlib.util.spec_from_file_location("_elastisim_helpers", HELPERS)
-    if spec is None or spec.loader is None:
-        return None, f"{HELPERS} cannot be loaded"
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, ""
-
-
-def elastisim_status(helpers: ModuleType | None, reason: str) -> tuple[Path | None, str]:
-    """The ElastiSim build folder, or None and why the ElastiSim runs are skipped."""
-    if helpers is None:
-        return None, reason
-    folder, why = helpers.find()
-    return (Path(folder), "") if folder is not None else (None, why)
-
-
-def bridge_status() -> str:
-    """Why our policies cannot run in ElastiSim ("" if they can): the bridge
-    ``apgas-scheduler elastisim`` must be there."""
-    if importlib.util.find_spec("apgas_scheduler.elastisim") is None:
-        return "the bridge (apgas_scheduler/elastisim.py, `apgas-scheduler elastisim`) is missing"
-    proc = subprocess.run([sys.executable, "-m", "apgas_scheduler", "elastisim", "--help"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          stdin=subprocess.DEVNULL, env=_env())
-    if proc.returncode != 0:
-        return "`apgas-scheduler elastisim` is not a subcommand yet (apgas_scheduler/__main__.py)"
-    return ""
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def read_job_statistics(path: Path) -> dict[int, dict[str, Any]]:
-    """ElastiSim's ``job_statistics.csv``: id -> submit, start, end, type, status."""
-    out: dict[int, dict[str, Any]] = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            out[int(row["ID"])] = {"submit": float(row["Submit Time"]),
-                                   "start": float(row["Start Time"]), "end": float(row["End Time"]),
-                                   "type": row["Type"], "status": row["Status"]}
-    return out
-
-
-def _kassel_resizes(path: Path) -> int:
-    if not path.is_file():
-        return 0
-    with open(path, newline="", encoding="utf-8") as f:
-        return sum(1 for row in csv.DictReader(f) if row.get("Event") in ("EXPAND", "SHRINK"))
-
-
-def run_elastisim(helpers: ModuleType, folder: Path, input_dir: Path, work: Path, jobset: JobSet,
-                  *, strategy: str | None = None, policy: str | None = None,
-                  resize_interval: float = 10.0, timeout: float = 900.0) -> dict[str, Any]:
-    """The set in the real ElastiSim, with the Kassel ``strategy`` or our ``policy``
-    through the bridge; metrics and per-job times like :func:`run_ours`."""
-    work.mkdir(parents=True)
-    config = helpers.prepare_input(work, input_dir)
-    settings = json.loads(config.read_text())
-    started = time.perf_counter()
-    sim = helpers.run_elastisim(folder / "build" / "elastisim", config)
-    algorithm: subprocess.Popen[bytes] | None = None
-    try:
-        if strategy is not None:
-            algorithm = helpers.run_strategy(folder, strategy, config)
-        else:
-            with open(work / "bridge.log", "wb") as out:
-                algorithm = subprocess.Popen(
-                    [sys.executable, "-m", "apgas_scheduler", "elastisim", "--policy", str(policy),
-                     "--url", settings["zmq_url"], "--stats", str(work / "bridge.json"),
-                     "--node-speed", repr(jobset.node_speed),
-                     "--resize-interval", repr(resize_interval)],
-                    cwd=work, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    env=_env(), start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            codes = sim.poll(), algorithm.poll()
-            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
-                break
-            if time.monotonic() > deadline:
-                raise RunFailed(f"not done after {timeout:g} s")
-            time.sleep(0.1)
-    finally:
-        for proc in (sim, algorithm):
-            if proc is not None and proc.poll() is None:
-                helpers.stop(proc)
-    if sim.returncode != 0 or algorithm.returncode != 0:
-        logs = sorted(work.glob("*.log"))
-        tail = "; ".join(f"{p.name}: {p.read_text(errors='replace').strip()[-300:]}" for p in logs)
-        raise RunFailed(f"ElastiSim exited {sim.returncode}, the algorithm {algorithm.returncode} "
-                        f"({tail})")
-    stats_file = Path(settings["job_statistics"])
-    if not stats_file.is_file():
-        raise RunFailed(f"ElastiSim wrote no {stats_file}")
-    rows = read_job_statistics(stats_file)
-    times = [JobTimes(r["submit"], r["start"], r["end"], cls=r["type"]) for r in rows.values()]
-    summary = summarize(times)
-    label = f"{strategy} (Kassel)" if strategy else f"{policy} (bridge)"
-    if strategy:
-        orders = _kassel_resizes(work / "output" / "event.csv")
-        counts: dict[str, Any] = {}
-    else:
-        counts = json.loads((work / "bridge.json").read_text())
-        orders = counts["decisions"]["grow"] + counts["decisions"]["shrink"]
-    utilization = Path(settings["node_utilization"])
-    resizes = reconfigurations(utilization) if utilization.is_file() else orders
-    return {"simulator": "ElastiSim", "policy": strategy or policy, "label": label,
-            "metrics": {"jobs": len(rows), "makespan": summary["makespan"],
-                        "mean_wait": summary["mean_wait"],
-                        "mean_turnaround": summary["mean_turnaround"],
-                        "mean_bounded_slowdown": summary["mean_bounded_slowdown"],
-                        "resizes": resizes, "orders": orders,
-                        "killed": sum(1 for r in rows.values() if r["status"] != "completed")},
-            "jobs": {jid: [r["start"], r["end"]] for jid, r in rows.items()},
-            "bridge": counts, "seconds": time.perf_counter() - started}
-
-
-# -- comparisons -------------------------------------------------------------------------------
-
-def relative(a: float | None, b: float | None) -> float | None:
-    """(a - b) / b, None when undefined."""
-    if a is None or b is None or b == 0:
-        return None
-    return (a - b) / b
-
-
-def _printed(x: float) -> float:
-    """Half a unit in the last place of ``x`` as ElastiSim prints it (an ostream's six
-    significant digits)."""
-    return 0.5 * 10 ** (math.floor(math.log10(abs(x))) - 5) if x else 0.0
-
-
-def runtime_check(jobset: JobSet, run: dict[str, Any], every_class: bool) -> dict[str, Any]:
-    """Each job's start-to-end time in ``run`` (an ElastiSim run that never
-    resizes: the Kassel EASY starts every job at its preferred size) against our
-    run time at that size; only the rigid jobs unless ``every_class``. A job
-    agrees when the difference is within what the CSV's rounding allows."""
-    worst, which, checked, bad = 0.0, None, 0, []
-    for job in jobset.jobs:
-        if (job.cls != "rigid" and not every_class) or job.id not in run["jobs"]:
-            continue
-        start, end = run["jobs"][job.id]
-        checked += 1
-        error = abs((end - start) - job.runtime)
-        if error > _printed(start) + _printed(end) + 1e-9 * job.runtime:
-            bad.append(job.id)
-        if error / job.runtime > worst:
-            worst, which = error / job.runtime, job.id
-    return {"checked": checked, "max_relative_error": worst, "job": which, "outside_rounding": bad,
-            "ok": checked > 0 and not bad}
-
-
-def same_starts(ours: dict[str, Any], theirs: dict[str, Any], within: float = 1.0) -> float:
-    """The share of jobs that start within ``within`` seconds in both runs."""
-    ids = [j for j in ours["jobs"] if j in theirs["jobs"] and ours["jobs"][j][0] is not None]
-    if not ids:
-        return 0.0
-    same = sum(1 for j in ids if abs(ours["jobs"][j][0] - theirs["jobs"][j][0]) <= within)
-    return same / len(ids)
-
-
-TIE = 1e-3
-"""Mean turnarounds closer than this (relative) rank as a tie."""
-
-
-def _sign(a: float, b: float) -> int:
-    if abs(a - b) <= TIE * max(abs(a), abs(b)):
-        return 0
-    return 1 if a > b else -1
-
-
-def kendall_tau(first: dict[str, float], second: dict[str, float]) -> float | None:
-    """Kendall's tau-b between two scorings of the same names (1: the same order,
-    -1: reversed), with :data:`TIE` for ties; None when undefined."""
-    names = [n for n in first if n in second]
-    concordant = discordant = tied_first = tied_second = pairs = 0
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            pairs += 1
-            x, y = _sign(first[a], first[b]), _sign(second[a], second[b])
-            tied_first += x == 0
-            tied_second += y == 0
-            concordant += x * y > 0
-            discordant += x * y < 0
-    denominator = math.sqrt((pairs - tied_first) * (pairs - tied_second))
-    return (concordant - discordant) / denominator if denominator else None
-
-
-def best(scores: dict[str, float]) -> list[str]:
-    """The names with the least score (ties included)."""
-    low = min(scores.values())
-    return sorted(n for n, v in scores.items() if _sign(v, low) == 0)
-
-
-def compare_set(ours: list[dict[str, Any]], theirs: list[dict[str, Any]],
-                jobset: JobSet, malleable: Sequence[str]) -> dict[str, Any]:
-    """The checks of one set (see the module docstring)."""
-    mine = {r["policy"]: r for r in ours}
-    es = {(r["policy"], r["label"].endswith("(Kassel)")): r for r in theirs}
-    checks: dict[str, Any] = {}
-    pairs = {"easy": (RIGID_EASY, (RIGID_EASY, False)),
-             "kassel_easy": (KASSEL_EASY_OURS, (KASSEL_EASY, True))}
-    for key, (ours_name, theirs_key) in pairs.items():
-        if ours_name in mine and theirs_key in es:
-            a, b = mine[ours_name], es[theirs_key]
-            diff = relative(b["metrics"]["mean_turnaround"], a["metrics"]["mean_turnaround"])
-            checks[key] = {"ours": ours_name, "elastisim": b["label"], "turnaround_difference": diff,
-                           "same_starts": same_starts(a, b),
-                           "ok": diff is not None and abs(diff) <= TOLERANCE}
-    if RIGID_EASY in mine and (KASSEL_EASY, True) in es:
-        checks["easy_vs_kassel"] = {
-            "turnaround_difference": relative(es[(KASSEL_EASY, True)]["metrics"]["mean_turnaround"],
-                                              mine[RIGID_EASY]["metrics"]["mean_turnaround"]),
-            "expected": "no agreement: the Kassel strategy never backfills (module docstring)"}
-    if (KASSEL_EASY, True) in es:
-        checks["runtimes"] = runtime_check(jobset, es[(KASSEL_EASY, True)], True)
-    elif (RIGID_EASY, False) in es:
-        checks["runtimes"] = runtime_check(jobset, es[(RIGID_EASY, False)], False)
-    originals = {p: {"ours": mine[p]["metrics"]["mean_turnaround"],
-                     "bridge": es[(p, False)]["metrics"]["mean_turnaround"] if (p, False) in es else None,
-                     "original": es[(KASSEL_ORIGINALS[p], True)]["metrics"]["mean_turnaround"]}
-                 for p in malleable if p in mine and (KASSEL_ORIGINALS.get(p), True) in es}
-    if originals:
-        checks["kassel_originals"] = originals
-    names = [p for p in malleable if p in mine and (p, False) in es
-             and mine[p]["metrics"]["mean_turnaround"] is not None
-             and es[(p, False)]["metrics"]["mean_turnaround"] is not None]
-    if len(names) >= 2:
-        first = {p: mine[p]["metrics"]["mean_turnaround"] for p in names}
-        second = {p: es[(p, False)]["metrics"]["mean_turnaround"] for p in names}
-        checks["ranking"] = {"ours": sorted(names, key=first.__getitem__),
-                             "elastisim": sorted(names, key=second.__getitem__),
-                             "kendall_tau": kendall_tau(first, second),
-                             "best_ours": best(first), "best_elastisim": best(second),
-                             "same_best": bool(set(best(first)) & set(best(second)))}
-    return checks
-
-
-# -- output ------------------------------------------------------------------------------------
-
-def counterpart(run: dict[str, Any]) -> str:
-    """The name of our run of the algorithm that ``run`` ran."""
-    if run["simulator"] == "ours" or not run["label"].endswith("(Kassel)"):
-        return str(run["policy"])
-    if run["policy"] == KASSEL_EASY:
-        return KASSEL_EASY_OURS
-    return next((ours for ours, theirs in KASSEL_ORIGINALS.items() if theirs == run["policy"]),
-                str(run["policy"]))
-
-
-def _hours(value: float | None) -> str:
-    return f"{value / 3600:>10.3f}" if value is not None else f"{'-':>10}"
-
-
-def table(name: str, info: dict[str, Any], runs: Sequence[dict[str, Any]]) -> str:
-    mine = {r["policy"]: r for r in runs if r["simulator"] == "ours"}
-    classes = ", ".join(f"{n} {c}" for c, n in info["classes"].items())
-    lines = [f"{name}: {info['jobs']} jobs ({classes}), {info['nodes']} nodes of "
-             f"{info['node_speed']:g} flop/s"
-             + (f", offered load {info['offered_load']:.2f}" if info["offered_load"] else ""),
-             f"{'simulator':<10}{'policy':<34}{'turnaround h':>13}{'wait h':>10}{'makespan h':>12}"
-             f"{'resizes':>9}{'vs ours':>9}"]
-    for r in runs:
-        m = r["metrics"]
-        label = r.get("label", r["policy"])
-        base = mine.get(counterpart(r))
-        diff = relative(m["mean_turnaround"], base["metrics"]["mean_turnaround"]) \
-            if r["simulator"] != "ours" and base else None
-        lines.append(f"{r['simulator']:<10}{label:<34}{_hours(m['mean_turnaround']):>13}"
-                     f"{_hours(m['mean_wait'])}{_hours(m['makespan']):>12}{m['resizes']:>9}"
-                     + (f"{diff:>+9.1%}" if diff is not None else f"{'':>9}"))
-    return "\n".join(lines)
-
-
-def checks_text(checks: dict[str, Any]) -> str:
-    lines = []
-    rt = checks.get("runtimes")
-    if rt:
-        lines.append(f"  run times of {rt['checked']} jobs against ElastiSim's: largest difference "
-                     f"{rt['max_relative_error']:.1e} (job {rt['job']}), "
-                     f"{len(rt['outside_rounding'])} beyond the CSV's rounding -> "
-                     f"{'agree' if rt['ok'] else 'DISAGREE'}")
-    for key in ("easy", "kassel_easy"):
-        c = checks.get(key)
-        if c:
-            lines.append(f"  {c['ours']} (ours) vs {c['elastisim']}: mean turnaround "
-                         f"{c['turnaround_difference']:+.2%}, same start (1 s) for "
-                         f"{c['same_starts']:.0%} of the jobs -> "
-                         f"{'agree' if c['ok'] else 'DISAGREE'} (tolerance {TOLERANCE:.0%})")
-    c = checks.get("easy_vs_kassel")
-    if c and c["turnaround_difference"] is not None:
-        lines.append(f"  easy (ours) vs {KASSEL_EASY} (Kassel): {c['turnaround_difference']:+.1%}; "
-                     "theirs never backfills")
-    for p, t in checks.get("kassel_originals", {}).items():
-        bridge = "-" if t["bridge"] is None else f"{t['bridge'] / 3600:.3f} h"
-        lines.append(f"  {p}: ours {t['ours'] / 3600:.3f} h, in ElastiSim {bridge}, the Kassel "
-                     f"script {KASSEL_ORIGINALS[p]} in ElastiSim {t['original'] / 3600:.3f} h")
-    c = checks.get("ranking")
-    if c:
-        lines.append(f"  ranking by mean turnaround, ours:      {', '.join(c['ours'])}")
-        lines.append(f"  ranking by mean turnaround, ElastiSim: {', '.join(c['elastisim'])}")
-        tau = "undefined" if c["kendall_tau"] is None else f"{c['kendall_tau']:+.2f}"
-        lines.append(f"  Kendall's tau-b {tau} (ties within {TIE:.1%}); best: ours "
-                     f"{', '.join(c['best_ours'])}, ElastiSim {', '.join(c['best_elastisim'])}")
-    return "\n".join(lines)
-
-
-# -- the run -----------------------------------------------------------------------------------
 
 @contextlib.contextmanager
 def _scratch(keep: Path | None) -> Iterator[Path]:
@@ -632,6 +316,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", default="S1", help="the generator's seed (a string, as theirs)")
     p.add_argument("--days", type=float, default=5.0, help="days of submissions to generate")
     p.add_argument("--nodes", type=int, default=32, help="nodes of the generated platform")
+    p.add_argument("--split-time", type=float, default=60.0, metavar="SECONDS",
+                   help="generated sets: seconds of work per iteration of a malleable job (at its "
+                        "preferred size, scaling perfectly), their dividation_split_time")
+    p.add_argument("--max-iterations", type=int, default=1000,
+                   help="generated sets: the most iterations of a malleable job "
+                        "(their malleable_dividation_amount)")
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                    help="our malleable policies to compare")
     p.add_argument("--resize-interval", type=float, default=10.0,
@@ -655,8 +345,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--shares {ns.shares!r}: percentages separated by commas")
     if any(not 0 <= s <= 100 for s in ns.shares) or not ns.shares:
         p.error(f"--shares {ns.shares}: percentages from 0 to 100")
-    if ns.days <= 0 or ns.nodes < 1 or ns.timeout <= 0 or ns.resize_interval < 0:
-        p.error("need --days > 0, --nodes >= 1, --timeout > 0, --resize-interval >= 0")
+    if ns.days <= 0 or ns.nodes < 1 or ns.timeout <= 0 or ns.resize_interval < 0 \
+            or ns.split_time <= 0 or ns.max_iterations < 1:
+        p.error("need --days > 0, --nodes >= 1, --timeout > 0, --resize-interval >= 0, "
+                "--split-time > 0, --max-iterations >= 1")
     return ns
 
 
@@ -699,7 +391,8 @@ def _main(argv: list[str] | None) -> int:
             else:
                 kassel = kassel_folder(ns.kassel, helpers, work)
                 sets = [(f"{s}% malleable, seed {ns.seed}",
-                         generate(kassel, work / f"input-{s}", s, ns.seed, ns.days, ns.nodes))
+                         generate(kassel, work / f"input-{s}", s, ns.seed, ns.days, ns.nodes,
+                                  ns.split_time, ns.max_iterations))
                         for s in ns.shares]
             results = compare_sets(sets, ns, work, helpers, folder, skip)
         except (ElastiSimInputError, FileNotFoundError, RuntimeError) as e:

@@ -1,0 +1,216 @@
+"""How ``benchmarks.elastisim_compare`` holds our simulator's runs against
+ElastiSim's: relative differences, run times per job, the ranking of policies
+(Kendall's tau-b), and the tables it prints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from apgas_scheduler.sim.elastisim_jobs import JobSet
+
+__all__ = ["TOLERANCE", "RIGID_EASY", "KASSEL_EASY", "KASSEL_EASY_OURS", "KASSEL_ORIGINALS", "relative", "runtime_check", "same_starts", "kendall_tau", "best", "compare_set", "counterpart", "table", "checks_text"]
+
+TOLERANCE = 0.02
+"""Largest relative difference of mean turnaround between the simulators for the
+same rigid algorithm."""
+
+RIGID_EASY = "easy"
+KASSEL_EASY = "rigid_easy_backfill"
+KASSEL_EASY_OURS = "kassel-easy*"
+KASSEL_ORIGINALS = {f"{ours}-{handover}": f"{theirs}_{handover.replace('-', '_')}"
+                    for ours, theirs in (("min", "min"), ("avg", "average"), ("pref", "pref"))
+                    for handover in ("agreement", "common-pool", "steal-agreement")}
+"""Our names of the nine Kassel strategies -> their scripts in ``scheduling_algorithms/``."""
+
+
+def relative(a: float | None, b: float | None) -> float | None:
+    """(a - b) / b, None when undefined."""
+    if a is None or b is None or b == 0:
+        return None
+    return (a - b) / b
+
+
+def _printed(x: float) -> float:
+    """Half a unit in the last place of ``x`` as ElastiSim prints it (an ostream's six
+    significant digits)."""
+    return 0.5 * 10 ** (math.floor(math.log10(abs(x))) - 5) if x else 0.0
+
+
+def runtime_check(jobset: JobSet, run: dict[str, Any], every_class: bool) -> dict[str, Any]:
+    """Each job's start-to-end time in ``run`` (an ElastiSim run that never
+    resizes: the Kassel EASY starts every job at its preferred size) against our
+    run time at that size; only the rigid jobs unless ``every_class``. A job
+    agrees when the difference is within what the CSV's rounding allows."""
+    worst, which, checked, bad = 0.0, None, 0, []
+    for job in jobset.jobs:
+        if (job.cls != "rigid" and not every_class) or job.id not in run["jobs"]:
+            continue
+        start, end = run["jobs"][job.id]
+        checked += 1
+        error = abs((end - start) - job.runtime)
+        if error > _printed(start) + _printed(end) + 1e-9 * job.runtime:
+            bad.append(job.id)
+        if error / job.runtime > worst:
+            worst, which = error / job.runtime, job.id
+    return {"checked": checked, "max_relative_error": worst, "job": which, "outside_rounding": bad,
+            "ok": checked > 0 and not bad}
+
+
+def same_starts(ours: dict[str, Any], theirs: dict[str, Any], within: float = 1.0) -> float:
+    """The share of jobs that start within ``within`` seconds in both runs."""
+    ids = [j for j in ours["jobs"] if j in theirs["jobs"] and ours["jobs"][j][0] is not None]
+    if not ids:
+        return 0.0
+    same = sum(1 for j in ids if abs(ours["jobs"][j][0] - theirs["jobs"][j][0]) <= within)
+    return same / len(ids)
+
+
+TIE = 1e-3
+"""Mean turnarounds closer than this (relative) rank as a tie."""
+
+
+def _sign(a: float, b: float) -> int:
+    if abs(a - b) <= TIE * max(abs(a), abs(b)):
+        return 0
+    return 1 if a > b else -1
+
+
+def kendall_tau(first: dict[str, float], second: dict[str, float]) -> float | None:
+    """Kendall's tau-b between two scorings of the same names (1: the same order,
+    -1: reversed), with :data:`TIE` for ties; None when undefined."""
+    names = [n for n in first if n in second]
+    concordant = discordant = tied_first = tied_second = pairs = 0
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs += 1
+            x, y = _sign(first[a], first[b]), _sign(second[a], second[b])
+            tied_first += x == 0
+            tied_second += y == 0
+            concordant += x * y > 0
+            discordant += x * y < 0
+    denominator = math.sqrt((pairs - tied_first) * (pairs - tied_second))
+    return (concordant - discordant) / denominator if denominator else None
+
+
+def best(scores: dict[str, float]) -> list[str]:
+    """The names with the least score (ties included)."""
+    low = min(scores.values())
+    return sorted(n for n, v in scores.items() if _sign(v, low) == 0)
+
+
+def compare_set(ours: list[dict[str, Any]], theirs: list[dict[str, Any]],
+                jobset: JobSet, malleable: Sequence[str]) -> dict[str, Any]:
+    """The checks of one set (see the module docstring)."""
+    mine = {r["policy"]: r for r in ours}
+    es = {(r["policy"], r["label"].endswith("(Kassel)")): r for r in theirs}
+    checks: dict[str, Any] = {}
+    pairs = {"easy": (RIGID_EASY, (RIGID_EASY, False)),
+             "kassel_easy": (KASSEL_EASY_OURS, (KASSEL_EASY, True))}
+    for key, (ours_name, theirs_key) in pairs.items():
+        if ours_name in mine and theirs_key in es:
+            a, b = mine[ours_name], es[theirs_key]
+            diff = relative(b["metrics"]["mean_turnaround"], a["metrics"]["mean_turnaround"])
+            checks[key] = {"ours": ours_name, "elastisim": b["label"], "turnaround_difference": diff,
+                           "same_starts": same_starts(a, b),
+                           "ok": diff is not None and abs(diff) <= TOLERANCE}
+    if RIGID_EASY in mine and (KASSEL_EASY, True) in es:
+        checks["easy_vs_kassel"] = {
+            "turnaround_difference": relative(es[(KASSEL_EASY, True)]["metrics"]["mean_turnaround"],
+                                              mine[RIGID_EASY]["metrics"]["mean_turnaround"]),
+            "expected": "no agreement: the Kassel strategy never backfills (module docstring)"}
+    if (KASSEL_EASY, True) in es:
+        checks["runtimes"] = runtime_check(jobset, es[(KASSEL_EASY, True)], True)
+    elif (RIGID_EASY, False) in es:
+        checks["runtimes"] = runtime_check(jobset, es[(RIGID_EASY, False)], False)
+    originals = {p: {"ours": mine[p]["metrics"]["mean_turnaround"],
+                     "bridge": es[(p, False)]["metrics"]["mean_turnaround"] if (p, False) in es else None,
+                     "original": es[(KASSEL_ORIGINALS[p], True)]["metrics"]["mean_turnaround"]}
+                 for p in malleable if p in mine and (KASSEL_ORIGINALS.get(p), True) in es}
+    if originals:
+        checks["kassel_originals"] = originals
+    names = [p for p in malleable if p in mine and (p, False) in es
+             and mine[p]["metrics"]["mean_turnaround"] is not None
+             and es[(p, False)]["metrics"]["mean_turnaround"] is not None]
+    if len(names) >= 2:
+        first = {p: mine[p]["metrics"]["mean_turnaround"] for p in names}
+        second = {p: es[(p, False)]["metrics"]["mean_turnaround"] for p in names}
+        checks["ranking"] = {"ours": sorted(names, key=first.__getitem__),
+                             "elastisim": sorted(names, key=second.__getitem__),
+                             "kendall_tau": kendall_tau(first, second),
+                             "best_ours": best(first), "best_elastisim": best(second),
+                             "same_best": bool(set(best(first)) & set(best(second)))}
+    return checks
+
+
+# -- output ------------------------------------------------------------------------------------
+
+def counterpart(run: dict[str, Any]) -> str:
+    """The name of our run of the algorithm that ``run`` ran."""
+    if run["simulator"] == "ours" or not run["label"].endswith("(Kassel)"):
+        return str(run["policy"])
+    if run["policy"] == KASSEL_EASY:
+        return KASSEL_EASY_OURS
+    return next((ours for ours, theirs in KASSEL_ORIGINALS.items() if theirs == run["policy"]),
+                str(run["policy"]))
+
+
+def _hours(value: float | None) -> str:
+    return f"{value / 3600:>10.3f}" if value is not None else f"{'-':>10}"
+
+
+def table(name: str, info: dict[str, Any], runs: Sequence[dict[str, Any]]) -> str:
+    mine = {r["policy"]: r for r in runs if r["simulator"] == "ours"}
+    classes = ", ".join(f"{n} {c}" for c, n in info["classes"].items())
+    lines = [f"{name}: {info['jobs']} jobs ({classes}), {info['nodes']} nodes of "
+             f"{info['node_speed']:g} flop/s"
+             + (f", offered load {info['offered_load']:.2f}" if info["offered_load"] else ""),
+             f"{'simulator':<10}{'policy':<34}{'turnaround h':>13}{'wait h':>10}{'makespan h':>12}"
+             f"{'resizes':>9}{'vs ours':>9}"]
+    for r in runs:
+        m = r["metrics"]
+        label = r.get("label", r["policy"])
+        base = mine.get(counterpart(r))
+        diff = relative(m["mean_turnaround"], base["metrics"]["mean_turnaround"]) \
+            if r["simulator"] != "ours" and base else None
+        lines.append(f"{r['simulator']:<10}{label:<34}{_hours(m['mean_turnaround']):>13}"
+                     f"{_hours(m['mean_wait'])}{_hours(m['makespan']):>12}{m['resizes']:>9}"
+                     + (f"{diff:>+9.1%}" if diff is not None else f"{'':>9}"))
+    return "\n".join(lines)
+
+
+def checks_text(checks: dict[str, Any]) -> str:
+    lines = []
+    rt = checks.get("runtimes")
+    if rt:
+        lines.append(f"  run times of {rt['checked']} jobs against ElastiSim's: largest difference "
+                     f"{rt['max_relative_error']:.1e} (job {rt['job']}), "
+                     f"{len(rt['outside_rounding'])} beyond the CSV's rounding -> "
+                     f"{'agree' if rt['ok'] else 'DISAGREE'}")
+    for key in ("easy", "kassel_easy"):
+        c = checks.get(key)
+        if c:
+            lines.append(f"  {c['ours']} (ours) vs {c['elastisim']}: mean turnaround "
+                         f"{c['turnaround_difference']:+.2%}, same start (1 s) for "
+                         f"{c['same_starts']:.0%} of the jobs -> "
+                         f"{'agree' if c['ok'] else 'DISAGREE'} (tolerance {TOLERANCE:.0%})")
+    c = checks.get("easy_vs_kassel")
+    if c and c["turnaround_difference"] is not None:
+        lines.append(f"  easy (ours) vs {KASSEL_EASY} (Kassel): {c['turnaround_difference']:+.1%}; "
+                     "theirs never backfills")
+    for p, t in checks.get("kassel_originals", {}).items():
+        bridge = "-" if t["bridge"] is None else f"{t['bridge'] / 3600:.3f} h"
+        lines.append(f"  {p}: ours {t['ours'] / 3600:.3f} h, in ElastiSim {bridge}, the Kassel "
+                     f"script {KASSEL_ORIGINALS[p]} in ElastiSim {t['original'] / 3600:.3f} h")
+    c = checks.get("ranking")
+    if c:
+        lines.append(f"  ranking by mean turnaround, ours:      {', '.join(c['ours'])}")
+        lines.append(f"  ranking by mean turnaround, ElastiSim: {', '.join(c['elastisim'])}")
+        tau = "undefined" if c["kendall_tau"] is None else f"{c['kendall_tau']:+.2f}"
+        lines.append(f"  Kendall's tau-b {tau} (ties within {TIE:.1%}); best: ours "
+                     f"{', '.join(c['best_ours'])}, ElastiSim {', '.join(c['best_elastisim'])}")
+    return "\n".join(lines)
+
+
+# -- the run -----------------------------------------------------------------------------------
