@@ -17,18 +17,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _elastisim
 import pytest
 
 from apgas_scheduler.policies import policy_names
 
-try:
-    import _elastisim
-except ImportError:  # it comes with the build's helpers
-    _elastisim = None  # type: ignore[assignment]
-
 ROOT = Path(__file__).resolve().parent.parent
-FOLDER, WHY = (_elastisim.find() if _elastisim is not None
-               else (None, "tests/_elastisim.py (the helpers of the ElastiSim build) is missing"))
+FOLDER, WHY = _elastisim.find()
 RUN_TIMEOUT = 600.0
 
 pytestmark = [pytest.mark.skipif(FOLDER is None, reason=WHY or "no ElastiSim"),
