@@ -55,8 +55,8 @@ T = TypeVar("T")
 # message kinds
 (JOIN, TABLE, TABLE_ACK, TASK, UNCOUNTED, IMMEDIATE, REPORT, AT, AT_REPLY, DEAD, SHUTDOWN,
  FENCE, LEFT, INTERRUPT, INTERRUPT_ACK, RESUME) = range(1, 17)
-INTERRUPT_S = 0.8  # s place 0 waits for every place to have ended what it interrupted
-QUIET_S = 0.5  # s a place waits for its interrupted threads to end before it answers
+INTERRUPT_S = 0.5  # s place 0 waits for every place to have ended what it interrupted
+QUIET_S = 0.3  # s a place waits for its interrupted threads to end before it answers
 #: the API that spawns a task of each kind, as an error names it
 _CALLS = {TASK: "apgas.async_at", UNCOUNTED: "apgas.uncounted_async_at",
           IMMEDIATE: "apgas.immediate_async_at"}
