@@ -196,6 +196,30 @@ def generate(kassel: Path, dest: Path, share: int, seed: str, days: float, nodes
     return dest
 
 
+def repair_divide(input_dir: Path, split_time: float, max_iterations: int) -> list[int]:
+    """Give every flexible job of a generated set the iterations (``divide``) that the
+    Kassel generator's rule gives, ``min(max_iterations, max(1, flops // (pref *
+    node speed) // split_time))``. The generator breaks the rule for the last job
+    it draws: ``generate_jobs`` passes the flops still missing as the node speed,
+    so that job gets one iteration, and ElastiSim can never resize it when it is
+    malleable. Returns the indices in ``jobs.json`` of the jobs changed."""
+    speed = read_input(input_dir).node_speed
+    path = input_dir / "jobs.json"
+    data = json.loads(path.read_text())
+    changed = []
+    for index, job in enumerate(data["jobs"]):
+        args = job.get("arguments", {})
+        if job.get("type") == "RIGID" or not {"flops", "divide", "num_nodes_pref"} <= args.keys():
+            continue
+        seconds = args["flops"] // (args["num_nodes_pref"] * speed)
+        divide = min(max(1, seconds // split_time), float(max_iterations))
+        if divide != args["divide"]:
+            args["divide"] = divide
+            changed.append(index)
+    path.write_text(json.dumps(data, indent=4) + "\n")
+    return changed
+
+
 def describe(jobset: JobSet) -> dict[str, Any]:
     classes: dict[str, int] = {}
     for j in jobset.jobs:
@@ -206,7 +230,10 @@ def describe(jobset: JobSet) -> dict[str, Any]:
     # node-seconds asked per node-second over the submission window (when it is longer
     # than any job: else there is no load to speak of)
     span = max(j.submit for j in jobset.jobs) - min(j.submit for j in jobset.jobs)
+    # malleable jobs of one iteration, which ElastiSim never resizes, longest first
+    fixed = sorted(((j.runtime, j.id) for j in malleable if jobset.iterations[j.id] <= 1), reverse=True)
     return {"jobs": len(jobset.jobs), "classes": classes, "nodes": jobset.nodes,
+            "never_resized": [{"job": jid, "runtime": t} for t, jid in fixed],
             "node_speed": jobset.node_speed, "scheduling_interval": jobset.scheduling_interval,
             "iteration_seconds": ({"mean": sum(steps) / len(steps), "max": max(steps)}
                                   if steps else None),
@@ -293,6 +320,11 @@ def compare_sets(sets: Sequence[tuple[str, Path]], ns: argparse.Namespace, work:
         print(table(name, info, runs), file=out)
         if checks:
             print(checks_text(checks), file=out)
+        longest = [f"job {x['job']} ({x['runtime']:.0f} s)" for x in info["never_resized"]
+                   if x["runtime"] >= 600][:3]
+        if longest:
+            print("  malleable with one iteration, never resized in ElastiSim (a grow ordered "
+                  f"waits, its nodes reserved, until the job ends): {', '.join(longest)}", file=out)
         for note in info["notes"][:3]:
             print(f"  note: {note}", file=out)
         if len(info["notes"]) > 3:
@@ -322,6 +354,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-iterations", type=int, default=1000,
                    help="generated sets: the most iterations of a malleable job "
                         "(their malleable_dividation_amount)")
+    p.add_argument("--repair-divide", action="store_true",
+                   help="generated sets: give the generator's last job the iterations its rule "
+                        "gives (it gets one: see repair_divide)")
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                    help="our malleable policies to compare")
     p.add_argument("--resize-interval", type=float, default=10.0,
@@ -394,6 +429,10 @@ def _main(argv: list[str] | None) -> int:
                          generate(kassel, work / f"input-{s}", s, ns.seed, ns.days, ns.nodes,
                                   ns.split_time, ns.max_iterations))
                         for s in ns.shares]
+                if ns.repair_divide:
+                    for name, folder_in in sets:
+                        changed = repair_divide(folder_in, ns.split_time, ns.max_iterations)
+                        print(f"{name}: divide repaired for the jobs at {changed} of jobs.json")
             results = compare_sets(sets, ns, work, helpers, folder, skip)
         except (ElastiSimInputError, FileNotFoundError, RuntimeError) as e:
             print(f"error: {e}", file=sys.stderr)

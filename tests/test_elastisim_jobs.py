@@ -326,6 +326,18 @@ def test_the_harness_in_our_simulator(tmp_path: Path, capsys: pytest.CaptureFixt
     assert s["checks"] == {}
 
 
+def test_repair_divide_applies_the_generators_rule(tmp_path: Path) -> None:
+    """divide = flops // (num_nodes_pref * speed) // split_time: 3e15 // 4e12 = 750 s -> 12
+    iterations of 60 s, 1e15 // 2e12 = 500 s -> 8; the moldable job has no num_nodes_pref."""
+    folder = write_input(tmp_path / "in")
+    assert ec.repair_divide(folder, 60.0, 1000) == [1, 3]
+    jobs = json.loads((folder / "jobs.json").read_text())["jobs"]
+    assert [j["arguments"]["divide"] for j in jobs] == [1, 12.0, 1, 8.0]
+    assert ec.repair_divide(folder, 60.0, 1000) == []
+    assert ec.repair_divide(folder, 60.0, 5) == [1, 3]  # at most 5 iterations
+    assert read_input(folder).iterations[2] == 5
+
+
 def test_the_harness_refuses_an_unknown_policy(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert ec.main(["--jobs", str(tmp_path), "--policies", "nope"]) == 2
@@ -355,6 +367,8 @@ def test_generated_sets_share_their_jobs(tmp_path: Path) -> None:
     half = {j.id for j in sets[50].jobs if j.cls == "malleable"}
     assert half <= {j.id for j in sets[100].jobs}
     assert sets[0].nodes == 16 and len(sets[0].jobs) > 2
+    # every job follows the generator's rule for its iterations but the last one it drew
+    assert len(ec.repair_divide(tmp_path / "in-100", 60.0, 1000)) <= 1
 
 
 def _processes_naming(text: str) -> list[str]:

@@ -434,8 +434,8 @@ def read_jobs(jobs_file: str | PathLike[str], platform: Platform, *,
                     notes.append(f"job {jid} runs {runtime:.1f} s at {pref} node(s), beyond its "
                                  f"walltime {walltime} s: ElastiSim kills it there, ours does not")
         if cls == "malleable" and not model.resizable() and notes is not None:
-            notes.append(f"job {jid} is malleable but has no scheduling point: ElastiSim never "
-                         "resizes it, ours may")
+            notes.append(f"job {jid} ({runtime:.0f} s at {pref} node(s)) is malleable with no scheduling "
+                         "point: ElastiSim never resizes it (a grow waits, its nodes held), ours may")
         models[jid] = model
         jobs.append(SimJob(id=jid, submit=submit, cls=cls, min_nodes=low, max_nodes=high,
                            preferred=pref, runtime=runtime, estimate=estimate, serial=serial,
