@@ -10,7 +10,7 @@ from typing import Any
 
 from apgas_scheduler.sim.elastisim_jobs import JobSet
 
-__all__ = ["TOLERANCE", "RIGID_EASY", "KASSEL_EASY", "KASSEL_EASY_OURS", "KASSEL_ORIGINALS", "relative", "runtime_check", "same_starts", "kendall_tau", "best", "compare_set", "counterpart", "table", "checks_text"]
+__all__ = ["TOLERANCE", "RIGID_EASY", "KASSEL_EASY", "KASSEL_EASY_OURS", "KASSEL_ORIGINALS", "relative", "runtime_check", "same_starts", "kendall_tau", "best", "compare_set", "counterpart", "table", "checks_text", "markdown"]
 
 TOLERANCE = 0.02
 """Largest relative difference of mean turnaround between the simulators for the
@@ -214,3 +214,65 @@ def checks_text(checks: dict[str, Any]) -> str:
 
 
 # -- the run -----------------------------------------------------------------------------------
+
+
+# -- the Markdown of docs/results --------------------------------------------------------------
+
+def _pct(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:+.{digits}%}"
+
+
+def markdown(report: dict[str, Any], command: str) -> str:
+    """The tables of a report (the JSON that ``--json`` writes): one line per set,
+    then per set each algorithm in both simulators."""
+    sets = report["sets"]
+    params = report["parameters"]
+    runs = [q.get("command") for q in (params if isinstance(params, list) else [])]
+    lines = ["# Our simulator against ElastiSim", "",
+             *(f"Run: `{c}`" + "  " for c in runs if c), "Written by `" + command + "`.", "",
+             f"Tolerance for rigid EASY: {report['tolerance']:.0%} of mean turnaround; "
+             f"mean turnarounds within {report['tie']:.1%} rank as a tie.", "",
+             "| set | jobs | run times (Kassel EASY) | easy vs easy (bridge) | same starts "
+             "| kassel-easy\\* vs rigid_easy_backfill | same starts | Kendall's tau-b "
+             "| best: ours / ElastiSim |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for s in sets:
+        c = s["checks"]
+        rt, ez, ke, rk = (c.get(k) or {} for k in ("runtimes", "easy", "kassel_easy", "ranking"))
+        runtimes = (f"{rt['checked']} jobs, max {rt['max_relative_error']:.1e}, "
+                    f"{'agree' if rt['ok'] else 'DISAGREE'}") if rt else "-"
+        tau = rk.get("kendall_tau")
+        best_of = (f"{', '.join(rk['best_ours'])} / {', '.join(rk['best_elastisim'])}"
+                   if rk else "-")
+        same = {k: (f"{x['same_starts']:.0%}" if x else "-") for k, x in (("e", ez), ("k", ke))}
+        lines.append(f"| {s['name']} | {s['jobs']} | {runtimes} "
+                     f"| {_pct(ez.get('turnaround_difference'))} | {same['e']} "
+                     f"| {_pct(ke.get('turnaround_difference'))} | {same['k']} "
+                     f"| {'-' if tau is None else f'{tau:+.2f}'} | {best_of} |")
+    for s in sets:
+        lines += ["", f"## {s['name']}", "",
+                  f"{s['jobs']} jobs ({', '.join(f'{n} {c}' for c, n in s['classes'].items())}) "
+                  f"on {s['nodes']} nodes"
+                  + (f", offered load {s['offered_load']:.2f}" if s.get("offered_load") else "")
+                  + ". Mean turnaround and wait in hours; *resizes*: ours carried out / "
+                  "ElastiSim's carried out (orders sent).", "",
+                  "| algorithm | turnaround ours | ElastiSim | difference | wait ours | ElastiSim "
+                  "| resizes | rank ours | rank ElastiSim |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        mine = {r["policy"]: r for r in s["runs"] if r["simulator"] == "ours"}
+        theirs = {counterpart(r): r for r in s["runs"] if r["simulator"] != "ours"}
+        rk = s["checks"].get("ranking") or {}
+        for name, r in mine.items():
+            e = theirs.get(name)
+            m, em = r["metrics"], (e["metrics"] if e else None)
+            label = f"{name} / {e['label']}" if e else name
+            label = label.replace("*", "\\*")
+            resizes = f"{m['resizes']} / {em['resizes']} ({em['orders']})" if em else f"{m['resizes']}"
+            rank = (f"{rk['ours'].index(name) + 1} | {rk['elastisim'].index(name) + 1}"
+                    if name in rk.get("ours", []) else "- | -")
+            lines.append(f"| {label} | {_hours(m['mean_turnaround']).strip()} "
+                         f"| {_hours(em['mean_turnaround']).strip() if em else '-'} "
+                         f"| {_pct(relative(em['mean_turnaround'], m['mean_turnaround'])) if em else '-'} "
+                         f"| {_hours(m['mean_wait']).strip()} "
+                         f"| {_hours(em['mean_wait']).strip() if em else '-'} | {resizes} | {rank} |")
+    return "\n".join(lines) + "\n"

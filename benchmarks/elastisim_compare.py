@@ -1,13 +1,14 @@
 """Our simulator against ElastiSim on the same job sets (issue 56, item 2).
 
-    python -m benchmarks.elastisim_compare [--jobs DIR ...] [--json FILE]
-        [--shares 0,20,50,100] [--seed S1] [--days 5] [--nodes 32]
+    python -m benchmarks.elastisim_compare [--jobs DIR ...] [--json FILE] [--markdown FILE]
+        [--shares 0,20,50,100] [--seed S1,S2] [--days 5] [--nodes 32]
         [--policies malleable,mebf,...] [--no-elastisim] [--timeout SECONDS]
+    python -m benchmarks.elastisim_compare --merge FILE.json ... [--json FILE] [--markdown FILE]
 
 **Job sets.** ``--jobs DIR`` names ElastiSim input folders (``configuration.json``,
 ``jobs.json``, ``application_model.json``, the platform XML). Without it the
 Kassel group's generator (``MalleableJobScheduling/scripts/input_generation/
-jsonGenerator.py``) makes one set per ``--shares`` entry into a scratch folder,
+jsonGenerator.py``) makes one set per ``--seed`` and ``--shares`` entry into a scratch folder,
 with the command line of their ``runSimulations.sh`` (``--type_probabilities
 R,0,M``, flops 5e12..4e17, 1..16 nodes per job, parallel percentages 0.95..0.999,
 the efficiency thresholds 0.95/0.8/0.5, 60 s per iteration, nodes of 1e12 flop/s)
@@ -57,6 +58,9 @@ Resizes are those carried out: ours from the simulator, ElastiSim's from its
 ``node_utilization.csv`` (``elastisim_policies.reconfigurations``). The orders sent
 are in the JSON (``orders``): a resize ordered in a job's last iteration is never
 carried out.
+
+``--markdown`` writes the tables of ``docs/results/elastisim_compare.md``;
+``--merge`` joins the JSON of earlier runs (one seed each, say) into one.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ import argparse
 import contextlib
 import json
 import logging
+import shlex
 import signal
 import subprocess
 import sys
@@ -91,6 +96,7 @@ from benchmarks._elastisim_agreement import (
     TOLERANCE,
     checks_text,
     compare_set,
+    markdown,
     table,
 )
 from benchmarks._elastisim_runs import (
@@ -343,9 +349,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=Path, action="append", default=None, metavar="DIR",
                    help="an ElastiSim input folder (again for more); default: generate sets")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the results here")
+    p.add_argument("--markdown", type=Path, default=None, metavar="FILE",
+                   help="write the tables here, in Markdown")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="run nothing: join these reports (of --json) into --json and --markdown")
     p.add_argument("--shares", default=",".join(map(str, DEFAULT_SHARES)),
                    help="malleable percentages of the generated sets (default 0,20,50,100)")
-    p.add_argument("--seed", default="S1", help="the generator's seed (a string, as theirs)")
+    p.add_argument("--seed", default="S1",
+                   help="the generator's seeds (strings, as theirs), separated by commas")
     p.add_argument("--days", type=float, default=5.0, help="days of submissions to generate")
     p.add_argument("--nodes", type=int, default=32, help="nodes of the generated platform")
     p.add_argument("--split-time", type=float, default=60.0, metavar="SECONDS",
@@ -372,6 +383,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="work here and keep the inputs and ElastiSim's outputs")
     ns = p.parse_args(argv)
     ns.policies = [x for x in ns.policies.split(",") if x]
+    ns.seeds = [x for x in ns.seed.split(",") if x] or p.error("--seed: no seed")
+    ns.command = shlex.join(["python", "-m", "benchmarks.elastisim_compare",
+                             *(sys.argv[1:] if argv is None else argv)])
     for name in ns.policies:
         make_policy(name, 10.0)  # an unknown name fails here, listing the known ones
     try:
@@ -408,6 +422,8 @@ def _main(argv: list[str] | None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if ns.merge:
+        return merge(ns)
     helpers, reason = load_helpers()
     folder, why = (None, "--no-elastisim") if ns.no_elastisim else elastisim_status(helpers, reason)
     skip: dict[str, str] = {}
@@ -425,10 +441,10 @@ def _main(argv: list[str] | None) -> int:
                 sets = [(d.name, d) for d in ns.jobs]
             else:
                 kassel = kassel_folder(ns.kassel, helpers, work)
-                sets = [(f"{s}% malleable, seed {ns.seed}",
-                         generate(kassel, work / f"input-{s}", s, ns.seed, ns.days, ns.nodes,
+                sets = [(f"{s}% malleable, seed {seed}",
+                         generate(kassel, work / f"input-{seed}-{s}", s, seed, ns.days, ns.nodes,
                                   ns.split_time, ns.max_iterations))
-                        for s in ns.shares]
+                        for seed in ns.seeds for s in ns.shares]
                 if ns.repair_divide:
                     for name, folder_in in sets:
                         changed = repair_divide(folder_in, ns.split_time, ns.max_iterations)
@@ -437,14 +453,34 @@ def _main(argv: list[str] | None) -> int:
         except (ElastiSimInputError, FileNotFoundError, RuntimeError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+    report = {"parameters": {k: (str(v) if isinstance(v, Path) else
+                                 [str(x) for x in v] if k == "jobs" and v else v)
+                             for k, v in vars(ns).items()},
+              "tolerance": TOLERANCE, "tie": TIE, "skipped": skip, "sets": results}
+    write(ns, report)
+    return 0
+
+
+def write(ns: argparse.Namespace, report: dict[str, Any]) -> None:
+    """``report`` to ``--json`` and its tables to ``--markdown``."""
     if ns.json:
-        report = {"parameters": {k: (str(v) if isinstance(v, Path) else
-                                     [str(x) for x in v] if k == "jobs" and v else v)
-                                 for k, v in vars(ns).items()},
-                  "tolerance": TOLERANCE, "tie": TIE,
-                  "skipped": skip, "sets": results}
         ns.json.parent.mkdir(parents=True, exist_ok=True)
         ns.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if ns.markdown:
+        ns.markdown.parent.mkdir(parents=True, exist_ok=True)
+        ns.markdown.write_text(markdown(report, ns.command))
+
+
+def merge(ns: argparse.Namespace) -> int:
+    """The reports of ``--merge`` as one: their sets in order, each run's parameters."""
+    try:
+        reports = [json.loads(path.read_text()) for path in ns.merge]
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    write(ns, {"parameters": [r["parameters"] for r in reports], "tolerance": TOLERANCE,
+               "tie": TIE, "skipped": [r["skipped"] for r in reports],
+               "sets": [s for r in reports for s in r["sets"]]})
     return 0
 
 

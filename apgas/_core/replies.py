@@ -137,6 +137,15 @@ class Channel:
             self._poller.register(conn.fileno, select.POLLIN)
         self._peers[endpoint] = conn
 
+    def _drop_other(self, frames: Sequence[zmq.Frame], got: tuple[int, ...],
+                    awaited: tuple[int, int, int, int]) -> None:
+        """Drop a message that is not the awaited reply, never unpickled: the reply to
+        an earlier request of this channel whose wait ended (a Ctrl-C) is expected."""
+        if got[:3] == awaited[:3] and got[3] < awaited[3]:
+            log.debug("dropped the late reply to request %d (its wait ended)", got[3])
+        else:
+            self._transport.reject_channel_message(frames, "not the awaited reply")
+
     def _drop(self, conn: LocalConn) -> None:
         """Close the stream to one place (its replies take the link from then on)."""
         reader = self._by_fd.pop(conn.fileno, None)
@@ -170,8 +179,7 @@ class Channel:
             got_kind, got_src, a, b, _, parts = opened
             if (got_kind, got_src, a, b) == (kind, src, self.token, req):
                 return parts[0], parts[1:]
-            # a reply to an earlier wait, sent again or late: never unpickled
-            self._transport.reject_channel_message(frames, "not the awaited reply")
+            self._drop_other(frames, (got_kind, got_src, a, b), (kind, src, self.token, req))
 
     def _wait_local(self, src: int, kind: int, req: int, settled: Callable[[], bool]
                     ) -> tuple[memoryview, list[memoryview]] | None:
@@ -186,7 +194,7 @@ class Channel:
                 got_kind, got_src, a, b, frames = self._inbox.popleft()
                 if (got_kind, got_src, a, b) == awaited:
                     return frames[0], frames[1:]
-                self._transport.reject_channel_message([], "not the awaited reply")
+                self._drop_other([], (got_kind, got_src, a, b), awaited)
             try:  # the socket's descriptor is edge-triggered: its events first, then wait
                 events = self._sock.getsockopt(_EVENTS)
                 if isinstance(events, int) and events & _POLLIN:
@@ -197,7 +205,7 @@ class Channel:
                     elif opened[:4] == awaited:
                         return opened[5][0], opened[5][1:]
                     else:
-                        self._transport.reject_channel_message(got, "not the awaited reply")
+                        self._drop_other(got, opened[:4], awaited)
                     continue
             except zmq.ZMQError:  # the context ends: the transport closed
                 self.close()

@@ -473,35 +473,30 @@ class Runtime:
         # an immediate call runs on a thread that does not receive: its reply takes the link
         channel = None if immediate else self.replies.mine()
         endpoint = self.transport.endpoint_of(dst)
-        if channel is not None:
-            channel.lock.acquire()  # this thread's own; released once the reply is in
-            if channel.closed or endpoint is None:
-                channel.lock.release()
-                channel = None
-            else:
-                channel.reach(endpoint, dst)  # connected before the call leaves: the reply comes here
-        pending = _Pending(dst, channel.token if channel is not None else 0)
-        with self._lock:
-            self._pending[req] = pending
-        sent = False
-        try:
-            sent = self.transport.send(dst, AT, pending.token << 1 | int(immediate), req, payload,
-                                       guard=lambda: dst in self.places)  # see spawn()
-        finally:
-            if not sent:  # not sent, or MessageTooLarge
-                with self._lock:
-                    self._pending.pop(req, None)
-                if channel is not None:
+        held = False
+        try:  # a Ctrl-C from here on may come after the call left: it is stopped there
+            if channel is not None:
+                held = channel.lock.acquire()  # this thread's own, until the reply is in
+                if channel.closed or endpoint is None:
+                    held = False
                     channel.lock.release()
-        if not sent:
-            raise DeadPlaceError(dst, "it died or left before at() could be sent")
-        try:
+                    channel = None
+                else:
+                    channel.reach(endpoint, dst)  # connected before the call leaves: the reply comes here
+            pending = _Pending(dst, channel.token if channel is not None else 0)
+            with self._lock:
+                self._pending[req] = pending
+            if not self.transport.send(dst, AT, pending.token << 1 | int(immediate), req, payload,
+                                       guard=lambda: dst in self.places):  # see spawn()
+                raise DeadPlaceError(dst, "it died or left before at() could be sent")
             self.transport.flush()
             self._await_reply(pending, req, channel)
         except KeyboardInterrupt as e:
             self.interrupted(e)
             raise
         finally:
+            if held:
+                channel.lock.release()  # type: ignore[union-attr]
             with self._lock:
                 self._pending.pop(req, None)
         if pending.error is not None:
@@ -519,12 +514,9 @@ class Runtime:
             with blocking():
                 pending.wait()
             return
-        try:
-            with blocking():
-                reply = channel.wait(pending.dst, AT_REPLY, req,
-                                     lambda: pending.error is not None or pending.reply is not None)
-        finally:
-            channel.lock.release()
+        with blocking():
+            reply = channel.wait(pending.dst, AT_REPLY, req,
+                                 lambda: pending.error is not None or pending.reply is not None)
         if reply is not None:
             pending.reply = reply
         elif pending.reply is None and pending.error is None:
