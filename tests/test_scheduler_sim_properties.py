@@ -29,7 +29,7 @@ DATA = Path(__file__).resolve().parent / "data"
 SIM_POLICIES = ("fcfs", "backfill", "easy", "malleable", "evolving", "mebf", "mebf-shrink+",
                 "mebf-expand+", "dmr", "thrifty", "min-agreement", "avg-agreement", "pref-agreement",
                 "min-common-pool", "avg-common-pool", "pref-common-pool", "min-steal-agreement",
-                "avg-steal-agreement", "pref-steal-agreement", "lending")
+                "avg-steal-agreement", "pref-steal-agreement", "lending", "sharing")
 
 
 def test_every_simulator_policy_is_covered():

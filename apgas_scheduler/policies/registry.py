@@ -19,6 +19,7 @@ from .dmr import DMR_POLICIES
 from .lending import LENDING_POLICIES
 from .mebf import MEBF_POLICIES
 from .planning import Policy
+from .sharing import SHARING_POLICIES
 from .thrifty import THRIFTY_POLICIES
 
 __all__ = ["get_policy", "policy_names", "GROUP"]
@@ -27,7 +28,7 @@ GROUP = "apgas_scheduler.policies"
 
 _BUILTIN: dict[str, Callable[..., Policy]] = {**POLICIES, **MEBF_POLICIES, **DMR_POLICIES,
                                               **AGREEMENT_POLICIES, **THRIFTY_POLICIES,
-                                              **LENDING_POLICIES}
+                                              **LENDING_POLICIES, **SHARING_POLICIES}
 """The live policies, then those from the later studies (MEBF, DMR, the Kassel
 group's nine), then our own."""
 

@@ -23,13 +23,14 @@ from typing import Any
 from ..policies import get_policy, policy_names
 from ..policies.lending import LENDING_POLICIES
 from ..policies.mebf import EXPAND_POLICIES, MEBF_POLICIES
+from ..policies.sharing import SHARING_POLICIES
 from ..policies.thrifty import THRIFTY_POLICIES
 from . import swf
 from . import workload as wl
 from .incentive import run_with_incentive
 from .simulator import Reconfig, Simulator
 
-COSTED = {**MEBF_POLICIES, **THRIFTY_POLICIES, **LENDING_POLICIES}
+COSTED = {**MEBF_POLICIES, **THRIFTY_POLICIES, **LENDING_POLICIES, **SHARING_POLICIES}
 """The policies given the simulator's cost model: MEBF's family for its feasibility
 test, ours for their grows."""
 
