@@ -30,23 +30,36 @@ def test_registered_with_its_options():
     policy = get_policy("sharing", resize_interval=60.0, gamma=1.0, backfill="queue")
     assert isinstance(policy, Sharing) and policy.name == "sharing"
     assert (policy.resize_interval, policy.gamma, policy.min_gain) == (60.0, 1.0, 60.0)
-    assert repr(policy) == "Sharing(resize_interval=60.0, gamma=1.0, min_gain=60.0)"
+    assert repr(policy) == "Sharing(resize_interval=60.0, gamma=1.0, min_gain=60.0, horizon=1800.0)"
     with pytest.raises(ValueError, match="backfill must be 'area' or 'queue', got 'random'"):
         Sharing(backfill="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="horizon must be >= 0 seconds, got -1"):
+        Sharing(horizon=-1)
     with pytest.raises(TypeError):
         Sharing(lend=1.0)  # type: ignore[call-arg]  # no threshold: every loan is made
 
 
 def test_while_the_head_waits_every_job_gets_idle_nodes_fewest_first():
-    # 12 nodes: a rigid job holds 6 until t=50, two malleable jobs 1 (of 1..3) and 2 (of
-    # 1..8), 3 idle; the head needs 9 and waits until 50 whatever is shrunk
-    running = [rigid(1, 6, running=True, end=50.0), job(2, 1, 1, 3, end=8000.0),
+    # 12 nodes: a rigid job holds 6 until t=5000, two malleable jobs 1 (of 1..3) and 2 (of
+    # 1..8), 3 idle; the head needs 9 and waits until 5000 whatever is shrunk
+    running = [rigid(1, 6, running=True, end=5000.0), job(2, 1, 1, 3, end=8000.0),
                job(3, 2, 1, 8, end=8000.0)]
     head = rigid(4, 9, submit=1.0)
     # job 2 holds the fewest above its minimum: it is filled to its maximum first, job 3
-    # gets the rest; a short loan is made too (lending with its threshold makes none)
+    # gets the rest (lending lends to one job only, the one with the most room)
     assert Sharing(10.0).decide(0.0, [head], running, 3, 12) == [Grow(2, 2), Grow(3, 1)]
-    assert Lending(10.0).decide(0.0, [head], running, 3, 12) == []
+    assert Lending(10.0, lend=0.0).decide(0.0, [head], running, 3, 12) == [Grow(3, 3)]
+
+
+def test_a_loan_that_could_not_last_the_horizon_is_not_made():
+    # as above, but job 2 ends at 1000 and the head's reservation is at 1500: job 2 could
+    # keep a loan 1000 s, job 3 1500 s; with the half-hour horizon neither gets one
+    running = [rigid(1, 6, running=True, end=1500.0), job(2, 1, 1, 3, end=1000.0),
+               job(3, 2, 1, 8, end=8000.0)]
+    head = rigid(4, 9, submit=1.0)
+    assert Sharing(10.0).decide(0.0, [head], running, 3, 12) == []
+    assert Sharing(10.0, horizon=1200.0).decide(0.0, [head], running, 3, 12) == [Grow(3, 3)]
+    assert Sharing(10.0, horizon=0.0).decide(0.0, [head], running, 3, 12) == [Grow(2, 2), Grow(3, 1)]
 
 
 def test_nobody_waiting_grows_only_what_pays():

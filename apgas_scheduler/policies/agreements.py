@@ -69,7 +69,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
 from .._model import Decision, Grow, JobView, Shrink, Start
-from .planning import JobQueue, Policy, Sizer, easy, in_transit, min_agree_size, preferred_size
+from .planning import JobQueue, Policy, Sizer, easy, in_transit, min_agree_size, preferred_size, reservation
 
 __all__ = ["AgreementStrategy", "AGREEMENT_POLICIES", "SIZINGS", "HANDOVERS", "Idle"]
 
@@ -90,6 +90,13 @@ class Idle(NamedTuple):
     head: JobView | None
     holders: list[JobView]
     promises: bool
+
+    def shadow(self, idle: int) -> float:
+        """When the head's reservation begins (EASY's shadow time; inf: no head)."""
+        if self.head is None:
+            return math.inf
+        return reservation(self.now, self.head.min_nodes, idle,
+                           [(j.end_estimate(self.now), j.nodes) for j in self.holders])[0]
 
 
 def _preferred(job: JobView) -> int:

@@ -47,7 +47,7 @@ from typing import Literal
 
 from .._model import JobView
 from .agreements import AgreementStrategy, Idle
-from .planning import Policy, Sizer, min_agree_size, moldable_size, reservation
+from .planning import Policy, Sizer, min_agree_size, moldable_size
 from .thrifty import ReconfigCost, area_first, paying_grows
 
 __all__ = ["Lending", "LENDING_POLICIES"]
@@ -86,9 +86,7 @@ class Lending(AgreementStrategy):
         now = state.now
         if state.head is None and not state.promises:  # nobody waits: thrifty's grows
             return paying_grows(now, takers, idle, self.min_gain, self.gamma, self.reconfig_cost)
-        shadow = (reservation(now, state.head.min_nodes, idle,
-                              [(j.end_estimate(now), j.nodes) for j in state.holders])[0]
-                  if state.head is not None else float("inf"))
+        shadow = state.shadow(idle)
         for job in sorted(takers.values(), key=lambda j: (j.nodes - j.max_nodes, j.id)):
             k = min(idle, job.max_nodes - job.nodes)
             if k <= 0:

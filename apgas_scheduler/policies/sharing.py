@@ -14,18 +14,38 @@ lending added on top:
    are idle.
 2. **Thrifty's starts.** A malleable job alone in the queue starts as wide as
    it may; EASY tries the jobs behind the head smallest estimated area first.
-3. **Loans to everyone while jobs wait.** The idle nodes that no waiting job can
-   use without delaying the head go to the running resizable jobs, the one
-   holding the fewest above its minimum first, each up to its maximum (min's
-   grow). They come back by the promises of step 1.
+3. **Loans to everyone while jobs wait, if they can last.** The idle nodes
+   that no waiting job can use without delaying the head go to the running
+   resizable jobs, the one holding the fewest above its minimum first, each up
+   to its maximum (min's grow). A job gets a loan only if it could keep it for
+   ``horizon`` seconds (half an hour): until the head's reservation (EASY's
+   shadow time) or its own end, whichever is first. The loans come back by the
+   promises of step 1. A loan taken back within minutes costs two resizes for
+   little; in ElastiSim it costs more, as a job takes a grow or a shrink only
+   at its next scheduling point (the end of an iteration), so lent nodes are
+   held until then both ways.
 4. **Thrifty's grows when nobody waits.** With an empty queue and no promise,
    idle nodes go to the jobs holding the fewest, and a grow is kept only if it
    shortens the job by at least ``min_gain`` and by ``gamma`` times its cost
    (:func:`.thrifty.paying_grows`): nobody needs the nodes back, so a grow must
    pay for itself.
 
+Pseudo-code of one pass::
+
+    start the jobs whose promise can be kept (as many nodes idle, oldest promise first)
+    starts, head, idle = EASY(others, min size or as wide as it may when alone,
+                              backfill order = walltime x minimum nodes)
+    for each job still waiting, in queue order:
+        if the resizable malleable jobs can give its minimum (most above minimum first):
+            shrink them, promise it the nodes
+    if nobody waits and nothing is promised:  thrifty's grows (fewest first, if they pay)
+    else: for each resizable, unshrunk job j, fewest above its minimum first:
+              if min(shadow of head, end of j) - now >= horizon:
+                  grow j by min(idle, its maximum - its size)
+
 What it costs: about as many resizes as the Kassel strategies, 0.4 to 4 times
-minAgree's on the traces (section 8 of the evaluation gives the exchange rate).
+minAgree's on the traces (section 8 of the evaluation gives the exchange rate:
+the turnaround each resize beyond minAgree's buys).
 """
 
 from __future__ import annotations
@@ -44,23 +64,32 @@ __all__ = ["Sharing", "SHARING_POLICIES"]
 class Sharing(Lending):
     """See the module docstring. ``reconfig_cost``, ``gamma``, ``min_gain``,
     ``backfill``, ``start_wide``: as :class:`.thrifty.Thrifty`'s (they rule the
-    starts and the grows while nobody waits)."""
+    starts and the grows while nobody waits); ``horizon``: the seconds a loan
+    must be able to last (0: every loan, as min-common-pool)."""
 
     def __init__(self, resize_interval: float = 10.0, *, reconfig_cost: ReconfigCost | None = None,
                  gamma: float = 2.0, min_gain: float | None = None,
-                 backfill: Literal["area", "queue"] = "area", start_wide: bool = True) -> None:
+                 backfill: Literal["area", "queue"] = "area", start_wide: bool = True,
+                 horizon: float = 1800.0) -> None:
         super().__init__(resize_interval, reconfig_cost=reconfig_cost, gamma=gamma,
                          min_gain=min_gain, lend=0.0, backfill=backfill, start_wide=start_wide)
+        if not horizon >= 0:
+            raise ValueError(f"horizon must be >= 0 seconds, got {horizon}")
         self.name = "sharing"
+        self.horizon = horizon
 
     def __repr__(self) -> str:
         return (f"Sharing(resize_interval={self.resize_interval}, gamma={self.gamma}, "
-                f"min_gain={self.min_gain})")
+                f"min_gain={self.min_gain}, horizon={self.horizon})")
 
     def _grow(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
         if state.head is None and not state.promises:  # nobody waits: grows that pay
             return paying_grows(state.now, takers, idle, self.min_gain, self.gamma,
                                 self.reconfig_cost)
+        if self.horizon > 0:  # only the jobs that could keep a loan that long
+            now, shadow = state.now, state.shadow(idle)
+            takers = {i: j for i, j in takers.items()
+                      if min(shadow, j.end_estimate(now)) - now >= self.horizon}
         return AgreementStrategy._grow(self, takers, idle, state)  # min's: fewest first
 
 
