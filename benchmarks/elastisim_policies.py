@@ -15,7 +15,7 @@ and runs on it, each in ElastiSim (the build that ``.ci/install-services`` makes
   their own Python script connected to ElastiSim;
 * ours, through ``apgas-scheduler elastisim``: the nine agreement strategies
   (``min-agreement`` ... ``pref-steal-agreement``), ``easy``, ``malleable``
-  (minAgree), ``lending`` and ``mebf``.
+  (minAgree), ``lending``, ``sharing`` and ``mebf``.
 
 From each run it reads ElastiSim's ``job_statistics.csv`` (mean turnaround,
 mean wait, the makespan: the last end less the first submit) and counts the
@@ -70,9 +70,9 @@ KASSEL_HANDOVERS = {"agreement": "agreement", "common-pool": "common_pool",
                     "steal-agreement": "steal_agreement"}
 KASSEL_EASY = "rigid_easy_backfill"
 KASSEL = [KASSEL_EASY] + [f"{s}_{h}" for h in KASSEL_HANDOVERS.values() for s in KASSEL_SIZINGS.values()]
-#: ours (registry names): the nine, then EASY, minAgree, lending and MEBF
+#: ours (registry names): the nine, then EASY, minAgree, lending, sharing and MEBF
 OURS = [f"{s}-{h}" for h in KASSEL_HANDOVERS for s in KASSEL_SIZINGS] + ["easy", "malleable", "lending",
-                                                                         "mebf"]
+                                                                         "sharing", "mebf"]
 #: each of ours that has an original: {our name: the original's file name}
 COUNTERPART = {f"{s}-{h}": f"{KASSEL_SIZINGS[s]}_{KASSEL_HANDOVERS[h]}"
                for s in KASSEL_SIZINGS for h in KASSEL_HANDOVERS} | {"easy": KASSEL_EASY}
