@@ -1,11 +1,13 @@
 """Our policies against every published one on the four archive traces (issue 45).
 
     python -m benchmarks.evaluation --published [--trace-jobs 10000] [--workers 2] [--out DIR]
+        [--reuse FILE]
     python -m benchmarks.evaluation --frontier [--trace-jobs 10000] [--workers 2] [--out DIR]
 
 The published policies: EASY, MEBF (its three variants, handoff expand), minAgree,
 DMR and the Kassel group's nine strategies (``apgas_scheduler.policies.agreements``).
-Ours: thrifty and its successor, lending. Every policy runs every case:
+Ours: thrifty, its successor lending, and lending's successor sharing. Every
+policy runs every case:
 
 * **the grid**: each trace's first ``--trace-jobs`` jobs on the machine its README
   suggests, 20%, 50% and 100% malleable (``make_malleable``: min = pref/2,
@@ -14,8 +16,11 @@ Ours: thrifty and its successor, lending. Every policy runs every case:
 * **variations nobody tuned on** (``VARIATIONS``): other shares and seeds,
   arrivals 25% closer or farther apart, and two other reconfiguration costs.
 
-A case is *won* when lending's mean turnaround is below every published policy's
-and it resizes no more than minAgree. Each trace's workload is also run all
+Sharing is *first* in a case when its mean turnaround is below every published
+policy's; the case is *won* when, in addition, it resizes no more than minAgree.
+Where it resizes more, the *exchange rate* says what each resize beyond
+minAgree's bought: the job-seconds of turnaround saved (over all jobs) per extra
+resize. Each trace's workload is also run all
 rigid under EASY (every job at its preferred size): the baseline of Zojer, Posner
 and Özden (arXiv 2602.17318), whose ranges the page sets beside ours.
 
@@ -29,6 +34,7 @@ buys in turnaround and costs in resizes (``evaluation_frontier.{json,md}``, 5 mi
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import statistics
 import time
@@ -49,10 +55,12 @@ __all__ = ["PUBLISHED", "OURS", "LENDS", "Case", "cases", "evaluate", "markdown"
 
 PUBLISHED = ("easy", "mebf", "mebf-shrink+", "mebf-expand+", "malleable", "dmr",
              *AGREEMENT_POLICIES)
-OURS = ("thrifty", "lending")
+OURS = ("thrifty", "lending", "sharing")
+HEADLINE = "sharing"
+"""The policy the verdicts are about."""
 NAMES = {"easy": "EASY", "mebf": "MEBF", "mebf-shrink+": "MEBF shrink+",
          "mebf-expand+": "MEBF expand+", "malleable": "minAgree", "dmr": "DMR",
-         "thrifty": "thrifty (ours)", "lending": "lending (ours)"}
+         "thrifty": "thrifty (ours)", "lending": "lending (ours)", "sharing": "sharing (ours)"}
 COSTS = {"0.05": Reconfig(alpha=0.05, beta=0.05, b=0.0),
          "ours": Reconfig(alpha=1.0, beta=10.0, b=0.5),
          "0.5": Reconfig(alpha=0.5, beta=0.5, b=0.0)}
@@ -146,12 +154,17 @@ def _simulate(task: tuple[Path, int | None, Case, str]) -> tuple[Case, str, dict
 
 
 def evaluate(directory: Path, max_jobs: int | None, chosen: list[Case], workers: int,
-             policies: tuple[str, ...] = ("rigid-easy", *PUBLISHED, *OURS)
-             ) -> dict[Case, dict[str, Any]]:
+             policies: tuple[str, ...] = ("rigid-easy", *PUBLISHED, *OURS),
+             known: dict[Case, dict[str, Any]] | None = None) -> dict[Case, dict[str, Any]]:
     """{case: {policy: figures}} for every case and policy ("rigid-easy": the
-    all-rigid baseline; "lending@5": lending with ``lend`` 5)."""
-    tasks = [(directory, max_jobs, c, p) for c in chosen for p in policies]
-    results: dict[Case, dict[str, Any]] = {}
+    all-rigid baseline; "lending@5": lending with ``lend`` 5); the runs in ``known``
+    are taken as they are."""
+    known = known or {}
+    tasks = [(directory, max_jobs, c, p) for c in chosen for p in policies
+             if p not in known.get(c, {})]
+    results = {c: {p: known[c][p] for p in policies if p in known.get(c, {})} for c in chosen}
+    if not tasks:
+        return results
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         for done, (case, policy, figures, seconds) in enumerate(
                 pool.imap_unordered(_simulate, tasks), 1):
@@ -159,21 +172,34 @@ def evaluate(directory: Path, max_jobs: int | None, chosen: list[Case], workers:
             print(f"   [{done:>4}/{len(tasks)}] {case.trace:<13} {case.label:<40} {policy:<22} "
                   f"turnaround {figures['mean_turnaround'] / 3600:7.3f} h  resizes "
                   f"{figures['reconfigurations']:>6}  {seconds:5.1f} s", flush=True)
-    return {c: results[c] for c in chosen}
+    return {c: {p: results[c][p] for p in policies} for c in chosen}
+
+
+def reusable(path: Path, max_jobs: int | None) -> dict[Case, dict[str, Any]]:
+    """The runs of an earlier ``evaluation_published.json`` made on the same jobs."""
+    report = json.loads(path.read_text())
+    if report.get("trace_jobs") != (max_jobs or 0):
+        raise SystemExit(f"--reuse {path}: its runs are of the first {report.get('trace_jobs')} "
+                         f"jobs, not {max_jobs or 0}")
+    return {Case(*(row[f] for f in Case._fields)): row["runs"] for row in report["cases"]}
 
 
 # -- reading -------------------------------------------------------------------------------
 
-def verdict(runs: dict[str, Any], ours: str = "lending") -> dict[str, Any]:
-    """How ``ours`` fares in one case: the best published policy, the margins, whether it won."""
+def verdict(runs: dict[str, Any], ours: str = HEADLINE) -> dict[str, Any]:
+    """How ``ours`` fares in one case: the best published policy, the margins, whether
+    it is first (``ahead``) and won, and the exchange rate against minAgree."""
     best = min(PUBLISHED, key=lambda p: runs[p]["mean_turnaround"])
-    turn = runs[ours]["mean_turnaround"]
+    mine, theirs = runs[ours], runs["malleable"]
+    turn = mine["mean_turnaround"]
     ahead = turn < runs[best]["mean_turnaround"]
-    budget = runs[ours]["reconfigurations"] <= runs["malleable"]["reconfigurations"]
+    extra = mine["reconfigurations"] - theirs["reconfigurations"]
     return {"best_published": best,
             "vs_best_pct": _pct(turn, runs[best]["mean_turnaround"]),
-            "resizes_vs_minagree": runs[ours]["reconfigurations"] / max(1, runs["malleable"]["reconfigurations"]),
-            "ahead": ahead, "within_budget": budget, "won": ahead and budget}
+            "resizes_vs_minagree": mine["reconfigurations"] / max(1, theirs["reconfigurations"]),
+            "ahead": ahead, "within_budget": extra <= 0, "won": ahead and extra <= 0,
+            "saved_per_extra_resize_s": ((theirs["mean_turnaround"] - turn) * mine["jobs"] / extra
+                                         if extra > 0 else None)}
 
 
 def _pct(new: float, old: float) -> float:
@@ -185,40 +211,43 @@ def _h(seconds: float) -> str:
 
 
 def markdown(report: dict[Case, dict[str, Any]], command: str) -> str:
-    lines = [f"Produced by `{command}`. Mean turnaround in hours; resizes; lending's "
-             "margin over the best published policy and its resizes over minAgree's.", ""]
+    lines = [f"Produced by `{command}`. Mean turnaround in hours; resizes; sharing's "
+             "margin over the best published policy, its resizes over minAgree's, and where "
+             "it resizes more, the job-seconds of turnaround each extra resize saved.", ""]
     lines += markdown_head("trace", "case", "best published", "its turnaround", "its resizes",
-                           "minAgree", "minAgree resizes", "thrifty", "thrifty resizes",
-                           "lending", "lending resizes", "lending vs best", "resizes / minAgree",
-                           "won", left=3)
-    won = 0
+                           "minAgree", "minAgree resizes", "lending", "lending resizes",
+                           "sharing", "sharing resizes", "sharing vs best", "resizes / minAgree",
+                           "saved per extra resize (s)", "first", "won", left=3)
+    first = won = 0
     for case, runs in report.items():
         v = verdict(runs)
-        won += v["won"]
-        b, m, t, lend = (runs[v["best_published"]], runs["malleable"], runs["thrifty"],
-                         runs["lending"])
+        first, won = first + v["ahead"], won + v["won"]
+        b, m, lend, ours = (runs[v["best_published"]], runs["malleable"], runs["lending"],
+                            runs[HEADLINE])
+        rate = v["saved_per_extra_resize_s"]
         lines.append(
             f"| {case.trace} | {case.label} | {NAMES.get(v['best_published'], v['best_published'])} | "
             f"{_h(b['mean_turnaround'])} | {b['reconfigurations']:,} | {_h(m['mean_turnaround'])} | "
-            f"{m['reconfigurations']:,} | {_h(t['mean_turnaround'])} | {t['reconfigurations']:,} | "
-            f"{_h(lend['mean_turnaround'])} | {lend['reconfigurations']:,} | {v['vs_best_pct']:+.1f}% | "
-            f"{v['resizes_vs_minagree']:.2f} | {'yes' if v['won'] else 'no'} |")
-    lines += ["", f"Lending wins {won} of {len(report)} cases.", "", *_by_class(report),
-              "", *_zojer(report)]
+            f"{m['reconfigurations']:,} | {_h(lend['mean_turnaround'])} | {lend['reconfigurations']:,} | "
+            f"{_h(ours['mean_turnaround'])} | {ours['reconfigurations']:,} | {v['vs_best_pct']:+.1f}% | "
+            f"{v['resizes_vs_minagree']:.2f} | {'-' if rate is None else f'{rate:,.0f}'} | "
+            f"{'yes' if v['ahead'] else 'no'} | {'yes' if v['won'] else 'no'} |")
+    lines += ["", f"Sharing is first in {first} of {len(report)} cases, and within minAgree's "
+              f"resizes as well in {won}.", "", *_by_class(report), "", *_zojer(report)]
     return "\n".join(lines) + "\n"
 
 
 def _by_class(report: dict[Case, dict[str, Any]]) -> list[str]:
-    """Each class's mean turnaround under lending against the best published policy's."""
-    lines = ["Per class (mean turnaround in hours, lending against the best published "
+    """Each class's mean turnaround under sharing against the best published policy's."""
+    lines = ["Per class (mean turnaround in hours, sharing against the best published "
              "policy of the case):", "",
-             *markdown_head("trace", "case", "best published", "rigid", "rigid, lending",
-                            "malleable", "malleable, lending", left=3)]
+             *markdown_head("trace", "case", "best published", "rigid", "rigid, sharing",
+                            "malleable", "malleable, sharing", left=3)]
     for case, runs in report.items():
         best = verdict(runs)["best_published"]
         cells = []
         for cls in ("rigid", "malleable"):
-            theirs, ours = (runs[best]["by_class"].get(cls), runs["lending"]["by_class"].get(cls))
+            theirs, ours = (runs[best]["by_class"].get(cls), runs[HEADLINE]["by_class"].get(cls))
             cells += ([_h(theirs["mean_turnaround"]),
                        f"{_h(ours['mean_turnaround'])} ({_pct(ours['mean_turnaround'], theirs['mean_turnaround']):+.1f}%)"]
                       if theirs and ours else ["-", "-"])
@@ -250,7 +279,7 @@ def _zojer(report: dict[Case, dict[str, Any]]) -> list[str]:
              "20/50/100% malleable, 2 seeds): the range of the change, and the median (wait: "
              "without LLNL-Thunder, where no job waits under that baseline).", "",
              *markdown_head("policy", "turnaround", "makespan", "wait", "utilization")]
-    for policy in ("lending", "thrifty", "malleable", "min-common-pool"):
+    for policy in ("sharing", "lending", "thrifty", "malleable", "min-common-pool"):
         changes = zojer_changes(report, policy)
         lines.append(f"| {NAMES.get(policy, policy)} | " + " | ".join(
             f"{min(v):+.0f}% to {max(v):+.0f}% (median {statistics.median(v):+.0f}%)" if v else "-"
@@ -263,7 +292,8 @@ def _zojer(report: dict[Case, dict[str, Any]]) -> list[str]:
 def _rows(report: dict[Case, dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for case, runs in report.items():
         yield {**case._asdict(), "label": case.label, "verdict": verdict(runs),
-               "verdict_thrifty": verdict(runs, "thrifty"), "runs": runs}
+               "verdict_lending": verdict(runs, "lending"), "verdict_thrifty": verdict(runs, "thrifty"),
+               "runs": runs}
 
 
 def plot(path: Path, report: dict[Case, dict[str, Any]]) -> None:
@@ -275,7 +305,7 @@ def plot(path: Path, report: dict[Case, dict[str, Any]]) -> None:
     fig = Figure(figsize=(9, 6))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for policy in ("lending", "thrifty", "malleable", "min-common-pool", "pref-common-pool",
+    for policy in ("sharing", "lending", "thrifty", "malleable", "min-common-pool", "pref-common-pool",
                    "min-agreement", "mebf", "dmr"):
         xs, ys = [], []
         for runs in report.values():
@@ -295,14 +325,16 @@ def plot(path: Path, report: dict[Case, dict[str, Any]]) -> None:
 
 
 def main(run: Run, out: Path, traces_dir: Path | None, max_jobs: int | None, workers: int,
-         traces: list[str] | None = None) -> int:
-    """``--published`` of ``benchmarks.evaluation``: JSON, Markdown and PNG into ``out``."""
+         traces: list[str] | None = None, reuse: Path | None = None) -> int:
+    """``--published`` of ``benchmarks.evaluation``: JSON, Markdown and PNG into ``out``
+    (``reuse``: an earlier JSON whose runs are taken, :func:`reusable`)."""
     from benchmarks.simspeed import REAL_TRACES, TRACES_DIR
 
     names = traces or list(REAL_TRACES)
-    print(f"every published policy, thrifty and lending on {', '.join(names)}, first "
+    print(f"every published policy, thrifty, lending and sharing on {', '.join(names)}, first "
           f"{max_jobs or 'all'} jobs, {workers} worker(s)")
-    report = evaluate(traces_dir or TRACES_DIR, max_jobs, cases(names), workers)
+    report = evaluate(traces_dir or TRACES_DIR, max_jobs, cases(names), workers,
+                      known=reusable(reuse, max_jobs) if reuse else None)
     out.mkdir(parents=True, exist_ok=True)
     tail = f" --trace-jobs {max_jobs or 0}" if max_jobs != 10000 else ""
     command = f"python -m benchmarks.evaluation --published{tail}"

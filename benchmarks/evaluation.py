@@ -186,6 +186,10 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frontier", action="store_true", help="only lending at several loan "
                         "thresholds beside minAgree and min-common-pool, on the grid's seed-1 cases: "
                         "evaluation_frontier.{json,md} into --out (about 5 minutes)")
+    parser.add_argument("--reuse", type=Path, default=None, metavar="FILE",
+                        help="with --published: take from FILE (an earlier evaluation_published.json) "
+                             "the runs it holds and simulate only the others (a policy added since); "
+                             "the simulations are deterministic, so the tables are the same")
     parser.add_argument("--workers", type=int, default=2,
                         help="processes that run --published's and --frontier's simulations "
                              "(default: %(default)s)")
@@ -215,8 +219,11 @@ def main(run: Run) -> int:
         if ns.workers < 1:
             print(f"--workers must be at least 1, got {ns.workers}", file=sys.stderr)
             return 2
-        study = _eval_published.main if ns.published else _eval_published.main_frontier
-        return study(run, ns.out, ns.traces, ns.trace_jobs or None, ns.workers)
+        if ns.frontier:
+            return _eval_published.main_frontier(run, ns.out, ns.traces, ns.trace_jobs or None,
+                                                  ns.workers)
+        return _eval_published.main(run, ns.out, ns.traces, ns.trace_jobs or None, ns.workers,
+                                    reuse=ns.reuse)
     if ns.policies or ns.fairness:  # issue 33, questions 1 and 2: benchmarks/_eval_policies.py
         from benchmarks import _eval_policies
 

@@ -13,7 +13,7 @@ from benchmarks.simspeed import TRACES_DIR
 
 
 def figures(turnaround: float, resizes: int) -> dict:
-    return {"mean_turnaround": turnaround, "reconfigurations": resizes, "makespan": 10.0,
+    return {"jobs": 10, "mean_turnaround": turnaround, "reconfigurations": resizes, "makespan": 10.0,
             "mean_wait": 1.0, "utilization": 0.5, "by_class": {}}
 
 
@@ -21,7 +21,8 @@ def runs(lending: float, lending_resizes: int) -> dict:
     out = {p: figures(10.0 + i, 100) for i, p in enumerate(ep.PUBLISHED)}
     out["malleable"] = figures(9.0, 50)  # the best published one here
     out["thrifty"] = figures(9.5, 20)
-    out["lending"] = figures(lending, lending_resizes)
+    out["lending"] = figures(12.0, 30)
+    out["sharing"] = figures(lending, lending_resizes)
     return out
 
 
@@ -36,6 +37,21 @@ def test_verdict(turnaround, resizes, ahead, within, won):
     assert v["best_published"] == "malleable"
     assert (v["ahead"], v["within_budget"], v["won"]) == (ahead, within, won)
     assert v["vs_best_pct"] == pytest.approx(100 * (turnaround - 9.0) / 9.0)
+    # each resize beyond minAgree's 50: the job-seconds of turnaround it saved (10 jobs)
+    assert v["saved_per_extra_resize_s"] == (None if within else pytest.approx((9.0 - turnaround) * 10 / (resizes - 50)))
+
+
+def test_an_earlier_report_is_reused_for_the_runs_it_holds(tmp_path):
+    case = ep.Case("A", 0.2, 1)
+    path = tmp_path / "evaluation_published.json"
+    path.write_text(json.dumps({"trace_jobs": 25, "cases": [
+        {**case._asdict(), "label": case.label, "runs": {"easy": figures(5.0, 0)}}]}))
+    known = ep.reusable(path, 25)
+    assert known == {case: {"easy": figures(5.0, 0)}}
+    # every policy is known: nothing is simulated (the directory does not even exist)
+    assert ep.evaluate(tmp_path / "none", 25, [case], 1, ("easy",), known=known) == known
+    with pytest.raises(SystemExit, match="its runs are of the first 25 jobs, not 100"):
+        ep.reusable(path, 100)
 
 
 def test_the_cases_are_the_grid_then_the_variations():
@@ -63,5 +79,5 @@ def test_a_miniature_run_writes_its_table_json_and_figure(tmp_path, capsys):
         assert all(r["jobs"] == 25 for r in case["runs"].values())
         assert case["runs"]["easy"]["reconfigurations"] == 0
     text = (tmp_path / "evaluation_published.md").read_text()
-    assert "Lending wins" in text and "Zojer et al." in text
+    assert "Sharing is first in" in text and "Zojer et al." in text
     assert (tmp_path / "evaluation_published.png").stat().st_size > 1000
