@@ -94,6 +94,12 @@ def test_pref_tries_the_preferred_size_first_then_the_minimum_then_the_donors_mi
     # its minimum 7 only comes down to the donors' minimums (6 and 4 above them)
     policy = get_policy("pref-agreement")
     assert policy.decide(0.0, [queued(3, 7, 8, pref=8)], donors, 0, 14) == [Shrink(1, 6), Shrink(2, 1)]
+    # the donors most above their *preferred* size give first in every try, as the
+    # Kassel code orders them (pref_agreement.py: get_pref_job_priority): job 2 (3 above
+    # its preferred 3) before job 1 (1 above 7), though job 1 holds more above its minimum
+    donors = [running(1, 8, 2, 10, pref=7), running(2, 6, 2, 10, pref=3)]
+    policy = get_policy("pref-agreement")
+    assert policy.decide(0.0, [queued(3, 7, 8, pref=8)], donors, 0, 14) == [Shrink(1, 3), Shrink(2, 4)]
 
 
 def test_min_grows_the_fewest_above_minimum_first_up_to_maximum():

@@ -18,7 +18,8 @@ Sizing: how big a job starts, whom a shrink takes from, whom idle nodes go to.
   their minimum. A shrink tries, in turn: the preferred size for the waiting
   job while every donor keeps its preferred size; the minimum while donors
   keep their preferred size; the minimum while donors keep their minimum.
-  Donors that hold the most above the size they keep give first. Idle nodes
+  Donors that hold the most above their preferred size give first, in every
+  try (as the Kassel code orders them). Idle nodes
   grow the jobs furthest below their preferred size first, each up to it, and
   then each up to its maximum.
 
@@ -215,8 +216,8 @@ class AgreementStrategy(Policy):
         if self.sizing == "pref":
             tries = [(_preferred(job), _preferred), (job.min_nodes, _preferred),
                      (job.min_nodes, lambda j: j.min_nodes)]
-            for need, keep in tries:
-                if _take_largest(need, donors, sizes, keep):
+            for need, keep in tries:  # the donors most above preferred first, in every try
+                if _take_largest(need, donors, sizes, keep, rank=_preferred):
                     return need
             return 0
         if self.sizing == "min":
@@ -260,12 +261,15 @@ def _waiting(queue: Sequence[JobView], promised: dict[int, int]) -> dict[int, Jo
 
 
 def _take_largest(need: int, donors: dict[int, JobView], sizes: dict[int, int],
-                  keep: Callable[[JobView], int]) -> bool:
+                  keep: Callable[[JobView], int], rank: Callable[[JobView], int] | None = None
+                  ) -> bool:
     """min's and pref's shrink: ``need`` nodes from the donors holding the most
-    above what they keep, each giving all of that; all or nothing."""
+    above ``rank`` (default: what they keep), each giving all it holds above what
+    it keeps; all or nothing."""
     if need <= 0:
         return False
-    order = sorted(donors, key=lambda i: (-(sizes[i] - keep(donors[i])), i))
+    above = rank or keep
+    order = sorted(donors, key=lambda i: (-(sizes[i] - above(donors[i])), i))
     taken: dict[int, int] = {}
     for i in order:
         k = min(need, max(0, sizes[i] - max(keep(donors[i]), donors[i].min_nodes)))
