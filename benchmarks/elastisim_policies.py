@@ -1,13 +1,20 @@
 """Our policies against the Kassel group's originals, in ElastiSim (issue 56).
 
 ``python -m benchmarks.elastisim_policies [--jobs N] [--seeds S1 S2 ...]
-[--malleable 20,50,100] [--json FILE] [--quick]``
+[--malleable 20,50,100] [--reconfiguration-cost SECONDS] [--json FILE] [--quick]``
 
 For every seed and malleable share it generates one job set with the Kassel
 generator (``scripts/input_generation/jsonGenerator.py`` of
 MalleableJobScheduling: 16 nodes, one day of submissions, about 100 jobs, the
-given share malleable and the rest rigid, as in their ``runSimulations.sh``),
-and runs on it, each in ElastiSim (the build that ``.ci/install-services`` makes;
+given share malleable and the rest rigid, as in their ``runSimulations.sh``;
+``--reconfiguration-cost SECONDS`` adds to its application model, which as
+published costs nothing to reconfigure, an ``on_reconfiguration`` phase of about
+SECONDS that ElastiSim runs at every reconfiguration: a data redistribution, an
+all-to-all among the job's new nodes of SECONDS of each node's link bandwidth,
+overlapped with SECONDS of computation on each node, since moving its distributed
+data is what resizing costs a malleable program and the part of it ElastiSim
+simulates: ``benchmarks/_elastisim_reconfig.py`` says why this form, and sets
+reports at several costs side by side), and runs on it, each in ElastiSim (the build that ``.ci/install-services`` makes;
 ``tests/_elastisim.py`` finds it):
 
 * the Kassel originals: their rigid EASY backfill and the nine malleable
@@ -58,6 +65,7 @@ from typing import Any
 
 from ._common import machine_info, setup_logging, write_json
 from ._elastisim_output import mean, node_speed, reconfigurations, summary, table, tail
+from ._elastisim_reconfig import add_reconfiguration_cost
 
 log = logging.getLogger("benchmarks.elastisim_policies")
 
@@ -150,8 +158,11 @@ class Result:
 class Runner:
     """Runs algorithms on job sets in ElastiSim, and ends whatever it started."""
 
-    def __init__(self, es: ModuleType, build: Path, work: Path, timeout: float) -> None:
+    def __init__(self, es: ModuleType, build: Path, work: Path, timeout: float,
+                 reconfiguration_cost: float = 0.0) -> None:
         self.es, self.build, self.work, self.timeout = es, build, work, timeout
+        self.reconfiguration_cost = reconfiguration_cost
+        self.phase: dict[str, Any] | None = None  # the on_reconfiguration phase added
         self._live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self.cancelled = threading.Event()
@@ -167,6 +178,8 @@ class Runner:
                        check=True, timeout=120, capture_output=True, cwd=self.work,
                        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
         jobs = json.loads((folder / "jobs.json").read_text())["jobs"]
+        self.phase = add_reconfiguration_cost(folder, self.reconfiguration_cost,
+                                              node_speed(folder / "crossbar.xml"))
         return JobSet(seed, malleable, folder, len(jobs))
 
     def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
@@ -308,6 +321,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "(default: the ten originals and our thirteen)")
     p.add_argument("--total-time", type=int, default=None, metavar="SECONDS",
                    help=f"the generator's submission span (default {TOTAL_TIME}: ~100 jobs)")
+    p.add_argument("--reconfiguration-cost", type=float, default=0.0, metavar="SECONDS",
+                   help="give every reconfiguration about SECONDS in ElastiSim: an on_reconfiguration "
+                        "phase redistributing the job's data (default 0: the Kassel model as published)")
     p.add_argument("--timeout", type=float, default=RUN_TIMEOUT, metavar="SECONDS",
                    help=f"a run's limit, then it is killed (default {RUN_TIMEOUT:g})")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
@@ -333,6 +349,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--malleable: each share must lie in [0, 100], got {ns.malleable}")
     if ns.total_time <= 0 or ns.timeout <= 0:
         p.error("--total-time and --timeout must be > 0")
+    if not 0 <= ns.reconfiguration_cost < float("inf"):
+        p.error(f"--reconfiguration-cost must be >= 0 seconds, got {ns.reconfiguration_cost:g}")
     try:
         ns.algorithms = algorithm_names(ns.algorithms)
     except ValueError as e:
@@ -353,7 +371,8 @@ def run(ns: argparse.Namespace) -> dict[str, Any] | None:
         "settings": {"seeds": ns.seeds, "malleable": ns.malleable, "nodes": NODES,
                      "total_time": ns.total_time, "flops_range": FLOPS_RANGE,
                      "dividation_split_time": SPLIT_TIME, "algorithms": ns.algorithms,
-                     "timeout": ns.timeout, "build": str(build)},
+                     "timeout": ns.timeout, "build": str(build),
+                     "reconfiguration_cost": ns.reconfiguration_cost},
         "machine": machine_info(), "sets": []}
     with contextlib.ExitStack() as stack:
         if ns.keep is not None:
@@ -361,9 +380,10 @@ def run(ns: argparse.Namespace) -> dict[str, Any] | None:
             work = ns.keep.resolve()
         else:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="es-policies-")))
-        runner = Runner(es, build, work, ns.timeout)
+        runner = Runner(es, build, work, ns.timeout, ns.reconfiguration_cost)
         try:
             sets = [runner.generate(seed, m, ns.total_time) for seed in ns.seeds for m in ns.malleable]
+            report["settings"]["reconfiguration_phase"] = runner.phase
             for s in sets:
                 log.info("set %s: %d jobs", s.name, s.jobs)
             plan = [(s, a) for s in sets for a in ns.algorithms]

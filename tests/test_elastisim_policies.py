@@ -103,3 +103,42 @@ def test_a_run_over_its_timeout_is_killed_and_reported(tmp_path):
 def test_unknown_algorithm_is_an_error_that_lists_the_known(tmp_path):
     code, out, err = harness(tmp_path, "--quick", "--algorithms", "no-such-policy")
     assert code == 2 and "no-such-policy" in err and "K:min_agreement" in err, err
+
+
+@pytest.mark.timeout(2 * TIMEOUT + 60)
+def test_reconfiguration_cost_is_an_on_reconfiguration_phase_every_resize_pays(tmp_path):
+    """``--reconfiguration-cost``: the set's application model gets ElastiSim's
+    ``on_reconfiguration`` phase (a data redistribution and computation of about that
+    many seconds), a run that reconfigures takes longer than without it, and the
+    combiner sets the two costs side by side."""
+    reports = {}
+    for cost in (0, 300):
+        scratch = tmp_path / f"scratch{cost}"
+        scratch.mkdir()
+        keep, report = tmp_path / f"keep{cost}", tmp_path / f"report{cost}.json"
+        code, out, err = harness(scratch, "--quick", "--jobs", "1", "--timeout", "120", "--json",
+                                 str(report), "--keep", str(keep), "--reconfiguration-cost",
+                                 str(cost), "--algorithms", "K:rigid_easy_backfill", "K:min_agreement")
+        assert code == 0, f"exit {code}\n{out}\n{err}"
+        assert leftovers(keep) == [] and leftovers(scratch) == []
+        model = json.loads((keep / "input-S1-50" / "application_model.json").read_text())
+        reports[cost] = data = json.loads(report.read_text())
+        assert data["settings"]["reconfiguration_cost"] == cost
+        if cost == 0:
+            assert "on_reconfiguration" not in model and data["settings"]["reconfiguration_phase"] is None
+        else:
+            [task] = model["on_reconfiguration"]["tasks"]
+            assert task["type"] == "cpu" and task["communication_pattern"] == "ALL_TO_ALL"
+            assert task["flops"] == cost * 1e11 and task["bytes"] == f"{cost * 12.5e9!r}*num_nodes"
+            assert data["settings"]["reconfiguration_phase"] == model["on_reconfiguration"]
+    free, costly = ({r["algorithm"]: r for r in reports[c]["sets"][0]["results"]} for c in (0, 300))
+    assert free["K:rigid_easy_backfill"] == costly["K:rigid_easy_backfill"] | {
+        "seconds": free["K:rigid_easy_backfill"]["seconds"]}, "a rigid run pays nothing"
+    resized = costly["K:min_agreement"]
+    assert resized["status"] == "ok" and resized["completed"] == resized["jobs"], resized
+    if resized["reconfigurations"]:
+        assert resized["mean_turnaround"] > free["K:min_agreement"]["mean_turnaround"]
+    from benchmarks._elastisim_reconfig import combine, markdown
+    text = markdown(combine([reports[300], reports[0]]))
+    assert text.index("## 0 s per reconfiguration") < text.index("## 300 s per reconfiguration")
+    assert "| K:min_agreement |" in text
