@@ -10,7 +10,8 @@ from typing import Any
 
 from apgas_scheduler.sim.elastisim_jobs import JobSet
 
-__all__ = ["TOLERANCE", "RIGID_EASY", "KASSEL_EASY", "KASSEL_EASY_OURS", "KASSEL_ORIGINALS", "relative", "runtime_check", "same_starts", "kendall_tau", "best", "compare_set", "counterpart", "table", "checks_text", "markdown"]
+__all__ = ["TOLERANCE", "RIGID_EASY", "KASSEL_EASY", "KASSEL_EASY_OURS", "KASSEL_ORIGINALS",
+           "relative", "runtime_check", "same_starts", "kendall_tau", "discordant", "best", "compare_set", "counterpart", "table", "checks_text", "markdown"]
 
 TOLERANCE = 0.02
 """Largest relative difference of mean turnaround between the simulators for the
@@ -94,6 +95,20 @@ def kendall_tau(first: dict[str, float], second: dict[str, float]) -> float | No
     return (concordant - discordant) / denominator if denominator else None
 
 
+def discordant(first: dict[str, float], second: dict[str, float]) -> list[dict[str, Any]]:
+    """The pairs that the two scorings order oppositely, each with its gaps: (b - a) / a
+    in each scoring, ``a`` the first's better."""
+    names = [n for n in first if n in second]
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if _sign(first[a], first[b]) * _sign(second[a], second[b]) < 0:
+                x, y = (a, b) if first[a] < first[b] else (b, a)
+                out.append({"pair": [x, y], "gap_ours": relative(first[y], first[x]),
+                            "gap_elastisim": relative(second[y], second[x])})
+    return out
+
+
 def best(scores: dict[str, float]) -> list[str]:
     """The names with the least score (ties included)."""
     low = min(scores.values())
@@ -139,6 +154,7 @@ def compare_set(ours: list[dict[str, Any]], theirs: list[dict[str, Any]],
         checks["ranking"] = {"ours": sorted(names, key=first.__getitem__),
                              "elastisim": sorted(names, key=second.__getitem__),
                              "kendall_tau": kendall_tau(first, second),
+                             "discordant": discordant(first, second),
                              "best_ours": best(first), "best_elastisim": best(second),
                              "same_best": bool(set(best(first)) & set(best(second)))}
     return checks
@@ -210,6 +226,9 @@ def checks_text(checks: dict[str, Any]) -> str:
         tau = "undefined" if c["kendall_tau"] is None else f"{c['kendall_tau']:+.2f}"
         lines.append(f"  Kendall's tau-b {tau} (ties within {TIE:.1%}); best: ours "
                      f"{', '.join(c['best_ours'])}, ElastiSim {', '.join(c['best_elastisim'])}")
+        for d in c.get("discordant", []):
+            lines.append(f"  swapped: {d['pair'][0]} ahead of {d['pair'][1]} by "
+                         f"{d['gap_ours']:.2%} in ours, behind by {-d['gap_elastisim']:.2%} in ElastiSim")
     return "\n".join(lines)
 
 
@@ -234,8 +253,8 @@ def markdown(report: dict[str, Any], command: str) -> str:
              f"mean turnarounds within {report['tie']:.1%} rank as a tie.", "",
              "| set | jobs | run times (Kassel EASY) | easy vs easy (bridge) | same starts "
              "| kassel-easy\\* vs rigid_easy_backfill | same starts | Kendall's tau-b "
-             "| best: ours / ElastiSim |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| swapped pairs (widest gap, ours / ElastiSim) | best: ours / ElastiSim |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for s in sets:
         c = s["checks"]
         rt, ez, ke, rk = (c.get(k) or {} for k in ("runtimes", "easy", "kassel_easy", "ranking"))
@@ -244,11 +263,16 @@ def markdown(report: dict[str, Any], command: str) -> str:
         tau = rk.get("kendall_tau")
         best_of = (f"{', '.join(rk['best_ours'])} / {', '.join(rk['best_elastisim'])}"
                    if rk else "-")
+        swaps = rk.get("discordant", [])
+        wide = max(swaps, key=lambda d: max(abs(d["gap_ours"]), abs(d["gap_elastisim"])),
+                   default=None)
+        swapped = (f"{len(swaps)} ({wide['gap_ours']:.2%} / {-wide['gap_elastisim']:.2%})"
+                   if wide else ("0" if rk else "-"))
         same = {k: (f"{x['same_starts']:.0%}" if x else "-") for k, x in (("e", ez), ("k", ke))}
         lines.append(f"| {s['name']} | {s['jobs']} | {runtimes} "
                      f"| {_pct(ez.get('turnaround_difference'))} | {same['e']} "
                      f"| {_pct(ke.get('turnaround_difference'))} | {same['k']} "
-                     f"| {'-' if tau is None else f'{tau:+.2f}'} | {best_of} |")
+                     f"| {'-' if tau is None else f'{tau:+.2f}'} | {swapped} | {best_of} |")
     for s in sets:
         lines += ["", f"## {s['name']}", "",
                   f"{s['jobs']} jobs ({', '.join(f'{n} {c}' for c, n in s['classes'].items())}) "

@@ -326,6 +326,26 @@ def test_the_harness_in_our_simulator(tmp_path: Path, capsys: pytest.CaptureFixt
     assert s["checks"] == {}
 
 
+def test_the_harness_merges_reports_into_markdown(tmp_path: Path) -> None:
+    """Two runs (--json), joined by --merge into one report and its Markdown tables."""
+    runs = []
+    for name in ("a", "b"):
+        folder = write_input(tmp_path / name)
+        runs.append(tmp_path / f"{name}.json")
+        assert ec.main(["--jobs", str(folder), "--no-elastisim", "--policies", "malleable",
+                        "--json", str(runs[-1])]) == 0
+    joined, md = tmp_path / "all.json", tmp_path / "all.md"
+    assert ec.main(["--merge", *map(str, runs), "--json", str(joined), "--markdown", str(md)]) == 0
+    report = json.loads(joined.read_text())
+    assert [s["name"] for s in report["sets"]] == ["a", "b"]
+    assert report["tolerance"] == agreement.TOLERANCE and len(report["parameters"]) == 2
+    text = md.read_text()
+    assert text.count("--no-elastisim") == 2 and "--merge" in text
+    assert "\n## a\n" in text and "\n## b\n" in text
+    assert "| kassel-easy\\* | " in text and "| malleable | " in text
+    assert ec.main(["--merge", str(tmp_path / "none.json")]) == 1
+
+
 def test_repair_divide_applies_the_generators_rule(tmp_path: Path) -> None:
     """divide = flops // (num_nodes_pref * speed) // split_time: 3e15 // 4e12 = 750 s -> 12
     iterations of 60 s, 1e15 // 2e12 = 500 s -> 8; the moldable job has no num_nodes_pref."""
