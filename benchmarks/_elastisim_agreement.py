@@ -8,10 +8,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from apgas_scheduler._model import Decision, Grow, Shrink, Start
 from apgas_scheduler.sim.elastisim_jobs import JobSet
 
 __all__ = ["TOLERANCE", "RIGID_EASY", "KASSEL_EASY", "KASSEL_EASY_OURS", "KASSEL_ORIGINALS",
-           "relative", "runtime_check", "same_starts", "kendall_tau", "discordant", "best", "compare_set", "counterpart", "table", "checks_text", "markdown"]
+           "relative", "runtime_check", "same_starts", "kendall_tau", "discordant", "best", "held_at_scheduling_points", "compare_set", "counterpart", "table", "checks_text", "markdown"]
 
 TOLERANCE = 0.02
 """Largest relative difference of mean turnaround between the simulators for the
@@ -57,6 +58,30 @@ def runtime_check(jobset: JobSet, run: dict[str, Any], every_class: bool) -> dic
             worst, which = error / job.runtime, job.id
     return {"checked": checked, "max_relative_error": worst, "job": which, "outside_rounding": bad,
             "ok": checked > 0 and not bad}
+
+
+def held_at_scheduling_points(jobset: JobSet, decisions: Sequence[tuple[float, Decision]],
+                              makespan: float | None) -> dict[str, float] | None:
+    """What ElastiSim's scheduling points would cost our run's resizes: ElastiSim
+    applies a resize at the end of the job's current iteration, half an iteration
+    at the old size later on average, and the nodes moved sit idle until then
+    (a grow's reserved, a shrink's still held). ``mean_delay``: that half
+    iteration, averaged over the resizes; ``held_share``: the node-seconds idle so,
+    over the nodes times the makespan. None without resizes."""
+    size: dict[int, int] = {}
+    delays, held = [], 0.0
+    for _, d in decisions:
+        if isinstance(d, Start):
+            size[d.job] = d.nodes
+        elif isinstance(d, Grow | Shrink) and d.job in size:
+            old = size[d.job]
+            half = jobset.runtime_on(d.job, old) / max(1, jobset.iterations[d.job]) / 2
+            delays.append(half)
+            held += d.nodes * half
+            size[d.job] = old + d.nodes if isinstance(d, Grow) else old - d.nodes
+    if not delays or not makespan:
+        return None
+    return {"mean_delay": sum(delays) / len(delays), "held_share": held / (jobset.nodes * makespan)}
 
 
 def same_starts(ours: dict[str, Any], theirs: dict[str, Any], within: float = 1.0) -> float:
@@ -279,10 +304,12 @@ def markdown(report: dict[str, Any], command: str) -> str:
                   f"on {s['nodes']} nodes"
                   + (f", offered load {s['offered_load']:.2f}" if s.get("offered_load") else "")
                   + ". Mean turnaround and wait in hours; *resizes*: ours carried out / "
-                  "ElastiSim's carried out (orders sent).", "",
+                  "ElastiSim's carried out (orders sent); *idle at scheduling points*: the "
+                  "node-seconds our resizes would leave idle in ElastiSim, waiting half an "
+                  "iteration at the old size (mean wait in brackets), over nodes x makespan.", "",
                   "| algorithm | turnaround ours | ElastiSim | difference | wait ours | ElastiSim "
-                  "| resizes | rank ours | rank ElastiSim |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| resizes | idle at scheduling points | rank ours | rank ElastiSim |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         mine = {r["policy"]: r for r in s["runs"] if r["simulator"] == "ours"}
         theirs = {counterpart(r): r for r in s["runs"] if r["simulator"] != "ours"}
         rk = s["checks"].get("ranking") or {}
@@ -292,6 +319,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
             label = f"{name} / {e['label']}" if e else name
             label = label.replace("*", "\\*")
             resizes = f"{m['resizes']} / {em['resizes']} ({em['orders']})" if em else f"{m['resizes']}"
+            held = m.get("held_at_scheduling_points")
+            resizes += (f" | {held['held_share']:.1%} ({held['mean_delay']:.0f} s)" if held
+                        else " | -")
             rank = (f"{rk['ours'].index(name) + 1} | {rk['elastisim'].index(name) + 1}"
                     if name in rk.get("ours", []) else "- | -")
             lines.append(f"| {label} | {_hours(m['mean_turnaround']).strip()} "

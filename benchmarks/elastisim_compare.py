@@ -96,6 +96,7 @@ from benchmarks._elastisim_agreement import (
     TOLERANCE,
     checks_text,
     compare_set,
+    held_at_scheduling_points,
     markdown,
     table,
 )
@@ -270,7 +271,9 @@ def run_ours(jobset: JobSet, policy: str, resize_interval: float) -> dict[str, A
             "metrics": {"jobs": m.get("jobs", 0), "makespan": m.get("makespan"),
                         "mean_wait": m.get("mean_wait"), "mean_turnaround": m.get("mean_turnaround"),
                         "mean_bounded_slowdown": m.get("mean_bounded_slowdown"),
-                        "resizes": m.get("reconfigurations", 0)},
+                        "resizes": m.get("reconfigurations", 0),
+                        "held_at_scheduling_points": held_at_scheduling_points(
+                            jobset, result.decisions, m.get("makespan"))},
             "jobs": {jid: [r["start"], r["end"]] for jid, r in result.jobs.items()},
             "seconds": time.perf_counter() - started}
 
@@ -424,6 +427,10 @@ def _main(argv: list[str] | None) -> int:
         return 2
     if ns.merge:
         return merge(ns)
+    # the bridge imports our policies afresh for every run: a change to them during
+    # the run makes the two sides differ (the report names the commit it started at)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT, stdin=subprocess.DEVNULL).stdout.strip() or None
     helpers, reason = load_helpers()
     folder, why = (None, "--no-elastisim") if ns.no_elastisim else elastisim_status(helpers, reason)
     skip: dict[str, str] = {}
@@ -456,7 +463,8 @@ def _main(argv: list[str] | None) -> int:
     report = {"parameters": {k: (str(v) if isinstance(v, Path) else
                                  [str(x) for x in v] if k == "jobs" and v else v)
                              for k, v in vars(ns).items()},
-              "tolerance": TOLERANCE, "tie": TIE, "skipped": skip, "sets": results}
+              "tolerance": TOLERANCE, "tie": TIE, "skipped": skip, "sets": results,
+              "commit": commit, "ended_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     write(ns, report)
     return 0
 

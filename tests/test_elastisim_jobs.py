@@ -346,6 +346,21 @@ def test_the_harness_merges_reports_into_markdown(tmp_path: Path) -> None:
     assert ec.main(["--merge", str(tmp_path / "none.json")]) == 1
 
 
+def test_the_scheduling_points_cost_of_our_resizes(tmp_path: Path) -> None:
+    """ElastiSim applies a resize half an iteration at the old size later on average:
+    job 2 (10 iterations) grown from 4 to 6 nodes, then shrunk to 5."""
+    from apgas_scheduler._model import Grow, Shrink
+    jobset = read_input(write_input(tmp_path / "in"))
+    assert jobset.iterations[2] == 10
+    t4, t6 = jobset.runtime_on(2, 4), jobset.runtime_on(2, 6)
+    decisions = [(0.0, Start(2, 4)), (10.0, Grow(2, 2)), (20.0, Shrink(2, 1)), (30.0, Grow(7, 1))]
+    held = agreement.held_at_scheduling_points(jobset, decisions, 1000.0)
+    assert held is not None
+    assert held["mean_delay"] == pytest.approx((t4 / 20 + t6 / 20) / 2)
+    assert held["held_share"] == pytest.approx((2 * t4 / 20 + t6 / 20) / (8 * 1000.0))
+    assert agreement.held_at_scheduling_points(jobset, decisions[:1], 1000.0) is None
+
+
 def test_repair_divide_applies_the_generators_rule(tmp_path: Path) -> None:
     """divide = flops // (num_nodes_pref * speed) // split_time: 3e15 // 4e12 = 750 s -> 12
     iterations of 60 s, 1e15 // 2e12 = 500 s -> 8; the moldable job has no num_nodes_pref."""
