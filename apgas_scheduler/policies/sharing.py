@@ -30,18 +30,12 @@ lending added on top:
    (:func:`.thrifty.paying_grows`): nobody needs the nodes back, so a grow must
    pay for itself.
 
-Pseudo-code of one pass::
+One pass is lending's (its module docstring gives the pseudo-code) but for the
+loans, made while jobs wait::
 
-    start the jobs whose promise can be kept (as many nodes idle, oldest promise first)
-    starts, head, idle = EASY(others, min size or as wide as it may when alone,
-                              backfill order = walltime x minimum nodes)
-    for each job still waiting, in queue order:
-        if the resizable malleable jobs can give its minimum (most above minimum first):
-            shrink them, promise it the nodes
-    if nobody waits and nothing is promised:  thrifty's grows (fewest first, if they pay)
-    else: for each resizable, unshrunk job j, fewest above its minimum first:
-              if min(shadow of head, end of j) - now >= horizon:
-                  grow j by min(idle, its maximum - its size)
+    for each resizable, unshrunk job j, fewest nodes above its minimum first:
+        if min(shadow time of the head, end of j) - now >= horizon:
+            grow j by min(idle, its maximum - its size); idle -= that
 
 What it costs: about as many resizes as the Kassel strategies, 0.4 to 4 times
 minAgree's on the traces (section 8 of the evaluation gives the exchange rate:
