@@ -67,21 +67,27 @@ def held_at_scheduling_points(jobset: JobSet, decisions: Sequence[tuple[float, D
     at the old size later on average, and the nodes moved sit idle until then
     (a grow's reserved, a shrink's still held). ``mean_delay``: that half
     iteration, averaged over the resizes; ``held_share``: the node-seconds idle so,
-    over the nodes times the makespan. None without resizes."""
+    over the nodes times the makespan; ``never``: our resizes of jobs of one
+    iteration, which ElastiSim never carries out (left out of the other two).
+    None without resizes."""
     size: dict[int, int] = {}
-    delays, held = [], 0.0
+    delays, held, never = [], 0.0, 0
     for _, d in decisions:
         if isinstance(d, Start):
             size[d.job] = d.nodes
         elif isinstance(d, Grow | Shrink) and d.job in size:
             old = size[d.job]
-            half = jobset.runtime_on(d.job, old) / max(1, jobset.iterations[d.job]) / 2
+            size[d.job] = old + d.nodes if isinstance(d, Grow) else old - d.nodes
+            if jobset.iterations[d.job] <= 1:
+                never += 1
+                continue
+            half = jobset.runtime_on(d.job, old) / jobset.iterations[d.job] / 2
             delays.append(half)
             held += d.nodes * half
-            size[d.job] = old + d.nodes if isinstance(d, Grow) else old - d.nodes
-    if not delays or not makespan:
+    if not (delays or never) or not makespan:
         return None
-    return {"mean_delay": sum(delays) / len(delays), "held_share": held / (jobset.nodes * makespan)}
+    return {"mean_delay": sum(delays) / len(delays) if delays else 0.0,
+            "held_share": held / (jobset.nodes * makespan), "never": never}
 
 
 def same_starts(ours: dict[str, Any], theirs: dict[str, Any], within: float = 1.0) -> float:
@@ -306,10 +312,17 @@ def markdown(report: dict[str, Any], command: str) -> str:
                   + ". Mean turnaround and wait in hours; *resizes*: ours carried out / "
                   "ElastiSim's carried out (orders sent); *idle at scheduling points*: the "
                   "node-seconds our resizes would leave idle in ElastiSim, waiting half an "
-                  "iteration at the old size (mean wait in brackets), over nodes x makespan.", "",
+                  "iteration at the old size (mean wait in brackets; *never*: resizes of jobs of "
+                  "one iteration, which ElastiSim never carries out), over nodes x makespan.", "",
                   "| algorithm | turnaround ours | ElastiSim | difference | wait ours | ElastiSim "
                   "| resizes | idle at scheduling points | rank ours | rank ElastiSim |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        long_fixed = [f"job {x['job']} ({x['runtime']:.0f} s)" for x in s.get("never_resized", [])
+                      if x["runtime"] >= 600]
+        if long_fixed:
+            lines[-4] += (" Malleable with one iteration, so never resized in ElastiSim: "
+                          + ", ".join(long_fixed) + ".")
+        lines[-4] += "".join(f" {note}." for note in s.get("recomputed", []))
         mine = {r["policy"]: r for r in s["runs"] if r["simulator"] == "ours"}
         theirs = {counterpart(r): r for r in s["runs"] if r["simulator"] != "ours"}
         rk = s["checks"].get("ranking") or {}
@@ -320,8 +333,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
             label = label.replace("*", "\\*")
             resizes = f"{m['resizes']} / {em['resizes']} ({em['orders']})" if em else f"{m['resizes']}"
             held = m.get("held_at_scheduling_points")
-            resizes += (f" | {held['held_share']:.1%} ({held['mean_delay']:.0f} s)" if held
-                        else " | -")
+            resizes += (f" | {held['held_share']:.1%} ({held['mean_delay']:.0f} s"
+                        + (f"; {held['never']} never" if held.get("never") else "") + ")"
+                        if held else " | -")
             rank = (f"{rk['ours'].index(name) + 1} | {rk['elastisim'].index(name) + 1}"
                     if name in rk.get("ours", []) else "- | -")
             lines.append(f"| {label} | {_hours(m['mean_turnaround']).strip()} "

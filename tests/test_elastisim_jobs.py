@@ -358,6 +358,12 @@ def test_the_scheduling_points_cost_of_our_resizes(tmp_path: Path) -> None:
     assert held is not None
     assert held["mean_delay"] == pytest.approx((t4 / 20 + t6 / 20) / 2)
     assert held["held_share"] == pytest.approx((2 * t4 / 20 + t6 / 20) / (8 * 1000.0))
+    assert held["never"] == 0
+    # job 0 has one iteration: ElastiSim never resizes it
+    held = agreement.held_at_scheduling_points(jobset, decisions + [(0.0, Start(0, 4)),
+                                                                    (9.0, Grow(0, 1))], 1000.0)
+    assert held is not None and held["never"] == 1
+    assert held["mean_delay"] == pytest.approx((t4 / 20 + t6 / 20) / 2)
     assert agreement.held_at_scheduling_points(jobset, decisions[:1], 1000.0) is None
 
 
