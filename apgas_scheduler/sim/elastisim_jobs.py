@@ -8,8 +8,7 @@ group's ``jsonGenerator.py`` writes) and gives a :class:`JobSet`: the jobs, the
 node count and a node's speed from the platform, the scheduling interval, and
 ``notes`` naming what in the input our simulator does not model.
 
-How ElastiSim runs a job (from its source at commit 9bc6344)
------------------------------------------------------------
+**How ElastiSim runs a job (from its source at commit 9bc6344)**
 
 * A job's application model is a list of phases, each repeated ``iterations``
   times; a phase is a list of tasks. A ``cpu`` task's ``flops`` is a formula
@@ -34,8 +33,7 @@ the run time on one node and serial fraction ``1 - p``. A malleable job reaches
 a scheduling point after every iteration (``divide`` is about the run time over
 60 s, at most 1,000), and ElastiSim resizes it only there.
 
-What maps to what
------------------
+**What maps to what**
 
 ==============================  ==============================================
 ElastiSim                       ours
