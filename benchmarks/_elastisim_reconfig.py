@@ -230,7 +230,18 @@ def markdown(combined: dict[str, Any]) -> str:
         if cost["failed"]:
             out += ["", "Runs that did not finish: " + ", ".join(cost["failed"])]
         out.append("")
-    return "\n".join(out)
+    out += ["## Across the costs (all nine sets)", "",
+            f"| cost per reconfiguration | {OURS} vs {AGAINST}: turnaround saved / extra "
+            "reconfigurations | seconds saved per extra reconfiguration | against the best original |",
+            "| ---: | ---: | ---: | --- |"]
+    for cost in combined["costs"]:
+        x = cost["exchange"].get("all", {})
+        m, best = x.get(AGAINST), x.get("best_original")
+        out.append(f"| {cost['reconfiguration_cost']:g} s | "
+                   + (f"{_num(m['turnaround_saved'], 0)} s / {m['extra_reconfigurations']:+d} | "
+                      f"{_num(m['seconds_saved_per_extra_reconfiguration'], 0)} | " if m else "- | - | ")
+                   + (f"{best['algorithm']}: {_rate_text(best)}" if best else "-") + " |")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
