@@ -182,7 +182,9 @@ def test_place_zero_grows_in_proportion_and_the_places_stay_flat():
     grown = {key: own[big][key] - own[small][key] for key in OWN}
     # place 0: in proportion, as check_start counts it
     assert grown["eventfds"] == _limits.SOCKETS_PER_PLACE * added, own
-    assert grown["tcp"] == 2 * added, own
+    # two TCP ends a place; one more may be held at either size, by timing (the bound
+    # above), so the slope is exact to within that one
+    assert abs(grown["tcp"] - 2 * added) <= 1, own
     assert 2 * added <= grown["fds"] <= _limits.FDS_PER_PLACE * added, own
     # a place: flat (place 0's reply channel may connect to it or not, by timing: one more)
     for key in OWN:
