@@ -1,7 +1,7 @@
 """Our policies against the Kassel group's originals, in ElastiSim (issue 56).
 
 ``python -m benchmarks.elastisim_policies [--jobs N] [--seeds S1 S2 ...]
-[--malleable 20,50,100] [--reconfiguration-cost SECONDS] [--json FILE] [--quick]``
+[--malleable 20,50,100] [--input DIR ...] [--reconfiguration-cost SECONDS] [--json FILE] [--quick]``
 
 For every seed and malleable share it generates one job set with the Kassel
 generator (``scripts/input_generation/jsonGenerator.py`` of
@@ -53,6 +53,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -181,6 +182,17 @@ class Runner:
         self.phase = add_reconfiguration_cost(folder, self.reconfiguration_cost,
                                               node_speed(folder / "crossbar.xml"))
         return JobSet(seed, malleable, folder, len(jobs))
+
+    def adopt(self, source: Path) -> JobSet:
+        """An ElastiSim input folder as it is (the Kassel repository's ``input_files/small``),
+        named after the folder; its share is that of its malleable jobs."""
+        folder = self.work / f"input-{source.name}"
+        shutil.copytree(source, folder)
+        jobs = json.loads((folder / "jobs.json").read_text())["jobs"]
+        share = round(100 * sum(j.get("type") == "MALLEABLE" for j in jobs) / max(1, len(jobs)))
+        self.phase = add_reconfiguration_cost(folder, self.reconfiguration_cost,
+                                              node_speed(folder / "crossbar.xml"))
+        return JobSet(source.name, share, folder, len(jobs))
 
     def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
         with self._lock:
@@ -319,6 +331,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--algorithms", nargs="+", default=None, metavar="NAME",
                    help="only these: K:<Kassel file> (K:min_agreement ...) or a policy of ours "
                         "(default: the ten originals and our thirteen)")
+    p.add_argument("--input", type=Path, nargs="+", default=None, metavar="DIR",
+                   help="run these ElastiSim input folders as they are instead of generating sets "
+                        "(the Kassel repository's: <build>/MalleableJobScheduling/input_files/small)")
     p.add_argument("--total-time", type=int, default=None, metavar="SECONDS",
                    help=f"the generator's submission span (default {TOTAL_TIME}: ~100 jobs)")
     p.add_argument("--reconfiguration-cost", type=float, default=0.0, metavar="SECONDS",
@@ -347,6 +362,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--malleable must be percents separated by commas, got {ns.malleable!r}")
     if any(not 0 <= m <= 100 for m in ns.malleable):
         p.error(f"--malleable: each share must lie in [0, 100], got {ns.malleable}")
+    for folder in ns.input or []:
+        if not (folder / "jobs.json").is_file() or not (folder / "configuration.json").is_file():
+            p.error(f"--input {folder}: not an ElastiSim input folder (no jobs.json and "
+                    "configuration.json)")
     if ns.total_time <= 0 or ns.timeout <= 0:
         p.error("--total-time and --timeout must be > 0")
     if not 0 <= ns.reconfiguration_cost < float("inf"):
@@ -382,7 +401,8 @@ def run(ns: argparse.Namespace) -> dict[str, Any] | None:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="es-policies-")))
         runner = Runner(es, build, work, ns.timeout, ns.reconfiguration_cost)
         try:
-            sets = [runner.generate(seed, m, ns.total_time) for seed in ns.seeds for m in ns.malleable]
+            sets = ([runner.adopt(d) for d in ns.input] if ns.input else
+                    [runner.generate(seed, m, ns.total_time) for seed in ns.seeds for m in ns.malleable])
             report["settings"]["reconfiguration_phase"] = runner.phase
             for s in sets:
                 log.info("set %s: %d jobs", s.name, s.jobs)

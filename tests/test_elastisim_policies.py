@@ -142,3 +142,22 @@ def test_reconfiguration_cost_is_an_on_reconfiguration_phase_every_resize_pays(t
     text = markdown(combine([reports[300], reports[0]]))
     assert text.index("## 0 s per reconfiguration") < text.index("## 300 s per reconfiguration")
     assert "| K:min_agreement |" in text
+
+
+def test_the_kassel_repositorys_own_set_runs_as_it_is(tmp_path):
+    """``--input``: the Kassel repository's ``input_files/small`` (8 rigid jobs) under their
+    EASY and our sharing, unchanged; a folder that is not an input is refused."""
+    small = FOLDER / "MalleableJobScheduling" / "input_files" / "small"
+    report = tmp_path / "report.json"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code, out, err = harness(scratch, "--input", str(small), "--json", str(report),
+                             "--algorithms", "K:rigid_easy_backfill", "sharing")
+    assert code == 0, f"exit {code}\n{out}\n{err}"
+    [jobset] = json.loads(report.read_text())["sets"]
+    assert (jobset["name"], jobset["jobs"], jobset["malleable"]) == ("small/0%", 8, 0)
+    runs = {r["algorithm"]: r for r in jobset["results"]}
+    assert all(r["status"] == "ok" and r["completed"] == 8 for r in runs.values()), runs
+    assert list(scratch.iterdir()) == [] and leftovers(scratch) == []
+    code, out, err = harness(scratch, "--input", str(tmp_path))
+    assert code == 2 and f"--input {tmp_path}: not an ElastiSim input folder" in err, err
