@@ -55,17 +55,19 @@ def test_a_short_or_small_loan_is_refused():
     assert Lending(10.0, lend=0.0).decide(0.0, [head], running, 2, 10) == [Grow(2, 2)]
 
 
-def test_nobody_waiting_grows_as_thrifty_does():
+@pytest.mark.parametrize("policy_class", [Lending, Sharing])
+def test_nobody_waiting_grows_as_thrifty_does(policy_class):
     # two jobs, 4 idle nodes: one at a time to the one holding the fewest, kept if they pay
     running = [job(1, 2, 1, 8, end=10_000.0), job(2, 4, 1, 8, end=10_000.0)]
-    assert Lending(10.0).decide(0.0, [], running, 4, 10) == [Grow(1, 3), Grow(2, 1)]
+    assert policy_class(10.0).decide(0.0, [], running, 4, 10) == [Grow(1, 3), Grow(2, 1)]
     # a job about to end gains too little from a grow (min_gain: the resize interval)
     ending = [job(1, 2, 1, 8, end=5.0)]
-    assert Lending(10.0).decide(0.0, [], ending, 4, 6) == []
+    assert policy_class(10.0).decide(0.0, [], ending, 4, 6) == []
 
 
-def test_waiting_jobs_are_promised_shrunk_nodes_and_start_when_enough_are_idle():
-    policy = Lending(0.0)
+@pytest.mark.parametrize("policy_class", [Lending, Sharing])
+def test_waiting_jobs_are_promised_shrunk_nodes_and_start_when_enough_are_idle(policy_class):
+    policy = policy_class(0.0)
     running = [job(1, 10, 2, 10, end=10_000.0)]
     queue = [rigid(2, 4, submit=1.0), rigid(3, 3, submit=2.0)]
     assert policy.decide(0.0, queue, running, 0, 10) == [Shrink(1, 7)]
@@ -109,22 +111,6 @@ def test_sharing_makes_no_loan_that_could_not_last_its_horizon():
     assert Sharing(10.0).decide(0.0, [head], running, 3, 12) == []
     assert Sharing(10.0, horizon=1200.0).decide(0.0, [head], running, 3, 12) == [Grow(3, 3)]
     assert Sharing(10.0, horizon=0.0).decide(0.0, [head], running, 3, 12) == [Grow(2, 2), Grow(3, 1)]
-
-
-def test_sharing_grows_only_what_pays_when_nobody_waits():
-    running = [job(1, 2, 1, 8, end=10_000.0), job(2, 4, 1, 8, end=10_000.0)]
-    assert Sharing(10.0).decide(0.0, [], running, 4, 10) == [Grow(1, 3), Grow(2, 1)]
-    ending = [job(1, 2, 1, 8, end=5.0)]  # gains less than min_gain (the resize interval)
-    assert Sharing(10.0).decide(0.0, [], ending, 4, 6) == []
-
-
-def test_sharing_promises_shrunk_nodes_as_lending():
-    policy = Sharing(0.0)
-    running = [job(1, 10, 2, 10, end=10_000.0)]
-    queue = [rigid(2, 4, submit=1.0), rigid(3, 3, submit=2.0)]
-    assert policy.decide(0.0, queue, running, 0, 10) == [Shrink(1, 7)]
-    shrunk = job(1, 3, 2, 10, end=10_000.0, resizable=False)
-    assert policy.decide(1.0, queue, [shrunk], 4, 10) == [Start(2, 4)]
 
 
 def test_sharing_starts_a_malleable_job_alone_in_the_queue_wide():
