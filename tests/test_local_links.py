@@ -255,3 +255,75 @@ def test_a_call_to_a_place_killed_while_it_runs_raises_not_hangs():
 
     waited, after = apgas.run(main, places=3, threads=1)
     assert waited < 10 and after == 8
+
+
+class _DawdlingLock:
+    """A lock taken after a pause: a thread that holds another lock meanwhile holds it
+    longer, so two threads that take the two in opposite orders meet more often."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        time.sleep(0.0002)
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+@pytest.mark.timeout(60)
+def test_senders_and_the_backlog_writer_never_wait_for_each_other():
+    """Many threads write large messages to a socket whose peer reads slowly: the socket
+    fills, the rest goes to the backlog, the writer drains it and drops the connection
+    once empty, again and again. A sender told the writer under the connection's lock
+    while the writer took its own lock, then that one: the two deadlocked (1 run in ~20
+    of ``benchmarks.steps_checkpoint`` hung; here, with the connection's lock slowed,
+    some runs meet it). Every byte arrives, in each sender's order."""
+    a, b = socket.socketpair()
+    for s in (a, b):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    a.setblocking(False)
+    conn, backlog = LocalConn(a, 1), local_links.Backlog("test-backlog")
+    conn.lock = _DawdlingLock()  # type: ignore[assignment]  # widens the window of the race
+    senders, count, size = 4, 400, 3000
+    total = senders * count * (FIXED.size + 4 + size)
+    got = bytearray()
+
+    def read() -> None:
+        b.settimeout(30)
+        while len(got) < total:
+            chunk = b.recv(8192)  # a slow reader: the sockets stay full
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    def send(k: int) -> None:
+        for i in range(count):
+            assert conn.put(backlog, 1, k, k, i, [bytes([k]) * size])
+
+    reader = threading.Thread(target=read, daemon=True)  # daemons: a deadlock fails, not hangs
+    threads = [threading.Thread(target=send, args=(k,), daemon=True) for k in range(senders)]
+    deadline = time.monotonic() + 20
+    try:
+        reader.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+            assert not t.is_alive(), "a sender is stuck: the backlog writer and it wait for each other"
+        reader.join(max(0.0, deadline - time.monotonic()))
+        assert not reader.is_alive() and len(got) == total
+        seen = {k: 0 for k in range(senders)}
+        offset = 0
+        while offset < total:  # each message whole, and each sender's in order
+            length, kind, src, first, second, frames = FIXED.unpack_from(got, offset)
+            assert (kind, frames, first) == (1, 1, src) and second == seen[src]
+            seen[src] += 1
+            offset += FIXED.size + length
+        assert seen == {k: count for k in range(senders)}
+    finally:
+        backlog.stop()
+        conn.close()
+        b.close()

@@ -86,10 +86,13 @@ class LocalConn:
             except OSError:
                 self.closed = True
                 return False
-            if sent < total:
-                self._keep(data, sent)
-                backlog.add(self)
-            return True
+            if sent == total:
+                return True
+            self._keep(data, sent)
+        # the writer is told after the lock is released: it takes its own lock, then this
+        # one, to drop a connection it emptied (the other order deadlocked the two)
+        backlog.add(self)
+        return True
 
     def _keep(self, data: list[memoryview], sent: int) -> None:
         """Keep what was not written, copied (the caller may reuse its buffers)."""
