@@ -178,21 +178,24 @@ class Runner:
                         "--type_probabilities", f"{100 - malleable},0,{malleable}"],
                        check=True, timeout=120, capture_output=True, cwd=self.work,
                        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
-        jobs = json.loads((folder / "jobs.json").read_text())["jobs"]
-        self.phase = add_reconfiguration_cost(folder, self.reconfiguration_cost,
-                                              node_speed(folder / "crossbar.xml"))
-        return JobSet(seed, malleable, folder, len(jobs))
+        return self._prepared(folder, seed, malleable)
 
     def adopt(self, source: Path) -> JobSet:
         """An ElastiSim input folder as it is (the Kassel repository's ``input_files/small``),
         named after the folder; its share is that of its malleable jobs."""
         folder = self.work / f"input-{source.name}"
         shutil.copytree(source, folder)
+        return self._prepared(folder, source.name)
+
+    def _prepared(self, folder: Path, name: str, share: int | None = None) -> JobSet:
+        """The input in ``folder`` with the reconfiguration phase asked for; ``share``: the
+        generator's malleable probability (None: the share of its malleable jobs)."""
         jobs = json.loads((folder / "jobs.json").read_text())["jobs"]
-        share = round(100 * sum(j.get("type") == "MALLEABLE" for j in jobs) / max(1, len(jobs)))
+        if share is None:
+            share = round(100 * sum(j.get("type") == "MALLEABLE" for j in jobs) / max(1, len(jobs)))
         self.phase = add_reconfiguration_cost(folder, self.reconfiguration_cost,
                                               node_speed(folder / "crossbar.xml"))
-        return JobSet(source.name, share, folder, len(jobs))
+        return JobSet(name, share, folder, len(jobs))
 
     def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
         with self._lock:

@@ -19,9 +19,9 @@ Sizing: how big a job starts, whom a shrink takes from, whom idle nodes go to.
   job while every donor keeps its preferred size; the minimum while donors
   keep their preferred size; the minimum while donors keep their minimum.
   Donors that hold the most above their preferred size give first, in every
-  try (as the Kassel code orders them). Idle nodes
-  grow the jobs furthest below their preferred size first, each up to it, and
-  then each up to its maximum.
+  try (as the Kassel code orders them). Idle nodes grow the jobs furthest
+  below their preferred size first, each up to it, and then each up to its
+  maximum.
 
 Hand-over: nodes that a shrink frees for a waiting job are promised to it (an
 *agreement*) and kept from everyone else; the job starts once it can have

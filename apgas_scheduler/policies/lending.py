@@ -83,10 +83,14 @@ class Lending(AgreementStrategy):
         return moldable_size if self.start_wide and waiting <= 1 else min_agree_size
 
     def _grow(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
-        now = state.now
         if state.head is None and not state.promises:  # nobody waits: thrifty's grows
-            return paying_grows(now, takers, idle, self.min_gain, self.gamma, self.reconfig_cost)
-        shadow = state.shadow(idle)
+            return paying_grows(state.now, takers, idle, self.min_gain, self.gamma,
+                                self.reconfig_cost)
+        return self._loans(takers, idle, state)
+
+    def _loans(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
+        """The loans of idle nodes while jobs wait: to one job, if it pays."""
+        now, shadow = state.now, state.shadow(idle)
         for job in sorted(takers.values(), key=lambda j: (j.nodes - j.max_nodes, j.id)):
             k = min(idle, job.max_nodes - job.nodes)
             if k <= 0:

@@ -50,7 +50,7 @@ from .._model import JobView
 from .agreements import AgreementStrategy, Idle
 from .lending import Lending
 from .planning import Policy
-from .thrifty import ReconfigCost, paying_grows
+from .thrifty import ReconfigCost
 
 __all__ = ["Sharing", "SHARING_POLICIES"]
 
@@ -76,10 +76,9 @@ class Sharing(Lending):
         return (f"Sharing(resize_interval={self.resize_interval}, gamma={self.gamma}, "
                 f"min_gain={self.min_gain}, horizon={self.horizon})")
 
-    def _grow(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
-        if state.head is None and not state.promises:  # nobody waits: grows that pay
-            return paying_grows(state.now, takers, idle, self.min_gain, self.gamma,
-                                self.reconfig_cost)
+    def _loans(self, takers: dict[int, JobView], idle: int, state: Idle) -> dict[int, int]:
+        """The loans while jobs wait: to every job that could keep one ``horizon``
+        seconds, fewest nodes above its minimum first (lending's grows otherwise)."""
         if self.horizon > 0:  # only the jobs that could keep a loan that long
             now, shadow = state.now, state.shadow(idle)
             takers = {i: j for i, j in takers.items()
